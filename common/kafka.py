@@ -1,0 +1,227 @@
+"""Client configuration for local Kafka and Azure Event Hubs, built in one place.
+
+``librdkafka_config`` is the one function that turns ``KafkaSettings`` into a
+confluent-kafka (librdkafka) config; ``spark_kafka_options`` does the same for
+Spark's JVM Kafka client. Going from a local broker to Event Hubs changes the
+settings, never the code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol
+
+from common.settings import KafkaSettings
+
+EVENTHUBS_USERNAME = "$ConnectionString"
+# Microsoft's recommended client settings for the Event Hubs Kafka endpoint; Azure
+# closes idle connections at 240 s, so metadata refreshes must come sooner.
+EVENTHUBS_LIBRDKAFKA = {
+    "socket.keepalive.enable": True,
+    "metadata.max.age.ms": 180000,
+    "request.timeout.ms": 60000,
+}
+EVENTHUBS_JAVA = {
+    "kafka.request.timeout.ms": "60000",
+    "kafka.session.timeout.ms": "30000",
+    "kafka.metadata.max.age.ms": "180000",
+    "kafka.connections.max.idle.ms": "180000",
+    "kafka.max.request.size": "1000000",
+}
+_SECRET_KEYS = ("sasl.password", "sasl.jaas.config", "kafka.sasl.jaas.config", "oauth_cb")
+
+Role = Literal["producer", "consumer", "admin"]
+
+
+class TokenCredential(Protocol):
+    """The part of an azure-identity credential the OAuth callback needs."""
+
+    def get_token(self, *scopes: str) -> Any:
+        """Return an object with ``token`` and ``expires_on`` (epoch seconds)."""
+        ...
+
+
+class KafkaConnectionError(RuntimeError):
+    """The broker could not be reached, refused the credentials, or lacks the topic."""
+
+
+def oauth_callback(credential: TokenCredential, scope: str) -> Callable[[str], tuple[str, float]]:
+    """Build a confluent-kafka ``oauth_cb`` that fetches Entra ID tokens.
+
+    Args:
+        credential: e.g. ``azure.identity.DefaultAzureCredential()``.
+        scope: ``https://<namespace>.servicebus.windows.net/.default``.
+
+    Returns:
+        A callable returning ``(token, expiry_epoch_seconds)``.
+    """
+
+    def _cb(_oauthbearer_config: str) -> tuple[str, float]:
+        token = credential.get_token(scope)
+        return token.token, float(token.expires_on)
+
+    return _cb
+
+
+def entra_scope(kafka: KafkaSettings) -> str:
+    """The OAuth scope for the namespace, unless the settings give one."""
+    return kafka.entra_scope or f"https://{kafka.namespace_host}/.default"
+
+
+def librdkafka_config(
+    kafka: KafkaSettings,
+    role: Role,
+    *,
+    credential: TokenCredential | None = None,
+    client_id: str = "iot-pulse",
+) -> dict[str, Any]:
+    """Build the librdkafka config for the given settings and client role.
+
+    Args:
+        kafka: Connection settings.
+        role: ``producer`` adds ``acks=all`` and idempotence; ``consumer`` adds the
+            Event Hubs session timeout; ``admin`` adds nothing.
+        credential: Azure credential for ``auth=entra`` (default: ``DefaultAzureCredential``).
+        client_id: Reported to the broker.
+
+    Returns:
+        A dict for ``confluent_kafka.Producer``/``Consumer``/``AdminClient``. It holds
+        secrets: log it only through ``redact``.
+    """
+    conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers, "client.id": client_id}
+    if role == "producer":
+        conf |= {"acks": "all", "enable.idempotence": True}
+    if kafka.auth == "none":
+        conf["security.protocol"] = "PLAINTEXT"
+        return conf
+
+    conf["security.protocol"] = "SASL_SSL"
+    conf |= EVENTHUBS_LIBRDKAFKA
+    if role == "consumer":
+        conf["session.timeout.ms"] = 30000
+    if kafka.ssl_ca_location is not None:
+        conf["ssl.ca.location"] = str(kafka.ssl_ca_location)
+    if kafka.auth == "connection_string":
+        assert kafka.connection_string is not None  # enforced by KafkaSettings
+        conf |= {
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": EVENTHUBS_USERNAME,
+            "sasl.password": kafka.connection_string.get_secret_value(),
+        }
+    else:
+        if credential is None:
+            from azure.identity import DefaultAzureCredential
+
+            credential = DefaultAzureCredential()
+        conf |= {
+            "sasl.mechanism": "OAUTHBEARER",
+            "oauth_cb": oauth_callback(credential, entra_scope(kafka)),
+        }
+    return conf
+
+
+def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
+    """Build the ``kafka.*`` options of Spark's Kafka source for the given settings.
+
+    Raises:
+        ValueError: ``auth=entra``, which Spark's JVM client cannot do without a login
+            callback class on its classpath.
+    """
+    opts = {"kafka.bootstrap.servers": kafka.bootstrap_servers}
+    if kafka.auth == "none":
+        return opts
+    if kafka.auth == "entra":
+        raise ValueError(
+            "auth=entra is not available to the Spark processor yet: Spark's JVM Kafka client "
+            "needs an OAUTHBEARER login callback class. Use auth=connection_string for it."
+        )
+    assert kafka.connection_string is not None
+    secret = kafka.connection_string.get_secret_value().replace("\\", "\\\\").replace('"', '\\"')
+    opts |= EVENTHUBS_JAVA
+    opts |= {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{EVENTHUBS_USERNAME}" password="{secret}";'
+        ),
+    }
+    if kafka.ssl_ca_location is not None:
+        opts["kafka.ssl.truststore.type"] = "PEM"
+        opts["kafka.ssl.truststore.location"] = str(kafka.ssl_ca_location)
+    return opts
+
+
+def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a client config that is safe to log."""
+    return {k: ("***" if k in _SECRET_KEYS else v) for k, v in conf.items()}
+
+
+def check_connection(
+    conf: Mapping[str, Any], topic: str | None = None, *, timeout_s: float = 20.0
+) -> int:
+    """Fail fast, with a clear message, when the broker cannot be used.
+
+    librdkafka retries forever on bad credentials or an unreachable host; this asks
+    for metadata with a deadline and turns what went wrong into one readable error.
+
+    Args:
+        conf: A ``librdkafka_config`` result (any role).
+        topic: If given, the topic must exist.
+        timeout_s: Deadline for the whole check.
+
+    Returns:
+        The topic's partition count (0 when no topic was asked for).
+
+    Raises:
+        KafkaConnectionError: Authentication failed, the broker is unreachable, or the
+            topic does not exist. The message never includes secrets.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    errors: list[KafkaError] = []
+    admin_conf = {
+        k: v
+        for k, v in conf.items()
+        if k not in ("acks", "enable.idempotence", "session.timeout.ms")
+    }
+    admin_conf["error_cb"] = errors.append
+    admin = AdminClient(admin_conf)
+    where = f"{conf.get('bootstrap.servers')} ({conf.get('security.protocol', 'PLAINTEXT')})"
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(
+                topic=topic, timeout=min(2.0, max(0.1, deadline - time.monotonic()))
+            )
+        except KafkaException as exc:
+            last = exc
+            md = None
+        auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+        if auth:
+            raise KafkaConnectionError(
+                f"authentication failed at {where} with SASL mechanism "
+                f"{conf.get('sasl.mechanism')}: check the connection string or credential "
+                "(IOT_KAFKA_CONNECTION_STRING) and that it grants access to this namespace"
+            )
+        if md is None:
+            continue
+        if topic is None:
+            return 0
+        tmd = md.topics.get(topic)
+        if tmd is not None and tmd.error is None:
+            return len(tmd.partitions)
+        if tmd is not None and tmd.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise KafkaConnectionError(
+                f"topic '{topic}' does not exist at {where}: create it first "
+                "(locally: python -m infra.broker topic NAME; on Event Hubs: create the event hub)"
+            )
+        last = KafkaException(tmd.error) if tmd is not None else last
+    reason = errors[-1].str() if errors else (str(last) if last else "no answer")
+    raise KafkaConnectionError(
+        f"could not reach the Kafka broker at {where} within {timeout_s:.0f} s ({reason}); "
+        "check IOT_KAFKA_BOOTSTRAP_SERVERS and that the broker is running"
+    )

@@ -1,0 +1,129 @@
+"""Resolve jar bundles from Maven Central into a local folder.
+
+Each bundle is a ``pom.xml`` under ``infra/maven/<bundle>/``. Maven copies the
+bundle's runtime dependencies into ``<state dir>/jars/<bundle>/``; a stamp file
+holding the POM's hash makes later calls free until the POM changes.
+
+Run ``python -m infra.jars spark kafka`` to fetch both bundles ahead of time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from infra.paths import PROJECT_ROOT, state_dir
+
+MAVEN_DIR = PROJECT_ROOT / "infra" / "maven"
+BUNDLES = ("spark", "kafka")
+
+
+class JarResolutionError(RuntimeError):
+    """Maven could not resolve a bundle."""
+
+
+def _pom_digest(bundle: str) -> str:
+    data = (MAVEN_DIR / bundle / "pom.xml").read_bytes()
+    data += (MAVEN_DIR / "settings.xml").read_bytes()
+    return hashlib.sha256(data).hexdigest()
+
+
+def _pyspark_shipped_artifacts() -> set[str]:
+    """Artifact names (without version) of the jars inside the PySpark wheel."""
+    try:
+        import pyspark
+    except ImportError:
+        return set()
+    jars = Path(pyspark.__file__).parent / "jars"
+    return {_artifact_name(p.name) for p in jars.glob("*.jar")}
+
+
+def _artifact_name(filename: str) -> str:
+    """Strip the version from ``name-1.2.3.jar`` (names may contain dashes and digits)."""
+    stem = filename.removesuffix(".jar")
+    parts = stem.split("-")
+    for i in range(len(parts) - 1, 0, -1):
+        if parts[i][:1].isdigit():
+            return "-".join(parts[:i])
+    return stem
+
+
+def bundle_dir(bundle: str) -> Path:
+    """Folder that holds a bundle's jars once resolved."""
+    return state_dir() / "jars" / bundle
+
+
+def ensure_jars(bundle: str, *, quiet: bool = False) -> list[Path]:
+    """Resolve a bundle's jars if they are missing or stale, and list them.
+
+    Args:
+        bundle: One of ``BUNDLES``.
+        quiet: Do not print progress.
+
+    Returns:
+        The jar files, sorted by name.
+
+    Raises:
+        JarResolutionError: Maven is missing or could not resolve the bundle.
+    """
+    if bundle not in BUNDLES:
+        raise ValueError(f"unknown jar bundle {bundle!r}; expected one of {BUNDLES}")
+    dest = bundle_dir(bundle)
+    stamp = dest / ".stamp"
+    digest = _pom_digest(bundle)
+    if stamp.exists() and stamp.read_text() == digest:
+        return sorted(dest.glob("*.jar"))
+
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JarResolutionError(
+            "Maven ('mvn') is not on PATH; install it (apt-get install maven) to fetch the jars"
+        )
+    if not quiet:
+        print(f"resolving the {bundle} jars from Maven Central into {dest} ...", flush=True)
+    staging = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    cmd = [
+        mvn, "-B", "-q",
+        "-s", str(MAVEN_DIR / "settings.xml"),
+        "-f", str(MAVEN_DIR / bundle / "pom.xml"),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={staging}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise JarResolutionError(f"Maven could not resolve the {bundle} jars:\n{tail}")
+
+    if bundle == "spark":
+        shipped = _pyspark_shipped_artifacts()
+        for jar in staging.glob("*.jar"):
+            if _artifact_name(jar.name) in shipped:
+                jar.unlink()
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)
+    stamp.write_text(digest)
+    jars = sorted(dest.glob("*.jar"))
+    if not quiet:
+        print(f"  {len(jars)} jars ready in {dest}", flush=True)
+    return jars
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Fetch the named bundles (all by default)."""
+    names = (argv if argv is not None else sys.argv[1:]) or list(BUNDLES)
+    try:
+        for name in names:
+            ensure_jars(name)
+    except (JarResolutionError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

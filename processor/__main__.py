@@ -1,0 +1,84 @@
+"""Command line: ``python -m processor [run|devices] [flags]``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+
+from pydantic import ValidationError
+
+from common.settings import add_settings_arguments, load_settings
+from processor.pipeline import Tables, run_available_now, start_all, write_devices
+from processor.session import ConnectorJarsMissingError, build_session
+from processor.settings import ProcessorSettings
+
+
+def _run(settings: ProcessorSettings) -> int:
+    spark = build_session(settings)
+    if settings.trigger == "available_now":
+        run_available_now(spark, settings)
+        print("[processor] all available data processed", file=sys.stderr, flush=True)
+        spark.stop()
+        return 0
+    queries = start_all(spark, settings)
+    print(
+        f"[processor] running {', '.join(q.name for q in queries)} every "
+        f"{settings.trigger_interval}; lake at {settings.lake.root}",
+        file=sys.stderr,
+        flush=True,
+    )
+    stopping = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    while not stopping.is_set():
+        for q in queries:
+            if not q.isActive:
+                exc = q.exception()
+                print(f"[processor] query {q.name} stopped: {exc}", file=sys.stderr)
+                stopping.set()
+        stopping.wait(1.0)
+    for q in queries:
+        q.stop()
+    spark.stop()
+    failed = any(q.exception() is not None for q in queries)
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags and run the pipeline, or rewrite the device dimension."""
+    parser = argparse.ArgumentParser(
+        prog="python -m processor", description="Kafka -> bronze -> silver -> gold on Delta."
+    )
+    parser.add_argument(
+        "command", nargs="?", default="run", choices=("run", "devices"),
+        help="run the pipeline (default) or rewrite the device dimension",
+    )  # fmt: skip
+    parser.add_argument("--config", help="TOML settings file ([processor], [kafka], [lake])")
+    add_settings_arguments(parser, ProcessorSettings)
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(ProcessorSettings, args)
+    except (ValidationError, ValueError, FileNotFoundError) as exc:
+        print(f"error: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "devices":
+            spark = build_session(settings)
+            write_devices(spark, settings, Tables.under(settings.lake).devices)
+            spark.stop()
+            return 0
+        return _run(settings)
+    except ConnectorJarsMissingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""Spark types for the event contract, derived from ``common.contract``."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from common.contract import DEVICE_FIELDS, FIELDS, METRIC_NAMES
+
+SPARK_TYPES: dict[str, DataType] = {
+    "string": StringType(),
+    "long": LongType(),
+    "double": DoubleType(),
+    "timestamp": TimestampType(),
+}
+
+# Typed event columns, in contract order.
+EVENT_SCHEMA = StructType(
+    [StructField(f.name, SPARK_TYPES[f.type], nullable=not f.required) for f in FIELDS]
+)
+
+# The device dimension: profile columns plus a (low, high) threshold pair per metric.
+DEVICE_SCHEMA = StructType(
+    [StructField(f.name, SPARK_TYPES[f.type], nullable=False) for f in DEVICE_FIELDS]
+    + [StructField("battery_powered", BooleanType(), nullable=False)]
+    + [
+        StructField(f"{m}_{bound}", DoubleType(), nullable=True)
+        for m in METRIC_NAMES
+        for bound in ("low", "high")
+    ]
+)

@@ -1,0 +1,86 @@
+"""The SparkSession, with Delta and the Kafka connector, checked at start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from processor.settings import ProcessorSettings
+
+REQUIRED_JARS = (
+    "delta-spark_",
+    "spark-sql-kafka-0-10_",
+    "spark-token-provider-kafka",
+    "kafka-clients",
+)
+
+
+class ConnectorJarsMissingError(RuntimeError):
+    """Delta or the Kafka connector is not on the classpath."""
+
+
+def connector_jars(jars_dir: str) -> list[str]:
+    """The jar files in ``jars_dir``, checked to hold Delta and the Kafka connector.
+
+    Raises:
+        ConnectorJarsMissingError: the folder lacks one of them.
+    """
+    folder = Path(jars_dir)
+    jars = sorted(str(p) for p in folder.glob("*.jar"))
+    missing = [r for r in REQUIRED_JARS if not any(Path(j).name.startswith(r) for j in jars)]
+    if missing:
+        raise ConnectorJarsMissingError(
+            f"{folder} lacks the jars {', '.join(missing)}: run 'python -m infra.jars spark' "
+            "(or unset IOT_PROCESSOR_JARS_DIR to resolve them with spark.jars.packages)"
+        )
+    return jars
+
+
+def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> SparkSession:
+    """Create (or get) the session: Delta catalog, Kafka connector, RocksDB state.
+
+    Args:
+        settings: Processor settings (master, jars, shuffle partitions ...).
+        app_name: Spark application name.
+
+    Raises:
+        ConnectorJarsMissingError: the Delta classes cannot be loaded.
+    """
+    builder = SparkSession.builder.appName(app_name)
+    if settings.master:
+        builder = builder.master(settings.master)
+    if settings.jars_dir:
+        builder = builder.config("spark.jars", ",".join(connector_jars(settings.jars_dir)))
+    else:
+        builder = builder.config("spark.jars.packages", settings.packages)
+    conf = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        "spark.ui.enabled": str(settings.ui).lower(),
+        "spark.driver.memory": settings.driver_memory,
+        "spark.databricks.delta.optimizeWrite.enabled": "false",
+        "spark.sql.adaptive.enabled": "false",
+    }
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        for cls in (
+            "io.delta.tables.DeltaTable",
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+        ):
+            spark._jvm.org.apache.spark.util.Utils.classForName(cls, True, False)
+    except Exception as exc:
+        raise ConnectorJarsMissingError(
+            "Delta or the Kafka connector is not on Spark's classpath "
+            f"({type(exc).__name__}); run 'python -m infra.jars spark' and set "
+            "IOT_PROCESSOR_JARS_DIR, or let spark.jars.packages resolve them"
+        ) from exc
+    return spark

@@ -1,0 +1,116 @@
+"""Where the processor writes: Delta tables, each write exactly-once.
+
+* Plain appends use Delta's streaming sink, which is idempotent per batch.
+* ``foreachBatch`` writers use ``txnAppId``/``txnVersion`` (appends) or a
+  MERGE on the table's keys (upserts), so a replayed batch changes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from processor.settings import ProcessorSettings
+
+
+def with_trigger(writer: DataStreamWriter, settings: ProcessorSettings) -> DataStreamWriter:
+    """Apply the configured trigger: ``availableNow`` or a processing-time interval."""
+    if settings.trigger == "available_now":
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=settings.trigger_interval)
+
+
+def ensure_table(spark: SparkSession, path: str, empty: DataFrame) -> None:
+    """Create an empty Delta table with ``empty``'s schema unless one exists at ``path``."""
+    if not DeltaTable.isDeltaTable(spark, path):
+        empty.limit(0).write.format("delta").mode("ignore").save(path)
+
+
+def append_stream(
+    df: DataFrame, path: str, checkpoint: str, name: str, settings: ProcessorSettings
+) -> StreamingQuery:
+    """Append a stream to a Delta table with its own checkpoint."""
+    writer = (
+        df.writeStream.format("delta")
+        .outputMode("append")
+        .option("checkpointLocation", checkpoint)
+        .queryName(name)
+    )
+    return with_trigger(writer, settings).start(path)
+
+
+class QueryId:
+    """The running query's id, known once ``start()`` returns; batches wait for it."""
+
+    def __init__(self) -> None:
+        self._id: str | None = None
+        self._ready = threading.Event()
+
+    def set(self, query_id: str) -> None:
+        """Record the id (called right after ``start()``)."""
+        self._id = query_id
+        self._ready.set()
+
+    def get(self) -> str:
+        """The id; blocks until it is set."""
+        self._ready.wait(60)
+        if self._id is None:
+            raise RuntimeError("the streaming query id was never recorded")
+        return self._id
+
+
+def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> None:
+    """Append a micro-batch exactly once: Delta skips a (txnAppId, txnVersion) it has seen."""
+    (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", batch_id)
+        .save(path)
+    )
+
+
+def merge_batch(df: DataFrame, path: str, keys: Sequence[str]) -> None:
+    """Upsert a micro-batch on ``keys``: matching rows are replaced, new rows inserted."""
+    target = DeltaTable.forPath(df.sparkSession, path)
+    cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+    (
+        target.alias("t")
+        .merge(df.alias("s"), cond)
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+def foreach_batch_stream(
+    df: DataFrame,
+    write: Callable[[DataFrame, int, str], None],
+    checkpoint: str,
+    name: str,
+    settings: ProcessorSettings,
+    output_mode: str = "append",
+) -> StreamingQuery:
+    """Run ``write(batch_df, batch_id, query_id)`` for every micro-batch.
+
+    The query id comes from the checkpoint, so it is stable across restarts and
+    makes a fine ``txnAppId``.
+    """
+    qid = QueryId()
+
+    def _run(batch: DataFrame, batch_id: int) -> None:
+        write(batch, batch_id, qid.get())
+
+    writer = (
+        df.writeStream.foreachBatch(_run)
+        .outputMode(output_mode)
+        .option("checkpointLocation", checkpoint)
+        .queryName(name)
+    )
+    query = with_trigger(writer, settings).start()
+    qid.set(query.id)
+    return query

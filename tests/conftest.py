@@ -1,0 +1,38 @@
+"""Shared fixtures: one local SparkSession for the whole run, and the Kafka broker."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = (
+    ["tests.broker_fixture"] if (Path(__file__).parent / "broker_fixture.py").exists() else []
+)
+
+
+@pytest.fixture(scope="session")
+def lake_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lake")
+
+
+@pytest.fixture(scope="session")
+def spark(lake_root: Path) -> Iterator[object]:
+    """The one SparkSession of the test run, with Delta and the Kafka connector."""
+    from infra.jars import ensure_jars
+    from processor.session import build_session
+    from processor.settings import ProcessorSettings
+
+    jars = ensure_jars("spark", quiet=True)
+    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    settings = ProcessorSettings(
+        jars_dir=str(jars[0].parent),
+        shuffle_partitions=2,
+        driver_memory="2g",
+        lake={"root": str(lake_root)},
+    )
+    session = build_session(settings, app_name="iot-pulse-tests")
+    yield session
+    session.stop()

@@ -1,0 +1,144 @@
+"""The pure transforms on tiny frames, with exact expected rows."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from processor import transforms
+from processor.pipeline import KAFKA_SOURCE_SCHEMA
+
+T0 = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
+
+
+def _event(**overrides: object) -> dict[str, object]:
+    event = {
+        "event_id": "e1",
+        "device_id": "dev-00000",
+        "seq": 1,
+        "event_time": "2026-01-01T00:00:10.000Z",
+        "schema_version": 1,
+        "status": "online",
+        "temperature_c": 21.5,
+    }
+    event.update(overrides)
+    return {k: v for k, v in event.items() if v is not None}
+
+
+def _bronze(spark, payloads: list[str | bytes]):
+    rows = [
+        (None, p.encode() if isinstance(p, str) else p, "t", 0, i, T0, 0)
+        for i, p in enumerate(payloads)
+    ]
+    return transforms.to_bronze(spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA))
+
+
+def test_parse_valid_event_types_every_field(spark):
+    out = transforms.parse_events(_bronze(spark, [json.dumps(_event(power_w=12.0))])).collect()
+    assert len(out) == 1
+    row = out[0]
+    assert row.reason is None
+    assert (row.event_id, row.device_id, row.seq, row.status) == ("e1", "dev-00000", 1, "online")
+    assert row.event_time == datetime(2026, 1, 1, 0, 0, 10)  # session time zone is UTC
+    assert (row.temperature_c, row.power_w, row.co2_ppm) == (21.5, 12.0, None)
+    assert row.offset == 0
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        ('{"event_id": "e1", "device_id"', "unparsable"),
+        ("[1, 2, 3]", "unparsable"),
+        (json.dumps(_event(event_id=None)), "missing_field:event_id"),
+        (json.dumps(_event(event_time=None)), "missing_field:event_time"),
+        (json.dumps(_event(seq="three")), "wrong_type:seq"),
+        (json.dumps(_event(temperature_c="hot")), "wrong_type:temperature_c"),
+        (json.dumps(_event(event_time="yesterday")), "wrong_type:event_time"),
+        (json.dumps(_event(temperature_c=900.0)), "out_of_range:temperature_c"),
+        (json.dumps(_event(battery_pct=-1)), "out_of_range:battery_pct"),
+        (json.dumps(_event(seq=0)), "out_of_range:seq"),
+        (json.dumps(_event(status="exploded")), "out_of_range:status"),
+    ],
+)
+def test_parse_gives_the_first_failed_check(spark, payload, reason):
+    out = transforms.parse_events(_bronze(spark, [payload]))
+    assert [r.reason for r in out.collect()] == [reason]
+    quarantined = transforms.invalid_events(out).collect()
+    assert [(q.reason, q.raw) for q in quarantined] == [(reason, payload)]
+
+
+def test_deduplicate_keeps_one_row_per_event_id(spark):
+    parsed = transforms.parse_events(
+        _bronze(
+            spark,
+            [
+                json.dumps(_event(event_id="a", seq=1)),
+                json.dumps(_event(event_id="a", seq=1)),
+                json.dumps(_event(event_id="b", seq=2)),
+            ],
+        )
+    )
+    out = transforms.deduplicate(transforms.valid_events(parsed), "1 minute")
+    assertDataFrameEqual(
+        out.select("event_id", "seq"), [Row(event_id="a", seq=1), Row(event_id="b", seq=2)]
+    )
+
+
+def test_enrich_marks_unknown_devices(spark):
+    devices = spark.createDataFrame(
+        [("dev-1", "thermostat")], "device_id string, device_type string"
+    )
+    events = spark.createDataFrame(
+        [("e1", "dev-1", None), ("e2", "dev-9", None)],
+        "event_id string, device_id string, reason string",
+    )
+    out = transforms.enrich(events, devices)
+    assertDataFrameEqual(
+        out.select("event_id", "device_type", "reason"),
+        [
+            Row(event_id="e1", device_type="thermostat", reason=None),
+            Row(event_id="e2", device_type=None, reason="unknown_device"),
+        ],
+    )
+
+
+def test_minute_windows_have_exact_boundaries_and_aggregates(spark):
+    rows = [
+        ("dev-1", "thermostat", "A", datetime(2026, 1, 1, 0, 0, 0), 1, 10.0),
+        ("dev-1", "thermostat", "A", datetime(2026, 1, 1, 0, 0, 59, 999000), 2, 20.0),
+        ("dev-1", "thermostat", "A", datetime(2026, 1, 1, 0, 1, 0), 3, 30.0),
+        ("dev-2", "thermostat", "A", datetime(2026, 1, 1, 0, 0, 30), 1, 5.0),
+    ]
+    silver = spark.createDataFrame(
+        rows,
+        "device_id string, device_type string, site string, event_time timestamp, seq long, temperature_c double",
+    )
+    for metric in (
+        "humidity_pct",
+        "co2_ppm",
+        "pm25_ugm3",
+        "vibration_mm_s",
+        "power_w",
+        "voltage_v",
+    ):
+        silver = silver.withColumn(metric, silver["temperature_c"] * 0 + None)
+    out = transforms.device_minute_aggregates(silver, "1 minute").select(
+        "device_id", "window_start", "window_end", "events", "temperature_c_min",
+        "temperature_c_avg", "temperature_c_max", "last_seq", "humidity_pct_avg",
+    )  # fmt: skip
+    m = lambda minute: datetime(2026, 1, 1, 0, minute)  # noqa: E731
+    assertDataFrameEqual(
+        out,
+        [
+            Row(device_id="dev-1", window_start=m(0), window_end=m(1), events=2, temperature_c_min=10.0,
+                temperature_c_avg=15.0, temperature_c_max=20.0, last_seq=2, humidity_pct_avg=None),
+            Row(device_id="dev-1", window_start=m(1), window_end=m(2), events=1, temperature_c_min=30.0,
+                temperature_c_avg=30.0, temperature_c_max=30.0, last_seq=3, humidity_pct_avg=None),
+            Row(device_id="dev-2", window_start=m(0), window_end=m(1), events=1, temperature_c_min=5.0,
+                temperature_c_avg=5.0, temperature_c_max=5.0, last_seq=1, humidity_pct_avg=None),
+        ],
+    )  # fmt: skip
