@@ -93,7 +93,7 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings, tables: Tabl
     bronze = transforms.to_bronze(empty_kafka)
     sinks.ensure_table(spark, tables.bronze, bronze)
     silver_all = silver_frame(bronze, sources.delta_table(spark, tables.devices), "1 minute")
-    silver = transforms.valid_events(silver_all).drop("reason")
+    silver = transforms.silver_rows(silver_all)
     sinks.ensure_table(spark, tables.silver, silver)
     sinks.ensure_table(spark, tables.quarantine, transforms.invalid_events(silver_all))
     sinks.ensure_table(
@@ -125,7 +125,7 @@ def start_silver(
         batch.persist()
         try:
             sinks.idempotent_append(
-                transforms.valid_events(batch).drop("reason"),
+                transforms.silver_rows(batch),
                 tables.silver,
                 f"{query_id}:silver",
                 batch_id,

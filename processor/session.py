@@ -66,6 +66,8 @@ def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> S
         "spark.driver.memory": settings.driver_memory,
         "spark.databricks.delta.optimizeWrite.enabled": "false",
         "spark.sql.adaptive.enabled": "false",
+        # Delta rebuilds its snapshot with 50 tasks by default: far too many on 2 cores.
+        "spark.databricks.delta.snapshotPartitions": "2",
     }
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -87,6 +87,11 @@ def valid_events(parsed: DataFrame) -> DataFrame:
     return parsed.filter(F.col("reason").isNull())
 
 
+def silver_rows(enriched: DataFrame) -> DataFrame:
+    """The valid rows of an enriched frame, shaped for the silver table."""
+    return valid_events(enriched).drop("reason", "raw")
+
+
 def invalid_events(parsed: DataFrame) -> DataFrame:
     """Rows of ``parse_events`` that failed a check, shaped for the quarantine table."""
     return parsed.filter(F.col("reason").isNotNull()).select(

@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     if settings.start_time is None:
         clock = wall_clock
     else:
-        clock = simulated_clock(settings.start_time, settings.rate or 1000.0)
+        clock_rate = settings.clock_rate or settings.rate or 1000.0
+        clock = simulated_clock(settings.start_time, clock_rate)
     events = generate(fleet, settings.seed, clock)
     report = run(
         events,

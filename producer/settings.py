@@ -27,6 +27,9 @@ class ProducerSettings(Settings):
     start_time: datetime | None = Field(
         None, description="Simulated clock start (ISO-8601 UTC); default: wall clock"
     )
+    clock_rate: float | None = Field(
+        None, gt=0, description="Events per simulated second with start_time (default: rate)"
+    )
     out_dir: Path | None = Field(None, description="Landing folder for transport=file")
     file_roll_events: int = Field(10000, ge=1, description="Events per file (transport=file)")
     linger_ms: int = Field(20, ge=0, description="librdkafka linger.ms")

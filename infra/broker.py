@@ -1,0 +1,841 @@
+"""A local single-node Apache Kafka 4 broker (KRaft, broker + controller in one JVM).
+
+The broker runs from Kafka's own jars (resolved from Maven Central by
+``infra.jars``) and listens on three loopback ports:
+
+* ``PLAINTEXT`` (``127.0.0.1``): no auth, for the pipeline and tests.
+* ``SASL_SSL`` (advertised as ``localhost``): TLS with a local CA, and either
+  ``PLAIN`` with the Azure Event Hubs convention (username ``$ConnectionString``,
+  password a connection string kept in a 0600 file in the data dir) or
+  ``OAUTHBEARER`` with Kafka's unsecured validator (unsigned JWTs, ``alg: none``),
+  which stands in for Entra ID tokens.
+* ``CONTROLLER``: the KRaft quorum, internal.
+
+Command line::
+
+    python -m infra.broker start [--foreground] [--data-dir DIR] [--plaintext-port N] ...
+    python -m infra.broker status [--data-dir DIR] [--json]
+    python -m infra.broker stop [--data-dir DIR]
+
+State (ports, pid, cluster id) is kept in ``broker.json`` in the data dir, so any
+process can ask for the status of, or stop, a broker another process started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.jars import JarResolutionError, ensure_jars
+from infra.paths import state_dir
+from infra.tls import TlsFiles, ensure_tls
+
+LOG4J_CONFIG = Path(__file__).resolve().parent / "kafka" / "log4j2.xml"
+JVM_HEAP = ("-Xmx512m", "-Xms256m")
+JVM_FLAGS = (
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+)
+MAIN_CLASS = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+NODE_ID = 1
+BIND_HOST = "127.0.0.1"
+SASL_SSL_HOST = "localhost"
+EVENT_HUBS_USERNAME = "$ConnectionString"
+SAS_KEY_NAME = "RootManageSharedAccessKey"
+READY_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+LOG_TAIL_LINES = 25
+
+_CONNECTION_STRING_RE = re.compile(
+    r"^Endpoint=sb://[^/;]+/;SharedAccessKeyName=[^;]+;SharedAccessKey=(?P<key>[A-Za-z0-9+/=]{44})$"
+)
+# Popen handles of brokers this process launched, so exits get reaped (no zombies).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be started, stopped or inspected."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The broker's TCP ports (all on the loopback interface)."""
+
+    plaintext: int
+    sasl_ssl: int
+    controller: int
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A running broker: where it listens and where its client-side files are.
+
+    Attributes:
+        data_dir: The broker's data dir (state, logs, TLS files, secret).
+        pid: Process id of the broker JVM (also its process group id).
+        plaintext: ``host:port`` of the PLAINTEXT listener.
+        sasl_ssl: ``host:port`` of the SASL_SSL listener (PLAIN and OAUTHBEARER).
+        controller_port: Port of the KRaft controller listener.
+        ca_file: PEM file of the CA that signed the broker's certificate.
+        connection_string_file: 0600 file holding the Event Hubs-style connection
+            string, the PLAIN password for user ``$ConnectionString``.
+        log_file: The broker's log4j log.
+    """
+
+    data_dir: Path
+    pid: int
+    plaintext: str
+    sasl_ssl: str
+    controller_port: int
+    ca_file: Path
+    connection_string_file: Path
+    log_file: Path
+
+    def connection_string(self) -> str:
+        """Read the SASL PLAIN password (an Event Hubs-shaped connection string)."""
+        return self.connection_string_file.read_text().strip()
+
+
+class _Layout:
+    """Where each file of a broker lives inside its data dir."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.expanduser().resolve()
+        self.state_file = self.root / "broker.json"
+        self.lock_file = self.root / ".lock"
+        self.properties = self.root / "server.properties"
+        self.secret = self.root / "connection-string"
+        self.tls_dir = self.root / "tls"
+        self.kraft_dir = self.root / "kraft"
+        self.logs_dir = self.root / "logs"
+        self.server_log = self.logs_dir / "server.log"
+        self.stdout_log = self.logs_dir / "broker.out"
+
+    def formatted(self) -> bool:
+        return (self.kraft_dir / "meta.properties").is_file()
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def default_data_dir() -> Path:
+    """Data dir used when none is given: ``<state dir>/broker``."""
+    return state_dir() / "broker"
+
+
+def start(
+    data_dir: Path | None = None,
+    *,
+    plaintext_port: int | None = None,
+    sasl_ssl_port: int | None = None,
+    controller_port: int | None = None,
+    quiet: bool = False,
+    ready_timeout: float = READY_TIMEOUT_S,
+) -> BrokerInfo:
+    """Start a broker in ``data_dir`` (or return the one already running there).
+
+    Ports not given are reused from the previous run when free, else picked by
+    the OS. Storage is formatted on first use.
+
+    Args:
+        data_dir: The broker's data dir; ``default_data_dir()`` if None.
+        plaintext_port: Port of the PLAINTEXT listener.
+        sasl_ssl_port: Port of the SASL_SSL listener.
+        controller_port: Port of the KRaft controller listener.
+        quiet: Do not print progress lines.
+        ready_timeout: Seconds to wait for the broker to serve metadata.
+
+    Returns:
+        The running broker.
+
+    Raises:
+        BrokerError: Java or the jars are missing, or the broker failed to start
+            (the message carries the tail of its log).
+    """
+    layout = _Layout(data_dir or default_data_dir())
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with _locked(layout):
+        running = _running_info(layout)
+        if running is not None:
+            _printer(quiet)(f"broker already running (pid {running.pid}) on {running.plaintext}")
+            return running
+        wanted = (plaintext_port, sasl_ssl_port, controller_port)
+        return _start_locked(layout, wanted, quiet, ready_timeout)
+
+
+def stop(data_dir: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bool:
+    """Stop the broker of ``data_dir``: SIGTERM its process group, SIGKILL after ``timeout``.
+
+    Args:
+        data_dir: The broker's data dir; ``default_data_dir()`` if None.
+        timeout: Seconds to wait for a clean shutdown before killing.
+
+    Returns:
+        True if a running broker was stopped, False if none was running.
+    """
+    layout = _Layout(data_dir or default_data_dir())
+    if not layout.state_file.exists():
+        return False
+    with _locked(layout):
+        state = _read_state(layout)
+        pid = state.get("pid")
+        if not isinstance(pid, int) or not _is_our_broker(pid, layout):
+            _write_state(layout, state | {"pid": None})
+            return False
+        _terminate_group(pid, timeout)
+        _write_state(layout, state | {"pid": None})
+        return True
+
+
+def status(data_dir: Path | None = None) -> BrokerInfo | None:
+    """Return the broker running in ``data_dir``, or None if there is none.
+
+    Args:
+        data_dir: The broker's data dir; ``default_data_dir()`` if None.
+    """
+    return _running_info(_Layout(data_dir or default_data_dir()))
+
+
+def ensure_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int = 3,
+    *,
+    replication_factor: int = 1,
+    client_config: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Create a topic unless it exists, then wait until every partition has a leader.
+
+    Args:
+        bootstrap: ``host:port`` of a listener.
+        name: Topic name.
+        partitions: Partition count for a new topic (an existing topic is left as is).
+        replication_factor: Replication factor for a new topic.
+        client_config: Extra librdkafka settings (e.g. SASL) for the admin client.
+        timeout: Seconds to wait for creation and leaders.
+
+    Raises:
+        BrokerError: The topic could not be created or got no leaders in time.
+    """
+    admin = _admin_client(bootstrap, client_config)
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor)],
+        request_timeout=timeout,
+    )
+    try:
+        futures[name].result(timeout=timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise BrokerError(f"could not create topic {name!r} on {bootstrap}: {exc}") from exc
+    _wait_for_leaders(admin, name, timeout)
+
+
+# --------------------------------------------------------------------------- starting
+
+
+def _start_locked(
+    layout: _Layout,
+    wanted: tuple[int | None, int | None, int | None],
+    quiet: bool,
+    ready_timeout: float,
+) -> BrokerInfo:
+    say = _printer(quiet)
+    say("resolving Kafka jars ...")
+    classpath = _classpath(quiet=quiet)
+    java = _java_executable()
+    state = _read_state(layout)
+    ports = _choose_ports(wanted, state.get("ports"))
+    cluster_id = state.get("cluster_id") or _new_cluster_id()
+    _write_config(layout, ports)
+    if not layout.formatted():
+        say(f"formatting storage in {layout.kraft_dir} (cluster id {cluster_id}) ...")
+        _format_storage(java, classpath, layout, cluster_id)
+
+    began = time.monotonic()
+    log_marks = _log_marks(layout)
+    proc = _launch(java, classpath, layout)
+    state = {
+        "pid": proc.pid,
+        "ports": asdict(ports),
+        "cluster_id": cluster_id,
+        "started_at": time.time(),
+        "data_dir": str(layout.root),
+    }
+    _write_state(layout, state)
+    say(f"waiting for broker on {BIND_HOST}:{ports.plaintext} (pid {proc.pid}) ...")
+    try:
+        _wait_ready(proc, layout, ports, ready_timeout, log_marks)
+    except BaseException:
+        _terminate_group(proc.pid, timeout=5.0)
+        _write_state(layout, state | {"pid": None})
+        raise
+    say(f"broker ready in {time.monotonic() - began:.1f}s")
+    return _info(layout, proc.pid, ports)
+
+
+def _write_config(layout: _Layout, ports: Ports) -> None:
+    """Write TLS files, the connection string and ``server.properties`` for ``ports``."""
+    tls = ensure_tls(layout.tls_dir)
+    connection_string = _ensure_connection_string(layout.secret, ports.sasl_ssl)
+    _write_private(layout.properties, _server_properties(layout, ports, tls, connection_string))
+    layout.logs_dir.mkdir(exist_ok=True)
+
+
+def _classpath(*, quiet: bool) -> str:
+    try:
+        jars = ensure_jars("kafka", quiet=quiet)
+    except JarResolutionError as exc:
+        raise BrokerError(f"could not fetch the Kafka jars: {exc}") from exc
+    if not jars:
+        raise BrokerError(
+            "no Kafka jars were resolved; delete .local/jars/kafka and run "
+            "'python -m infra.jars kafka' to fetch them again"
+        )
+    return os.pathsep.join(str(j) for j in jars)
+
+
+def _java_executable() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise BrokerError(
+            "no 'java' on PATH and JAVA_HOME is unset; install a Java 17+ runtime "
+            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+    return java
+
+
+def _choose_ports(wanted: tuple[int | None, int | None, int | None], previous: Any) -> Ports:
+    """Explicit ports win; otherwise reuse the last run's ports if free, else pick new ones."""
+    names = ("plaintext", "sasl_ssl", "controller")
+    prev = previous if isinstance(previous, dict) else {}
+    chosen: list[int] = []
+    for name, port in zip(names, wanted, strict=True):
+        if port is not None:
+            if not _port_free(port):
+                raise BrokerError(
+                    f"{name} port {port} is already in use on {BIND_HOST}; "
+                    "pick another port or leave it out to get a free one"
+                )
+            chosen.append(port)
+            continue
+        old = prev.get(name)
+        if isinstance(old, int) and old not in chosen and _port_free(old):
+            chosen.append(old)
+            continue
+        chosen.append(_free_port(exclude=chosen))
+    if len(set(chosen)) != len(chosen):
+        raise BrokerError(f"the broker's ports must differ, got {chosen}; pass distinct ports")
+    return Ports(*chosen)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((BIND_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(exclude: list[int]) -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((BIND_HOST, 0))
+            port = int(sock.getsockname()[1])
+        if port not in exclude:
+            return port
+
+
+def _ensure_connection_string(path: Path, sasl_ssl_port: int) -> str:
+    """Return the Event Hubs-style connection string, creating its key on first use.
+
+    The key is generated once per data dir; only the endpoint changes when the
+    SASL_SSL port does.
+    """
+    key = None
+    if path.exists():
+        match = _CONNECTION_STRING_RE.match(path.read_text().strip())
+        key = match.group("key") if match else None
+    if key is None:
+        key = base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+    value = (
+        f"Endpoint=sb://{SASL_SSL_HOST}:{sasl_ssl_port}/;"
+        f"SharedAccessKeyName={SAS_KEY_NAME};SharedAccessKey={key}"
+    )
+    if not path.exists() or path.read_text().strip() != value:
+        _write_private(path, value + "\n")
+    path.chmod(0o600)
+    return value
+
+
+def _new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID in URL-safe base64, as Kafka's ``random-uuid`` makes."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
+def _server_properties(layout: _Layout, ports: Ports, tls: TlsFiles, connection_string: str) -> str:
+    plain_jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'user_{EVENT_HUBS_USERNAME}="{connection_string}";'
+    )
+    oauth_jaas = (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        'unsecuredLoginStringClaim_sub="broker";'
+    )
+    listener = "listener.name.sasl_ssl."
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": str(NODE_ID),
+        "controller.quorum.voters": f"{NODE_ID}@{BIND_HOST}:{ports.controller}",
+        "controller.listener.names": "CONTROLLER",
+        "listeners": f"PLAINTEXT://{BIND_HOST}:{ports.plaintext},"
+        f"SASL_SSL://{BIND_HOST}:{ports.sasl_ssl},CONTROLLER://{BIND_HOST}:{ports.controller}",
+        "advertised.listeners": f"PLAINTEXT://{BIND_HOST}:{ports.plaintext},"
+        f"SASL_SSL://{SASL_SSL_HOST}:{ports.sasl_ssl}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,"
+        "CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(layout.kraft_dir),
+        f"{listener}sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER",
+        f"{listener}plain.sasl.jaas.config": plain_jaas,
+        f"{listener}oauthbearer.sasl.jaas.config": oauth_jaas,
+        f"{listener}oauthbearer.sasl.server.callback.handler.class": "org.apache.kafka.common."
+        "security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler",
+        f"{listener}ssl.keystore.type": "PEM",
+        f"{listener}ssl.keystore.location": str(tls.keystore),
+        f"{listener}ssl.client.auth": "none",
+        "auto.create.topics.enable": "false",
+        "num.partitions": "3",
+        "default.replication.factor": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "3",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "3",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    header = "# Written by infra/broker.py on every start; edits are overwritten. Holds a secret.\n"
+    return header + "".join(f"{k}={_escape_property(v)}\n" for k, v in props.items())
+
+
+def _escape_property(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _jvm_logging_flags(layout: _Layout) -> list[str]:
+    return [f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", f"-Dkafka.logs.dir={layout.logs_dir}"]
+
+
+def _format_storage(java: str, classpath: str, layout: _Layout, cluster_id: str) -> None:
+    cmd = [
+        java, "-Xmx256m", *_jvm_logging_flags(layout), "-cp", classpath, STORAGE_TOOL,
+        "format", "--cluster-id", cluster_id, "--config", str(layout.properties),
+        "--ignore-formatted",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=layout.root)
+    if proc.returncode != 0 or not layout.formatted():
+        tail = _tail_text((proc.stdout + proc.stderr).splitlines())
+        raise BrokerError(
+            f"formatting the broker storage in {layout.kraft_dir} failed "
+            f"(exit code {proc.returncode}); if the folder holds data from another "
+            f"cluster, delete {layout.root} and start again:\n{tail}"
+        )
+
+
+def _launch(java: str, classpath: str, layout: _Layout) -> subprocess.Popen[bytes]:
+    cmd = [
+        java, *JVM_HEAP, *JVM_FLAGS, *_jvm_logging_flags(layout), "-cp", classpath,
+        MAIN_CLASS, str(layout.properties),
+    ]  # fmt: skip
+    with layout.stdout_log.open("ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=layout.root,
+            start_new_session=True,
+        )
+    _CHILDREN[proc.pid] = proc
+    return proc
+
+
+def _wait_ready(
+    proc: subprocess.Popen[bytes],
+    layout: _Layout,
+    ports: Ports,
+    timeout: float,
+    log_marks: dict[Path, int],
+) -> None:
+    bootstrap = f"{BIND_HOST}:{ports.plaintext}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            raise BrokerError(
+                f"the broker exited with code {code} while starting; see "
+                f"{layout.server_log} and {layout.stdout_log}\n{_log_excerpt(log_marks)}"
+            )
+        if _accepts_connections(BIND_HOST, ports.plaintext) and _serves_metadata(bootstrap):
+            return
+        time.sleep(0.3)
+    raise BrokerError(
+        f"the broker did not answer on {bootstrap} within {timeout:.0f}s and was killed; "
+        f"check that Java 17+ is installed and see {layout.server_log}\n"
+        f"{_log_excerpt(log_marks)}"
+    )
+
+
+def _accepts_connections(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _serves_metadata(bootstrap: str) -> bool:
+    """Whether the broker answers a metadata request listing itself (i.e. it is unfenced)."""
+    admin = _admin_client(bootstrap)
+    from confluent_kafka import KafkaException
+
+    try:
+        metadata = admin.list_topics(timeout=3.0)
+    except KafkaException:
+        return False
+    return NODE_ID in metadata.brokers
+
+
+def _admin_client(bootstrap: str, extra: Mapping[str, Any] | None = None) -> Any:
+    try:
+        from confluent_kafka.admin import AdminClient
+    except ImportError as exc:
+        raise BrokerError(
+            "confluent-kafka is not installed; install the producer extra "
+            "(pip install -e '.[producer]')"
+        ) from exc
+    # log_level 0 keeps librdkafka from printing connection errors while we poll.
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(extra or {})})
+
+
+def _wait_for_leaders(admin: Any, name: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(topic=name, timeout=max(1.0, deadline - time.monotonic()))
+        meta = topic.topics.get(name)
+        partitions = meta.partitions.values() if meta is not None and meta.error is None else []
+        if partitions and all(p.leader >= 0 for p in partitions):
+            return
+        time.sleep(0.2)
+    raise BrokerError(f"topic {name!r} has no leader for every partition after {timeout:.0f}s")
+
+
+# --------------------------------------------------------------------------- process handling
+
+
+def _running_info(layout: _Layout) -> BrokerInfo | None:
+    if not layout.state_file.exists():
+        return None
+    state = _read_state(layout)
+    pid, ports = state.get("pid"), state.get("ports")
+    if not isinstance(pid, int) or not isinstance(ports, dict):
+        return None
+    if not _is_our_broker(pid, layout):
+        return None
+    try:
+        return _info(layout, pid, Ports(**ports))
+    except TypeError:  # hand-edited or foreign state file
+        return None
+
+
+def _info(layout: _Layout, pid: int, ports: Ports) -> BrokerInfo:
+    return BrokerInfo(
+        data_dir=layout.root,
+        pid=pid,
+        plaintext=f"{BIND_HOST}:{ports.plaintext}",
+        sasl_ssl=f"{SASL_SSL_HOST}:{ports.sasl_ssl}",
+        controller_port=ports.controller,
+        ca_file=TlsFiles.in_dir(layout.tls_dir).ca_cert,
+        connection_string_file=layout.secret,
+        log_file=layout.server_log,
+    )
+
+
+def _is_our_broker(pid: int, layout: _Layout) -> bool:
+    """Whether ``pid`` is alive and is the Kafka JVM serving this data dir."""
+    if not _alive(pid):
+        return False
+    cmdline = _cmdline(pid)
+    return cmdline is not None and MAIN_CLASS in cmdline and str(layout.properties) in cmdline
+
+
+def _alive(pid: int) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:
+        del _CHILDREN[pid]
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"  # zombies are dead
+    return True
+
+
+def _cmdline(pid: int) -> str | None:
+    proc_file = Path(f"/proc/{pid}/cmdline")
+    if proc_file.parent.exists():
+        try:
+            return proc_file.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return None
+    out = subprocess.run(
+        ["ps", "-ww", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip() or None
+
+
+def _terminate_group(pid: int, timeout: float) -> None:
+    """SIGTERM the broker's process group, then SIGKILL it if still alive after ``timeout``."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return
+            time.sleep(0.1)
+    if _alive(pid):
+        raise BrokerError(f"broker process {pid} survived SIGKILL; check it with 'ps -p {pid}'")
+
+
+# --------------------------------------------------------------------------- files
+
+
+@contextlib.contextmanager
+def _locked(layout: _Layout) -> Iterator[None]:
+    """Serialize start/stop on one data dir across processes."""
+    with layout.lock_file.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _read_state(layout: _Layout) -> dict[str, Any]:
+    try:
+        data = json.loads(layout.state_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_state(layout: _Layout, state: dict[str, Any]) -> None:
+    tmp = layout.state_file.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.replace(layout.state_file)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically with mode 0600."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    tmp.replace(path)
+
+
+def _log_marks(layout: _Layout) -> dict[Path, int]:
+    """Current sizes of the broker's log files, so an excerpt shows only the new run."""
+    return {
+        p: p.stat().st_size if p.exists() else 0 for p in (layout.server_log, layout.stdout_log)
+    }
+
+
+def _log_excerpt(marks: dict[Path, int]) -> str:
+    """ERROR and "Caused by" lines, then the tail, of what each log got since ``marks``."""
+    parts = []
+    for path, offset in marks.items():
+        if not path.exists() or path.stat().st_size <= offset:
+            continue
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            lines = fh.read().decode(errors="replace").splitlines()
+        errors = [ln for ln in lines if " ERROR " in ln or ln.startswith("Caused by:")]
+        errors = list(dict.fromkeys(errors))  # drop repeats, keep order
+        if errors:
+            parts.append(f"--- errors in {path.name} ---\n" + "\n".join(errors[:10]))
+        parts.append(f"--- last lines of {path.name} ---\n{_tail_text(lines)}")
+    return "\n".join(parts) or "(the broker wrote no log)"
+
+
+def _tail_text(lines: list[str]) -> str:
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _silent(message: str) -> None:
+    del message
+
+
+def _printer(quiet: bool) -> Callable[[str], None]:
+    return _silent if quiet else _say
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def describe(info: BrokerInfo) -> str:
+    """Human-readable summary of a running broker (no secrets).
+
+    Args:
+        info: The running broker.
+    """
+    return "\n".join(
+        [
+            f"running (pid {info.pid}), data dir {info.data_dir}",
+            f"  PLAINTEXT   {info.plaintext}",
+            f"  SASL_SSL    {info.sasl_ssl}  (PLAIN user {EVENT_HUBS_USERNAME}, "
+            "or OAUTHBEARER with unsigned JWTs)",
+            f"  controller  {BIND_HOST}:{info.controller_port}",
+            f"  CA file                {info.ca_file}",
+            f"  connection string file {info.connection_string_file}",
+            f"  log                    {info.log_file}",
+        ]
+    )
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.broker", description="Run the local Kafka broker."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--data-dir", type=Path, default=None, help="broker data dir (default: <state dir>/broker)"
+    )
+    start_p = sub.add_parser("start", parents=[common], help="start the broker")
+    start_p.add_argument(
+        "--foreground", action="store_true", help="stay attached; Ctrl+C stops the broker"
+    )
+    start_p.add_argument("--plaintext-port", type=int)
+    start_p.add_argument("--sasl-ssl-port", type=int)
+    start_p.add_argument("--controller-port", type=int)
+    start_p.add_argument("--quiet", action="store_true", help="no progress lines")
+    sub.add_parser("stop", parents=[common], help="stop the broker")
+    status_p = sub.add_parser("status", parents=[common], help="is the broker running?")
+    status_p.add_argument("--json", action="store_true", help="print the status as JSON")
+    return parser.parse_args(argv)
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    info = start(
+        args.data_dir,
+        plaintext_port=args.plaintext_port,
+        sasl_ssl_port=args.sasl_ssl_port,
+        controller_port=args.controller_port,
+        quiet=args.quiet,
+    )
+    print(describe(info), flush=True)
+    if args.foreground:
+        return _stay_attached(info)
+    return 0
+
+
+def _stay_attached(info: BrokerInfo) -> int:
+    """Wait while the broker runs; stop it on Ctrl+C or SIGTERM."""
+
+    def _on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _on_term)
+    print("broker running in the foreground; press Ctrl+C to stop it", flush=True)
+    try:
+        while _is_our_broker(info.pid, _Layout(info.data_dir)):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("stopping the broker ...", flush=True)
+        stop(info.data_dir)
+        print("stopped", flush=True)
+        return 0
+    print(f"the broker exited on its own; see {info.log_file}", file=sys.stderr)
+    return 1
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    info = status(args.data_dir)
+    if args.json:
+        payload = {"running": info is not None}
+        if info is not None:
+            payload |= {k: str(v) if isinstance(v, Path) else v for k, v in asdict(info).items()}
+        print(json.dumps(payload, indent=2))
+    elif info is None:
+        print(f"stopped (data dir {_Layout(args.data_dir or default_data_dir()).root})")
+    else:
+        print(describe(info))
+    return 0 if info is not None else 3
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    print("stopped" if stop(args.data_dir) else "not running")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m infra.broker``.
+
+    Returns:
+        0 on success; 1 on errors; 3 for ``status`` when the broker is stopped.
+    """
+    args = _parse_args(argv)
+    handlers = {"start": _cmd_start, "stop": _cmd_stop, "status": _cmd_status}
+    try:
+        return handlers[args.command](args)
+    except BrokerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
