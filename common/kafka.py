@@ -188,6 +188,7 @@ def check_connection(
         if k not in ("acks", "enable.idempotence", "session.timeout.ms")
     }
     admin_conf["error_cb"] = errors.append
+    admin_conf["log_level"] = 0  # librdkafka repeats each failure; the exception says it once
     admin = AdminClient(admin_conf)
     where = f"{conf.get('bootstrap.servers')} ({conf.get('security.protocol', 'PLAINTEXT')})"
     deadline = time.monotonic() + timeout_s
@@ -200,6 +201,7 @@ def check_connection(
         except KafkaException as exc:
             last = exc
             md = None
+        admin.poll(0)  # serves error_cb
         auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
         if auth:
             raise KafkaConnectionError(

@@ -766,6 +766,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     sub.add_parser("stop", parents=[common], help="stop the broker")
     status_p = sub.add_parser("status", parents=[common], help="is the broker running?")
     status_p.add_argument("--json", action="store_true", help="print the status as JSON")
+    topic_p = sub.add_parser("topic", parents=[common], help="create a topic unless it exists")
+    topic_p.add_argument("name")
+    topic_p.add_argument("--partitions", type=int, default=3)
     return parser.parse_args(argv)
 
 
@@ -817,6 +820,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0 if info is not None else 3
 
 
+def _cmd_topic(args: argparse.Namespace) -> int:
+    info = status(args.data_dir)
+    if info is None:
+        raise BrokerError("the broker is not running: start it with 'python -m infra.broker start'")
+    ensure_topic(info.plaintext, args.name, args.partitions)
+    print(f"topic {args.name} ready on {info.plaintext}")
+    return 0
+
+
 def _cmd_stop(args: argparse.Namespace) -> int:
     print("stopped" if stop(args.data_dir) else "not running")
     return 0
@@ -829,7 +841,12 @@ def main(argv: list[str] | None = None) -> int:
         0 on success; 1 on errors; 3 for ``status`` when the broker is stopped.
     """
     args = _parse_args(argv)
-    handlers = {"start": _cmd_start, "stop": _cmd_stop, "status": _cmd_status}
+    handlers = {
+        "start": _cmd_start,
+        "stop": _cmd_stop,
+        "status": _cmd_status,
+        "topic": _cmd_topic,
+    }
     try:
         return handlers[args.command](args)
     except BrokerError as exc:

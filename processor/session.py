@@ -63,6 +63,7 @@ def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> S
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.ui.enabled": str(settings.ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": settings.driver_memory,
         "spark.databricks.delta.optimizeWrite.enabled": "false",
         "spark.sql.adaptive.enabled": "false",

@@ -1,0 +1,191 @@
+"""``make demo``: the whole pipeline on the local stack, stopped cleanly by Ctrl-C.
+
+Starts the Kafka broker, the processor (continuous), the producer (a live fleet
+at a steady rate) and the dashboard, each a child process in its own process
+group with its log under ``<state dir>/demo/logs``. It prints the dashboard's
+URL once it answers, watches the children, and on Ctrl-C or SIGTERM stops them
+all, then the broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from infra import broker
+from infra.jars import JarResolutionError, ensure_jars
+from infra.paths import PROJECT_ROOT, state_dir
+
+STOP_TIMEOUT_S = 20.0
+
+
+@dataclass
+class Child:
+    """A running service of the demo."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    log_handle: IO[bytes]
+
+    def tail(self, lines: int = 20) -> str:
+        """The last lines of the child's log."""
+        text = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+def _say(msg: str) -> None:
+    print(f"[demo] {msg}", flush=True)
+
+
+def _spawn(name: str, args: list[str], env: dict[str, str], logs: Path) -> Child:
+    log = logs / f"{name}.log"
+    handle = log.open("ab")
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    _say(f"started {name} (pid {proc.pid}), log: {log}")
+    return Child(name, proc, log, handle)
+
+
+def _stop_child(child: Child) -> None:
+    if child.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.proc.pid, signal.SIGTERM)
+        try:
+            child.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _say(f"{child.name} did not stop in {STOP_TIMEOUT_S:.0f} s; killing it")
+    # Whatever is left in the group (e.g. the JVM under PySpark) goes too.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.proc.pid, signal.SIGKILL)
+    child.proc.wait()
+    child.log_handle.close()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m infra.demo", description=__doc__)
+    p.add_argument("--rate", type=float, default=200.0, help="producer events/s (default 200)")
+    p.add_argument("--fleet-size", type=int, default=50, help="simulated devices (default 50)")
+    p.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
+    p.add_argument("--topic", default="iot-events")
+    p.add_argument("--trigger-interval", default="5 seconds", help="processor micro-batch interval")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo until Ctrl-C; return non-zero if a service failed."""
+    args = _parse(argv)
+    stop = threading.Event()
+    reason: list[str] = []
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        reason.append(signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+
+    root = state_dir() / "demo"
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    broker_dir = root / "broker"
+    children: list[Child] = []
+    failed = False
+    try:
+        spark_jars = ensure_jars("spark")
+        ensure_jars("kafka")
+        info = broker.start(broker_dir)
+        broker.ensure_topic(info.plaintext, args.topic, partitions=3)
+        env = os.environ | {
+            "IOT_KAFKA_BOOTSTRAP_SERVERS": info.plaintext,
+            "IOT_KAFKA_TOPIC": args.topic,
+            "IOT_KAFKA_AUTH": "none",
+            "IOT_LAKE_ROOT": str(root / "lake"),
+            "IOT_PROCESSOR_JARS_DIR": str(spark_jars[0].parent),
+            "IOT_PROCESSOR_TRIGGER_INTERVAL": args.trigger_interval,
+            "IOT_PROCESSOR_FLEET_SIZE": str(args.fleet_size),
+            "IOT_PRODUCER_FLEET_SIZE": str(args.fleet_size),
+            # The demo's broker and lake live and die together; if one is wiped
+            # alone, carry on from the earliest offsets rather than fail.
+            "IOT_PROCESSOR_FAIL_ON_DATA_LOSS": "false",
+            "IOT_PRODUCER_RATE": str(args.rate),
+            "IOT_PRODUCER_PROGRESS_S": "30",
+            "IOT_PRODUCER_REPORT_PATH": str(root / "producer-report.json"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if stop.is_set():
+            return 0
+        children.append(_spawn("processor", ["-m", "processor", "run"], env, logs))
+        children.append(_spawn("producer", ["-m", "producer"], env, logs))
+        children.append(
+            _spawn(
+                "dashboard",
+                [
+                    "-m",
+                    "streamlit",
+                    "run",
+                    str(PROJECT_ROOT / "dashboard" / "app.py"),
+                    "--server.port",
+                    str(args.port),
+                    "--server.headless",
+                    "true",
+                    "--server.address",
+                    "127.0.0.1",
+                    "--browser.gatherUsageStats",
+                    "false",
+                ],
+                env,
+                logs,
+            )  # fmt: skip
+        )
+        url = f"http://localhost:{args.port}"
+        announced = False
+        while not stop.wait(1.0):
+            for child in children:
+                if child.proc.poll() is not None:
+                    _say(f"{child.name} exited with code {child.proc.returncode}:\n{child.tail()}")
+                    failed = True
+                    stop.set()
+            if not announced and _http_ok(url):
+                announced = True
+                _say(f"dashboard ready: {url}  (Ctrl-C stops everything)")
+        return 1 if failed else 0
+    except (broker.BrokerError, JarResolutionError) as exc:
+        _say(f"error: {exc}")
+        return 1
+    finally:
+        if children or broker_dir.exists():
+            _say(f"stopping ({reason[0] if reason else 'a service failed'}) ...")
+        for child in reversed(children):
+            _stop_child(child)
+        broker.stop(broker_dir)
+        _say("stopped")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
