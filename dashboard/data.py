@@ -1,79 +1,398 @@
-"""Reading the gold tables with delta-rs and polars: no JVM.
+"""What the pages show, computed from table rows: polars in, DataFrames and dataclasses out.
 
-Pure functions of a table location; the Streamlit pages cache their results.
+No Streamlit and no I/O besides ``load_report``, so that every number on a page can
+be checked on a hand-made frame.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import polars as pl
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
-GOLD_DEVICE_1M = "gold/device_1m"
+from common.contract import FIELD_BY_NAME, METRIC_NAMES
+
+STATUS_COLORS: dict[str, str] = {
+    "online": "#2e7d32",
+    "degraded": "#f9a825",
+    "offline": "#c62828",
+}
 
 
-def read_table(
-    uri: str, columns: list[str] | None = None, since: datetime | None = None,
-    time_column: str = "window_start",
-) -> pl.DataFrame | None:  # fmt: skip
-    """Read a Delta table's columns, optionally only rows at or after ``since``.
+_METRIC_NAMES_SHOWN = {
+    "temperature_c": "Temperature",
+    "humidity_pct": "Humidity",
+    "co2_ppm": "CO₂",
+    "pm25_ugm3": "PM2.5",
+    "vibration_mm_s": "Vibration",
+    "power_w": "Power",
+    "voltage_v": "Voltage",
+}
 
-    Args:
-        uri: Table location.
-        columns: Columns to read (default: all).
-        since: Keep rows whose ``time_column`` is at or after this naive-UTC time.
-        time_column: Column ``since`` filters on.
 
-    Returns:
-        The rows, or None when there is no table there yet.
-    """
-    try:
-        table = DeltaTable(uri)
-    except TableNotFoundError:
-        return None
-    filters = [(time_column, ">=", since)] if since is not None else None
-    arrow = table.to_pyarrow_table(columns=columns, filters=filters)
-    return pl.from_arrow(arrow)  # type: ignore[return-value]
+def metric_label(metric: str) -> str:
+    """``temperature_c`` -> ``Temperature (°C)``; the unit comes from the contract."""
+    field = FIELD_BY_NAME[metric]
+    name = _METRIC_NAMES_SHOWN.get(metric, metric)
+    return f"{name} ({field.unit})" if field.unit else name
+
+
+def format_duration(seconds: float | None) -> str:
+    """``42.0`` -> ``42.0 s``, ``150`` -> ``2.5 min``, ``5400`` -> ``1.5 h``; None -> ``—``."""
+    if seconds is None:
+        return "—"
+    if abs(seconds) < 60:
+        return f"{seconds:.1f} s"
+    if abs(seconds) < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:,.1f} h"
+
+
+# ---------------------------------------------------------------- overview
 
 
 @dataclass(frozen=True)
-class Overview:
-    """The headline numbers of the fleet over the lookback window."""
+class OverviewKpis:
+    """The headline numbers of the selected range, sites and device types.
+
+    Attributes:
+        active_devices: Devices whose last event is at most ``active_minutes`` old.
+        events: Events in the range.
+        events_per_min: Mean events per closed minute with data (the open minute,
+            whose window has not ended, is left out); None without a closed minute.
+        latest_window: Start of the newest 1-minute window.
+        freshness_s: Seconds from the newest event in gold to now.
+        metric_averages: Event-weighted mean of each metric's 1-minute averages.
+    """
 
     active_devices: int
     events: int
-    events_per_min: float
-    windows: int
+    events_per_min: float | None
     latest_window: datetime | None
+    freshness_s: float | None
+    metric_averages: dict[str, float]
 
 
-def overview(gold: pl.DataFrame, now: datetime, lookback: timedelta) -> Overview:
-    """KPIs from the 1-minute device aggregates.
+def overview_kpis(gold: pl.DataFrame, now: datetime, active_minutes: int) -> OverviewKpis:
+    """KPIs from ``gold/device_1m`` rows already limited to the range and scope.
 
     Args:
-        gold: Rows of ``gold/device_1m``.
-        now: Reference time (naive UTC, like the table's timestamps).
-        lookback: Window of time the KPIs cover.
+        gold: Rows with window_start, window_end, device_id, events, ``<metric>_avg``,
+            last_event_time.
+        now: Current time (aware UTC).
+        active_minutes: A device is active if its last event is this recent.
     """
-    recent = gold.filter(pl.col("window_start") >= now - lookback)
-    events = int(recent["events"].sum()) if recent.height else 0
-    minutes = recent["window_start"].n_unique() if recent.height else 0
-    return Overview(
-        active_devices=recent["device_id"].n_unique() if recent.height else 0,
-        events=events,
-        events_per_min=events / minutes if minutes else 0.0,
-        windows=recent.height,
-        latest_window=recent["window_start"].max() if recent.height else None,  # type: ignore[arg-type]
+    if gold.height == 0:
+        return OverviewKpis(0, 0, None, None, None, {})
+    active = gold.filter(pl.col("last_event_time") >= now - timedelta(minutes=active_minutes))
+    closed = gold.filter(pl.col("window_end") <= now)
+    minutes = closed["window_start"].n_unique()
+    averages: dict[str, float] = {}
+    for metric in METRIC_NAMES:
+        column = f"{metric}_avg"
+        if column not in gold.columns:
+            continue
+        rows = gold.filter(pl.col(column).is_not_null())
+        weight = rows["events"].sum()
+        if rows.height and weight:
+            averages[metric] = float((rows[column] * rows["events"]).sum() / weight)
+    newest = gold["last_event_time"].max()
+    return OverviewKpis(
+        active_devices=active["device_id"].n_unique(),
+        events=int(gold["events"].sum()),
+        events_per_min=float(closed["events"].sum()) / minutes if minutes else None,
+        latest_window=gold["window_start"].max(),  # type: ignore[arg-type]
+        freshness_s=(now - newest).total_seconds() if newest is not None else None,  # type: ignore[operator]
+        metric_averages=averages,
     )
 
 
-def events_per_minute(gold: pl.DataFrame) -> pl.DataFrame:
-    """Events per minute and device type, for the time-series chart."""
+def events_per_minute(gold: pl.DataFrame, by: str) -> pl.DataFrame:
+    """Events in each 1-minute window per value of ``by`` (``device_type`` or ``site``)."""
+    return gold.group_by("window_start", by).agg(pl.col("events").sum()).sort("window_start", by)
+
+
+def metric_over_time(gold: pl.DataFrame, metric: str, by: str = "device_type") -> pl.DataFrame:
+    """Event-weighted mean of one metric per 1-minute window and value of ``by``."""
+    column = f"{metric}_avg"
     return (
-        gold.group_by("window_start", "device_type")
-        .agg(pl.col("events").sum())
-        .sort("window_start", "device_type")
+        gold.filter(pl.col(column).is_not_null())
+        .group_by("window_start", by)
+        .agg(((pl.col(column) * pl.col("events")).sum() / pl.col("events").sum()).alias(metric))
+        .sort("window_start", by)
+    )
+
+
+def metrics_present(gold: pl.DataFrame, suffix: str = "avg") -> list[str]:
+    """Metrics with at least one non-null ``<metric>_<suffix>`` value, in contract order."""
+    present = []
+    for metric in METRIC_NAMES:
+        column = f"{metric}_{suffix}"
+        if column in gold.columns and gold[column].null_count() < gold.height:
+            present.append(metric)
+    return present
+
+
+@dataclass(frozen=True)
+class Latency:
+    """End-to-end latency of recent events: event time -> processed in silver."""
+
+    p50_s: float
+    p95_s: float
+    events: int
+
+
+def latency(silver: pl.DataFrame) -> Latency | None:
+    """Percentiles (linear interpolation) of ``process_latency_s``; None without rows."""
+    values = silver["process_latency_s"].drop_nulls()
+    if values.len() == 0:
+        return None
+    return Latency(
+        p50_s=float(values.quantile(0.5, "linear")),  # type: ignore[arg-type]
+        p95_s=float(values.quantile(0.95, "linear")),  # type: ignore[arg-type]
+        events=values.len(),
+    )
+
+
+def status_counts(status: pl.DataFrame) -> dict[str, int]:
+    """Devices per status, every known status included."""
+    counts = dict.fromkeys(STATUS_COLORS, 0)
+    for row in status.group_by("status").len().iter_rows():
+        counts[row[0]] = row[1]
+    return counts
+
+
+# ---------------------------------------------------------------- alerts
+
+
+def alerts_with_recovery(alerts: pl.DataFrame, recoveries: pl.DataFrame | None) -> pl.DataFrame:
+    """Alerts joined with their recovery, newest first, with a ``state`` column.
+
+    ``state`` is ``recovered`` when the alert has a recovery time, else ``open`` (not
+    recovered yet, or not within the recovery window).
+    """
+    if recoveries is None:
+        recoveries = pl.DataFrame(
+            schema={
+                "alert_id": pl.String,
+                "recovered_time": pl.Datetime("us", "UTC"),
+                "time_to_recover_s": pl.Float64,
+            }
+        )
+    joined = alerts.join(
+        recoveries.select("alert_id", "recovered_time", "time_to_recover_s").unique("alert_id"),
+        on="alert_id",
+        how="left",
+    )
+    return joined.with_columns(
+        state=pl.when(pl.col("recovered_time").is_not_null())
+        .then(pl.lit("recovered"))
+        .otherwise(pl.lit("open"))
+    ).sort("event_time", "alert_id", descending=[True, False])
+
+
+@dataclass(frozen=True)
+class AlertSummary:
+    """Counts and time to recover of a set of alerts."""
+
+    total: int
+    open: int
+    recovered: int
+    median_ttr_s: float | None
+    p95_ttr_s: float | None
+
+
+def alert_summary(alerts: pl.DataFrame) -> AlertSummary:
+    """Summary of rows from ``alerts_with_recovery``."""
+    ttr = alerts["time_to_recover_s"].drop_nulls()
+    recovered = int((alerts["state"] == "recovered").sum())
+    return AlertSummary(
+        total=alerts.height,
+        open=alerts.height - recovered,
+        recovered=recovered,
+        median_ttr_s=float(ttr.quantile(0.5, "linear")) if ttr.len() else None,  # type: ignore[arg-type]
+        p95_ttr_s=float(ttr.quantile(0.95, "linear")) if ttr.len() else None,  # type: ignore[arg-type]
+    )
+
+
+def alerts_per_minute(alerts: pl.DataFrame) -> pl.DataFrame:
+    """Alerts per minute of event time and metric."""
+    return (
+        alerts.with_columns(minute=pl.col("event_time").dt.truncate("1m"))
+        .group_by("minute", "metric")
+        .len("alerts")
+        .sort("minute", "metric")
+    )
+
+
+# ---------------------------------------------------------------- device
+
+
+def thresholds(profile: dict[str, object] | None) -> dict[str, tuple[float | None, float | None]]:
+    """(low, high) alert thresholds per metric from a ``dim/devices`` row."""
+    if profile is None:
+        return {}
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for metric in METRIC_NAMES:
+        low, high = profile.get(f"{metric}_low"), profile.get(f"{metric}_high")
+        if low is not None or high is not None:
+            out[metric] = (low, high)  # type: ignore[assignment]
+    return out
+
+
+def metric_band(gold: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """A device's 1-minute min, avg and max of one metric over time."""
+    return (
+        gold.filter(pl.col(f"{metric}_avg").is_not_null())
+        .select(
+            "window_start",
+            pl.col(f"{metric}_min").alias("min"),
+            pl.col(f"{metric}_avg").alias("avg"),
+            pl.col(f"{metric}_max").alias("max"),
+        )
+        .sort("window_start")
+    )
+
+
+def threshold_breaches(band: pl.DataFrame, low: float | None, high: float | None) -> int:
+    """1-minute windows whose min is below ``low`` or max above ``high``."""
+    condition = pl.lit(False)
+    if low is not None:
+        condition = condition | (pl.col("min") < low)
+    if high is not None:
+        condition = condition | (pl.col("max") > high)
+    return band.filter(condition).height
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """A device's connectivity sessions in the range."""
+
+    sessions: int
+    connected_s: float
+    longest_s: float | None
+    events: int
+
+
+def session_summary(sessions: pl.DataFrame) -> SessionSummary:
+    """Count, total and longest duration of sessions."""
+    if sessions.height == 0:
+        return SessionSummary(0, 0.0, None, 0)
+    return SessionSummary(
+        sessions=sessions.height,
+        connected_s=float(sessions["duration_s"].sum()),
+        longest_s=float(sessions["duration_s"].max()),  # type: ignore[arg-type]
+        events=int(sessions["events"].sum()),
+    )
+
+
+# ---------------------------------------------------------------- pipeline health
+
+
+def query_health(metrics: pl.DataFrame) -> pl.DataFrame:
+    """One row per streaming query (by name): its latest progress and the range's totals.
+
+    Columns: query_name, last_batch_time, batch_id, input_rows_per_s,
+    processed_rows_per_s, batch_duration_ms, watermark_delay_s (progress time minus
+    watermark; null before the first watermark), kafka_offsets_behind, state_rows,
+    rows_dropped_by_watermark (sum over the range), batches (in the range).
+    """
+    ordered = metrics.sort("timestamp", "batch_id")
+    latest = ordered.group_by("query_name").agg(
+        pl.col("timestamp").last().alias("last_batch_time"),
+        pl.col("batch_id").last(),
+        pl.col("input_rows_per_s").last(),
+        pl.col("processed_rows_per_s").last(),
+        pl.col("batch_duration_ms").last(),
+        (pl.col("timestamp") - pl.col("watermark"))
+        .last()
+        .dt.total_milliseconds()
+        .truediv(1000.0)
+        .alias("watermark_delay_s"),
+        pl.col("kafka_offsets_behind").last(),
+        pl.col("state_rows").last(),
+        pl.col("rows_dropped_by_watermark").sum(),
+        pl.len().alias("batches"),
+    )
+    return latest.sort("query_name")
+
+
+def quarantine_counts(quarantine: pl.DataFrame) -> pl.DataFrame:
+    """Quarantined rows per reason, most frequent first."""
+    return (
+        quarantine.group_by("reason").len("rows").sort(["rows", "reason"], descending=[True, False])
+    )
+
+
+# ---------------------------------------------------------------- load test
+
+
+class ReportUnreadableError(Exception):
+    """The producer report exists but is not the JSON ``docs/tables.md`` describes."""
+
+
+@dataclass(frozen=True)
+class ProducerReport:
+    """The producer's run report (``IOT_PRODUCER_REPORT_PATH``)."""
+
+    target_rate: float
+    sent: int
+    acked: int
+    undelivered: int
+    duration_s: float
+    achieved_rate: float
+    errors: dict[str, int]
+    ack_latency_ms: dict[str, float]
+    throttle_events: int
+    stopped_by: str
+    started_at: str
+    per_second: list[int]
+
+    @property
+    def rate_ratio(self) -> float | None:
+        """Achieved over target rate; None for an unpaced run (target 0)."""
+        return self.achieved_rate / self.target_rate if self.target_rate > 0 else None
+
+
+def load_report(path: Path) -> ProducerReport | None:
+    """Read the producer report; None if there is none yet.
+
+    Raises:
+        ReportUnreadableError: the file is not valid JSON or lacks a field.
+    """
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+        values = {f.name: raw[f.name] for f in fields(ProducerReport)}
+        return ProducerReport(
+            target_rate=float(values["target_rate"]),
+            sent=int(values["sent"]),
+            acked=int(values["acked"]),
+            undelivered=int(values["undelivered"]),
+            duration_s=float(values["duration_s"]),
+            achieved_rate=float(values["achieved_rate"]),
+            errors={str(k): int(v) for k, v in dict(values["errors"]).items()},
+            ack_latency_ms={str(k): float(v) for k, v in dict(values["ack_latency_ms"]).items()},
+            throttle_events=int(values["throttle_events"]),
+            stopped_by=str(values["stopped_by"]),
+            started_at=str(values["started_at"]),
+            per_second=[int(v) for v in values["per_second"]],
+        )
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise ReportUnreadableError(f"{path}: {type(exc).__name__}: {exc}") from exc
+
+
+def per_second_frame(report: ProducerReport) -> pl.DataFrame:
+    """Events sent in each second of the run, with the target rate alongside."""
+    return pl.DataFrame(
+        {
+            "second": list(range(1, len(report.per_second) + 1)),
+            "sent": report.per_second,
+            "target": [report.target_rate] * len(report.per_second),
+        },
+        schema={"second": pl.Int64, "sent": pl.Int64, "target": pl.Float64},
     )

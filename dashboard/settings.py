@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from common.paths import state_dir
 from common.settings import LakeSettings, Settings
+
+
+def _default_report_path() -> Path:
+    return state_dir() / "demo" / "producer-report.json"
 
 
 class DashboardSettings(Settings):
@@ -17,5 +24,31 @@ class DashboardSettings(Settings):
     model_config = SettingsConfigDict(env_prefix="IOT_DASHBOARD_")
 
     refresh_s: float = Field(5.0, gt=0, description="Seconds between live refreshes")
-    lookback_minutes: int = Field(60, ge=1, description="How far back the charts look")
+    lookback_minutes: int = Field(60, ge=1, description="Default time range of the views")
+    active_minutes: int = Field(
+        5, ge=1, description="A device is active if it sent an event this recently"
+    )
+    latency_window_s: int = Field(
+        300, ge=10, description="Recent slice of silver/events the latency KPI reads"
+    )
+    report_path: Path = Field(
+        default_factory=_default_report_path,
+        description="The producer's JSON run report shown on the Load test page",
+    )
+    as_of: datetime | None = Field(
+        None,
+        description="Pin the dashboard's clock to this UTC time (replaying a past run); "
+        "default: the wall clock",
+    )
     lake: LakeSettings = Field(default_factory=LakeSettings)
+
+    @field_validator("as_of")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    def now(self) -> datetime:
+        """The dashboard's current time: ``as_of`` if pinned, else the wall clock (UTC)."""
+        return self.as_of or datetime.now(UTC)

@@ -1,0 +1,212 @@
+"""Reading Delta tables with delta-rs and polars: no JVM.
+
+Every read names its columns and, for time-series tables, a time range, so that
+polars reads only those columns and skips row groups outside the range. Timestamps
+come back as ``datetime[us, UTC]`` whether the table stores ``timestamp`` or
+``timestamp_ntz`` (the latter is taken as UTC).
+
+The table names and the columns each view reads follow ``docs/tables.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import polars as pl
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from common.contract import METRIC_NAMES
+
+GOLD_DEVICE_1M = "gold/device_1m"
+GOLD_DEVICE_STATUS = "gold/device_status"
+GOLD_DEVICE_SESSIONS = "gold/device_sessions"
+GOLD_ALERTS = "gold/alerts"
+GOLD_ALERT_RECOVERIES = "gold/alert_recoveries"
+OPS_PIPELINE_METRICS = "ops/pipeline_metrics"
+SILVER_EVENTS = "silver/events"
+SILVER_QUARANTINE = "silver/quarantine"
+DIM_DEVICES = "dim/devices"
+
+METRIC_AVGS: tuple[str, ...] = tuple(f"{m}_avg" for m in METRIC_NAMES)
+
+# The columns each view reads, per table.
+OVERVIEW_GOLD_COLUMNS: tuple[str, ...] = (
+    "window_start",
+    "window_end",
+    "device_id",
+    "device_type",
+    "site",
+    "events",
+    *METRIC_AVGS,
+    "last_event_time",
+)
+DEVICE_GOLD_COLUMNS: tuple[str, ...] = (
+    "window_start",
+    "window_end",
+    "device_id",
+    "events",
+    *(f"{m}_{s}" for m in METRIC_NAMES for s in ("min", "avg", "max")),
+)
+STATUS_COLUMNS: tuple[str, ...] = (
+    "device_id",
+    "device_type",
+    "site",
+    "building",
+    "lat",
+    "lon",
+    "status",
+    "battery_pct",
+    "last_event_time",
+)
+DEVICE_DIM_COLUMNS: tuple[str, ...] = (
+    "device_id",
+    "device_type",
+    "site",
+    "building",
+    "lat",
+    "lon",
+    "model",
+    "firmware",
+    "install_date",
+    "battery_powered",
+    *(f"{m}_{b}" for m in METRIC_NAMES for b in ("low", "high")),
+)
+ALERT_COLUMNS: tuple[str, ...] = (
+    "alert_id",
+    "device_id",
+    "device_type",
+    "site",
+    "metric",
+    "kind",
+    "value",
+    "threshold",
+    "zscore",
+    "event_time",
+    "detected_time",
+)
+RECOVERY_COLUMNS: tuple[str, ...] = ("alert_id", "recovered_time", "time_to_recover_s")
+SESSION_COLUMNS: tuple[str, ...] = (
+    "device_id",
+    "device_type",
+    "site",
+    "session_start",
+    "session_end",
+    "events",
+    "duration_s",
+)
+PIPELINE_COLUMNS: tuple[str, ...] = (
+    "query_name",
+    "query_id",
+    "run_id",
+    "batch_id",
+    "timestamp",
+    "num_input_rows",
+    "input_rows_per_s",
+    "processed_rows_per_s",
+    "batch_duration_ms",
+    "watermark",
+    "state_rows",
+    "rows_dropped_by_watermark",
+    "kafka_offsets_behind",
+)
+QUARANTINE_COLUMNS: tuple[str, ...] = ("reason", "ingest_time")
+LATENCY_COLUMNS: tuple[str, ...] = ("event_time", "device_type", "site", "process_latency_s")
+
+
+class TableUnreadableError(Exception):
+    """A table exists but cannot be read as ``docs/tables.md`` describes it."""
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """A half-open UTC interval ``[start, end)`` of one time column."""
+
+    column: str
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+def open_table(uri: str) -> DeltaTable | None:
+    """The latest snapshot of the Delta table at ``uri``, or None if there is none yet."""
+    try:
+        return DeltaTable(uri)
+    except TableNotFoundError:
+        return None
+
+
+def _literal(value: datetime, dtype: pl.DataType) -> pl.Expr:
+    """A datetime literal of the column's own type (aware or naive UTC)."""
+    utc = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(dtype, pl.Datetime) or dtype.time_zone is None:
+        return pl.lit(utc.replace(tzinfo=None), dtype=pl.Datetime("us"))
+    if dtype.time_zone == "UTC":
+        return pl.lit(utc, dtype=pl.Datetime("us", "UTC"))
+    return pl.lit(utc, dtype=pl.Datetime("us", "UTC")).dt.convert_time_zone(dtype.time_zone)
+
+
+def read(
+    table: DeltaTable,
+    name: str,
+    columns: Iterable[str],
+    *,
+    time: TimeRange | None = None,
+    equals: Mapping[str, str] | None = None,
+) -> pl.DataFrame:
+    """Read some columns of one snapshot, optionally a time range and equal-to filters.
+
+    Args:
+        table: The snapshot (see ``open_table``).
+        name: Table name for messages, e.g. ``gold/alerts``.
+        columns: Columns to read.
+        time: Keep rows whose ``time.column`` lies in ``[start, end)``.
+        equals: Keep rows whose column equals the value, e.g. ``{"device_id": "dev-00001"}``.
+
+    Returns:
+        The rows; datetime columns as ``datetime[us, UTC]``.
+
+    Raises:
+        TableUnreadableError: a column is missing or the files cannot be read.
+    """
+    wanted = list(dict.fromkeys(columns))
+    try:
+        scan = pl.scan_delta(table)
+        schema = scan.collect_schema()
+    except (DeltaError, OSError, pl.exceptions.PolarsError) as exc:
+        raise TableUnreadableError(f"{name}: {exc}") from exc
+    needed = [*wanted, *(equals or {}), *([time.column] if time is not None else [])]
+    missing = [c for c in dict.fromkeys(needed) if c not in schema]
+    if missing:
+        raise TableUnreadableError(f"{name} has no column {', '.join(missing)}")
+    predicates: list[pl.Expr] = []
+    if time is not None:
+        dtype = schema[time.column]
+        if time.start is not None:
+            predicates.append(pl.col(time.column) >= _literal(time.start, dtype))
+        if time.end is not None:
+            predicates.append(pl.col(time.column) < _literal(time.end, dtype))
+    for column, value in (equals or {}).items():
+        predicates.append(pl.col(column) == value)
+    query = (scan.filter(*predicates) if predicates else scan).select(wanted)
+    try:
+        frame = query.collect()
+    except (DeltaError, OSError, pl.exceptions.PolarsError) as exc:
+        raise TableUnreadableError(f"{name}: {exc}") from exc
+    return utc_datetimes(frame)
+
+
+def utc_datetimes(frame: pl.DataFrame) -> pl.DataFrame:
+    """Cast every datetime column to ``datetime[us, UTC]`` (naive values are taken as UTC)."""
+    casts = []
+    for column, dtype in frame.schema.items():
+        if not isinstance(dtype, pl.Datetime):
+            continue
+        expr = pl.col(column).dt.cast_time_unit("us")
+        if dtype.time_zone is None:
+            expr = expr.dt.replace_time_zone("UTC")
+        elif dtype.time_zone != "UTC":
+            expr = expr.dt.convert_time_zone("UTC")
+        casts.append(expr)
+    return frame.with_columns(casts) if casts else frame

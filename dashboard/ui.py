@@ -1,0 +1,325 @@
+"""Streamlit glue shared by the pages: cached reads, filters in the URL, live refresh.
+
+Caching. A read is keyed by the table's location and Delta version plus the columns
+and the (minute-rounded) range, so a refresh reads a table again only when the
+processor has committed to it since, or a minute has passed. ``st.cache_resource``
+holds the frames: polars frames are immutable, and ``st.cache_data`` would pickle
+and unpickle a million-row frame on every hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import polars as pl
+import streamlit as st
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from common.settings import load_settings
+from dashboard import lake
+from dashboard.filters import (
+    REFRESH_CHOICES,
+    Filters,
+    filters_from_params,
+    filters_to_params,
+    range_from_minutes,
+    range_label,
+    range_options,
+)
+from dashboard.settings import DashboardSettings
+
+VIEW_KEY = "_iot_view"
+GLOBAL_PARAMS = ("range", "site", "type", "refresh", "paused")
+_KEPT = "_kept_"
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything a page needs from the sidebar: settings, filters, refresh."""
+
+    settings: DashboardSettings
+    filters: Filters
+    refresh_s: float
+    paused: bool
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The rows read from one table, or why there are none.
+
+    Attributes:
+        name: Table name, e.g. ``gold/alerts``.
+        frame: The rows; None when the table does not exist (yet) or cannot be read.
+        problem: Why the table cannot be read, if it exists but is unreadable.
+        scoped: Whether site and device type filters were applied.
+    """
+
+    name: str
+    frame: pl.DataFrame | None
+    problem: str | None = None
+    scoped: bool = False
+
+    @property
+    def ready(self) -> bool:
+        """True when there is at least one row."""
+        return self.frame is not None and self.frame.height > 0
+
+    def scope(self, filters: Filters) -> Loaded:
+        """The rows of the selected sites and device types."""
+        if self.frame is None:
+            return self
+        return replace(self, frame=filters.scope(self.frame), scoped=True)
+
+
+# ---------------------------------------------------------------- reading
+
+
+@st.cache_resource(ttl=600, max_entries=48, show_spinner=False)
+def _read_version(
+    uri: str,
+    version: int,
+    name: str,
+    columns: tuple[str, ...],
+    time_column: str | None,
+    start: datetime | None,
+    end: datetime | None,
+    equals: tuple[tuple[str, str], ...],
+    _table: DeltaTable,
+) -> pl.DataFrame:
+    time = lake.TimeRange(time_column, start, end) if time_column else None
+    return lake.read(_table, name, columns, time=time, equals=dict(equals))
+
+
+def load(
+    settings: DashboardSettings,
+    name: str,
+    columns: Iterable[str],
+    *,
+    time_column: str | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    equals: Mapping[str, str] | None = None,
+) -> Loaded:
+    """Read a table's columns (and time range), cached by the table's version.
+
+    Args:
+        settings: Dashboard settings (the lake root).
+        name: Table name under the lake root, e.g. ``gold/device_1m``.
+        columns: Columns to read.
+        time_column: Column that ``start`` and ``end`` bound.
+        start: Keep rows at or after this time.
+        end: Keep rows before this time.
+        equals: Keep rows whose column equals the value.
+    """
+    uri = settings.lake.table(name)
+    try:
+        table = lake.open_table(uri)
+        if table is None:
+            return Loaded(name, None)
+        frame = _read_version(
+            uri, table.version(), name, tuple(columns), time_column, start, end,
+            tuple(sorted((equals or {}).items())), _table=table,
+        )  # fmt: skip
+    except lake.TableUnreadableError as exc:
+        return Loaded(name, None, problem=str(exc))
+    except (DeltaError, OSError) as exc:
+        return Loaded(name, None, problem=f"{name}: {exc}")
+    return Loaded(name, frame)
+
+
+def waiting(loaded: Loaded, what: str) -> None:
+    """The friendly state of a table without rows to show.
+
+    Args:
+        loaded: The read result.
+        what: What would be shown, e.g. ``"the alerts"``.
+    """
+    if loaded.problem is not None:
+        st.warning(
+            f"Cannot read {loaded.name} yet ({loaded.problem}); retrying at the next refresh.",
+            icon="⚠️",
+        )
+    elif loaded.frame is None:
+        st.info(
+            f"Waiting for data: {loaded.name} does not exist yet. {what} will appear here "
+            "once the processor writes it.",
+            icon="⏳",
+        )
+    elif loaded.scoped:
+        st.info(
+            f"Waiting for data: {loaded.name} has no rows for the selected time range, "
+            "sites and device types yet.",
+            icon="⏳",
+        )
+    else:
+        st.info(
+            f"Waiting for data: {loaded.name} has no rows for the selected time range yet.",
+            icon="⏳",
+        )
+
+
+# ---------------------------------------------------------------- the URL
+
+
+def _param_values(key: str) -> list[str]:
+    return [v for v in st.query_params.get_all(key) if v]
+
+
+def remember(key: str, fallback: object, valid: Callable[[object], bool] | None = None) -> None:
+    """Start the widget ``key`` from the URL, else from its last value, else ``fallback``.
+
+    Call before creating the widget. Streamlit drops a page's widget state when
+    another page is shown; the last value is kept aside so that coming back
+    restores it.
+    """
+    if key in st.session_state:
+        return
+    values = _param_values(key)
+    if isinstance(fallback, list):
+        candidate: object = values
+    else:
+        candidate = values[-1] if values else None
+    if not candidate or (valid is not None and not valid(candidate)):
+        candidate = st.session_state.get(_KEPT + key, fallback)
+    st.session_state[key] = candidate
+
+
+def publish(key: str, value: object, default: object) -> None:
+    """Keep a widget's value aside and show it in the URL unless it is the default."""
+    st.session_state[_KEPT + key] = value
+    if value == default or value in (None, [], ()):
+        if key in st.query_params:
+            del st.query_params[key]
+    else:
+        st.query_params[key] = (
+            [str(v) for v in value] if isinstance(value, list | tuple) else str(value)
+        )
+
+
+def keep_only_params(allowed: Sequence[str]) -> None:
+    """Drop query parameters that belong to other pages."""
+    for key in list(st.query_params.keys()):
+        if key not in allowed:
+            del st.query_params[key]
+
+
+# ---------------------------------------------------------------- sidebar and refresh
+
+
+def dashboard_settings() -> DashboardSettings:
+    """The settings, from the environment (and ``.env``/TOML) of the server."""
+    return load_settings(DashboardSettings)
+
+
+def _scope_options(settings: DashboardSettings) -> tuple[list[str], list[str]]:
+    """Sites and device types known to the lake, from the small dimension tables."""
+    sites: set[str] = set()
+    types: set[str] = set()
+    for name in (lake.DIM_DEVICES, lake.GOLD_DEVICE_STATUS):
+        loaded = load(settings, name, ("site", "device_type"))
+        if loaded.frame is not None:
+            sites.update(loaded.frame["site"].drop_nulls().to_list())
+            types.update(loaded.frame["device_type"].drop_nulls().to_list())
+    return sorted(sites), sorted(types)
+
+
+def sidebar(settings: DashboardSettings) -> View:
+    """Render the shared filters and refresh controls; keep them in the URL.
+
+    The first run of a session starts from the URL's query parameters, so a shared
+    link opens the same view.
+    """
+    default_range = range_from_minutes(settings.lookback_minutes)
+    if "range" not in st.session_state:
+        from_url = filters_from_params(
+            {k: st.query_params.get_all(k) for k in ("range", "site", "type")}, default_range
+        )
+        st.session_state["range"] = from_url.range
+        st.session_state["site"] = list(from_url.sites)
+        st.session_state["type"] = list(from_url.device_types)
+    refresh_choices = sorted(set(REFRESH_CHOICES) | {settings.refresh_s})
+    remember("refresh", settings.refresh_s)
+    if not isinstance(st.session_state["refresh"], float):
+        try:
+            st.session_state["refresh"] = float(str(st.session_state["refresh"]))
+        except ValueError:
+            st.session_state["refresh"] = settings.refresh_s
+    if st.session_state["refresh"] not in refresh_choices:
+        st.session_state["refresh"] = settings.refresh_s
+    remember("paused", False)
+    st.session_state["paused"] = st.session_state["paused"] in (True, "1", "true")
+
+    sites, types = _scope_options(settings)
+    bar = st.sidebar
+    bar.selectbox(
+        "Time range",
+        range_options(default_range, st.session_state["range"]),
+        format_func=range_label,
+        key="range",
+    )
+    bar.multiselect(
+        "Sites",
+        sorted(set(sites) | set(st.session_state["site"])),
+        key="site",
+        placeholder="All sites",
+    )
+    bar.multiselect(
+        "Device types",
+        sorted(set(types) | set(st.session_state["type"])),
+        key="type",
+        placeholder="All device types",
+    )
+    bar.divider()
+    bar.select_slider(
+        "Refresh every (s)", refresh_choices, key="refresh", format_func=lambda s: f"{s:g}"
+    )
+    bar.toggle("Pause live refresh", key="paused")
+
+    filters = Filters(
+        range=st.session_state["range"],
+        sites=tuple(st.session_state["site"]),
+        device_types=tuple(st.session_state["type"]),
+    )
+    for key, value in filters_to_params(filters, default_range).items():
+        st.query_params[key] = value
+    for key in ("range", "site", "type"):
+        if key not in filters_to_params(filters, default_range) and key in st.query_params:
+            del st.query_params[key]
+    publish("refresh", st.session_state["refresh"], settings.refresh_s)
+    publish("paused", "1" if st.session_state["paused"] else None, None)
+    view = View(settings, filters, float(st.session_state["refresh"]), st.session_state["paused"])
+    st.session_state[VIEW_KEY] = view
+    return view
+
+
+def current_view() -> View:
+    """The view the entry point built in this run."""
+    view = st.session_state.get(VIEW_KEY)
+    if view is None:  # the page runs without the entry point (should not happen)
+        return sidebar(dashboard_settings())
+    return view
+
+
+def live(view: View, render: Callable[[datetime], None]) -> None:
+    """Run ``render(now)`` now and then every ``view.refresh_s`` seconds unless paused."""
+
+    @st.fragment(run_every=None if view.paused else view.refresh_s)
+    def _tick() -> None:
+        now = view.settings.now()
+        render(now)
+        mode = "paused" if view.paused else f"refreshing every {view.refresh_s:g} s"
+        st.caption(f"Updated {now:%Y-%m-%d %H:%M:%S} UTC · {mode}")
+
+    _tick()
+
+
+def reads_end(view: View) -> datetime | None:
+    """Upper time bound of reads: the pinned clock, or none when live.
+
+    Live reads have no upper bound, so that their cache key changes once a minute
+    (with the range's start), not on every refresh.
+    """
+    return view.settings.as_of

@@ -1,0 +1,92 @@
+"""Alerts: a filterable table of threshold and z-score alerts, with time to recover."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+import streamlit as st
+
+from common.contract import METRIC_NAMES
+from dashboard import charts, data, lake, ui
+
+KINDS = ("threshold_high", "threshold_low", "zscore")
+STATES = ("all", "open", "recovered")
+
+view = ui.current_view()
+settings, filters = view.settings, view.filters
+
+st.title("🚨 Alerts")
+left, middle, right = st.columns(3)
+ui.remember("alert_metric", [], lambda v: all(m in METRIC_NAMES for m in v))  # type: ignore[attr-defined]
+metrics = left.multiselect(
+    "Metrics", METRIC_NAMES, format_func=data.metric_label, key="alert_metric",
+    placeholder="All metrics",
+)  # fmt: skip
+ui.remember("kind", [], lambda v: all(k in KINDS for k in v))  # type: ignore[attr-defined]
+kinds = middle.multiselect("Kinds", KINDS, key="kind", placeholder="All kinds")
+ui.remember("state", "all", lambda v: v in STATES)
+state = right.segmented_control("State", STATES, key="state") or "all"
+ui.publish("alert_metric", metrics, [])
+ui.publish("kind", kinds, [])
+ui.publish("state", state, "all")
+
+
+def render(now: datetime) -> None:
+    """One refresh of the page."""
+    start, end = filters.start(now), ui.reads_end(view)
+    alerts = ui.load(
+        settings, lake.GOLD_ALERTS, lake.ALERT_COLUMNS,
+        time_column="event_time", start=start, end=end,
+    ).scope(filters)  # fmt: skip
+    if not alerts.ready or alerts.frame is None:
+        ui.waiting(alerts, "The alerts")
+        return
+    recoveries = ui.load(
+        settings, lake.GOLD_ALERT_RECOVERIES, lake.RECOVERY_COLUMNS,
+        time_column="recovered_time", start=start,
+    )  # fmt: skip
+    if recoveries.frame is None:
+        ui.waiting(recoveries, "Times to recover")
+    rows = data.alerts_with_recovery(alerts.frame, recoveries.frame)
+    if metrics:
+        rows = rows.filter(pl.col("metric").is_in(metrics))
+    if kinds:
+        rows = rows.filter(pl.col("kind").is_in(kinds))
+    if state != "all":
+        rows = rows.filter(pl.col("state") == state)
+
+    summary = data.alert_summary(rows)
+    c = st.columns(5)
+    c[0].metric("Alerts", f"{summary.total:,}")
+    c[1].metric("Open", f"{summary.open:,}", help="Not recovered (yet, or within the window)")
+    c[2].metric("Recovered", f"{summary.recovered:,}")
+    c[3].metric("Median time to recover", data.format_duration(summary.median_ttr_s))
+    c[4].metric("p95 time to recover", data.format_duration(summary.p95_ttr_s))
+    if rows.height == 0:
+        st.info("No alerts match the selected metrics, kinds and state.", icon="ℹ️")
+        return
+    st.altair_chart(
+        charts.bars(
+            data.alerts_per_minute(rows), "minute:T", "alerts:Q",
+            title="Alerts per minute by metric", color="metric:N",
+        ),
+        width="stretch",
+    )  # fmt: skip
+    st.dataframe(
+        rows.select(
+            "event_time", "device_id", "device_type", "site", "metric", "kind", "value",
+            "threshold", "zscore", "state", "recovered_time", "time_to_recover_s", "alert_id",
+        ),
+        hide_index=True,
+        column_config={
+            "event_time": st.column_config.DatetimeColumn("alert time", format="HH:mm:ss"),
+            "recovered_time": st.column_config.DatetimeColumn("recovered", format="HH:mm:ss"),
+            "time_to_recover_s": st.column_config.NumberColumn(
+                "time to recover (s)", format="%.1f"
+            ),
+        },
+    )  # fmt: skip
+
+
+ui.live(view, render)

@@ -1,0 +1,174 @@
+"""Device drill-down: one device's metrics against its thresholds, alerts and sessions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import streamlit as st
+
+from dashboard import charts, data, lake, ui
+
+view = ui.current_view()
+settings, filters = view.settings, view.filters
+
+st.title("🔎 Device")
+
+
+def _device_ids() -> list[str]:
+    """Devices of the selected sites and types, from the dimension and the status table."""
+    ids: set[str] = set()
+    for name in (lake.DIM_DEVICES, lake.GOLD_DEVICE_STATUS):
+        loaded = ui.load(settings, name, ("device_id", "site", "device_type")).scope(filters)
+        if loaded.frame is not None:
+            ids.update(loaded.frame["device_id"].to_list())
+    if not ids:
+        now = settings.now()
+        gold = ui.load(
+            settings, lake.GOLD_DEVICE_1M, ("window_start", "device_id", "site", "device_type"),
+            time_column="window_start", start=filters.start(now), end=ui.reads_end(view),
+        ).scope(filters)  # fmt: skip
+        if gold.frame is not None:
+            ids.update(gold.frame["device_id"].unique().to_list())
+    return sorted(ids)
+
+
+device_ids = _device_ids()
+ui.remember("device", "")
+if st.session_state["device"] not in device_ids:
+    if st.session_state["device"]:
+        device_ids = sorted({*device_ids, st.session_state["device"]})
+    elif device_ids:
+        st.session_state["device"] = device_ids[0]
+device = st.selectbox("Device", device_ids, key="device", placeholder="No devices yet")
+ui.publish("device", device or "", "")
+
+
+def _profile(device_id: str) -> dict[str, object] | None:
+    dim = ui.load(
+        settings, lake.DIM_DEVICES, lake.DEVICE_DIM_COLUMNS, equals={"device_id": device_id}
+    )
+    if dim.frame is None or dim.frame.height == 0:
+        ui.waiting(dim, "The device's profile and thresholds")
+        return None
+    row = dim.frame.row(0, named=True)
+    st.caption(
+        f"{row['device_type']} · {row['site']}, {row['building']} · {row['model']} "
+        f"(firmware {row['firmware']}) · installed {row['install_date']} · "
+        + ("battery-powered" if row["battery_powered"] else "mains-powered")
+    )
+    return row
+
+
+def _status(device_id: str) -> None:
+    status = ui.load(
+        settings, lake.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS, equals={"device_id": device_id}
+    )
+    if status.frame is None or status.frame.height == 0:
+        ui.waiting(status, "The device's latest status")
+        return
+    row = status.frame.row(0, named=True)
+    c = st.columns(3)
+    c[0].metric("Status", str(row["status"]))
+    battery = row["battery_pct"]
+    c[1].metric("Battery", f"{battery:.0f} %" if battery is not None else "—")
+    c[2].metric("Last event (UTC)", f"{row['last_event_time']:%H:%M:%S}")
+
+
+def render(now: datetime) -> None:
+    """One refresh of the page."""
+    if not device:
+        st.info("Waiting for data: no devices are known yet.", icon="⏳")
+        return
+    profile = _profile(device)
+    _status(device)
+    start, end = filters.start(now), ui.reads_end(view)
+    gold = ui.load(
+        settings, lake.GOLD_DEVICE_1M, lake.DEVICE_GOLD_COLUMNS,
+        time_column="window_start", start=start, end=end, equals={"device_id": device},
+    )  # fmt: skip
+    alerts = ui.load(
+        settings, lake.GOLD_ALERTS, lake.ALERT_COLUMNS,
+        time_column="event_time", start=start, end=end, equals={"device_id": device},
+    )  # fmt: skip
+    recoveries = ui.load(
+        settings, lake.GOLD_ALERT_RECOVERIES, lake.RECOVERY_COLUMNS,
+        time_column="recovered_time", start=start, equals={"device_id": device},
+    )  # fmt: skip
+    sessions = ui.load(
+        settings, lake.GOLD_DEVICE_SESSIONS, lake.SESSION_COLUMNS,
+        time_column="session_end", start=start, end=end, equals={"device_id": device},
+    )  # fmt: skip
+    limits = data.thresholds(profile)
+    joined = (
+        data.alerts_with_recovery(alerts.frame, recoveries.frame)
+        if alerts.frame is not None
+        else None
+    )
+    bands = {}
+    if gold.frame is not None:
+        bands = {m: data.metric_band(gold.frame, m) for m in data.metrics_present(gold.frame)}
+
+    c = st.columns(4)
+    c[0].metric("Events", f"{int(gold.frame['events'].sum()):,}" if gold.ready else "—")  # type: ignore[index]
+    breaches = sum(
+        data.threshold_breaches(b, *limits.get(m, (None, None))) for m, b in bands.items()
+    )
+    c[1].metric(
+        "Minutes over a threshold",
+        f"{breaches:,}" if bands and limits else "—",
+        help="1-minute windows whose min or max crossed one of the profile's thresholds",
+    )
+    summary = data.alert_summary(joined) if joined is not None else None
+    c[2].metric("Alerts (open)", f"{summary.total:,} ({summary.open:,})" if summary else "—")
+    session_summary = data.session_summary(sessions.frame) if sessions.frame is not None else None
+    c[3].metric(
+        "Sessions", f"{session_summary.sessions:,}" if session_summary else "—",
+        help=(
+            f"Connected {data.format_duration(session_summary.connected_s)} in the range"
+            if session_summary
+            else None
+        ),
+    )  # fmt: skip
+
+    st.subheader("Metrics against thresholds")
+    if not bands:
+        ui.waiting(gold, "The device's 1-minute aggregates")
+    for metric, band in bands.items():
+        low, high = limits.get(metric, (None, None))
+        st.altair_chart(
+            charts.metric_band(band, data.metric_label(metric), low, high), width="stretch"
+        )
+
+    st.subheader("Alerts")
+    if joined is None or joined.height == 0:
+        ui.waiting(alerts if joined is None else alerts.scope(filters), "The device's alerts")
+    else:
+        st.dataframe(
+            joined.select(
+                "event_time", "metric", "kind", "value", "threshold", "zscore", "state",
+                "recovered_time", "time_to_recover_s",
+            ),
+            hide_index=True,
+        )  # fmt: skip
+
+    st.subheader("Connectivity sessions")
+    if sessions.frame is None or sessions.frame.height == 0:
+        ui.waiting(sessions, "The device's connectivity sessions")
+    else:
+        ordered = sessions.frame.sort("session_start")
+        st.altair_chart(charts.sessions_timeline(ordered), width="stretch")
+        st.dataframe(
+            ordered.select("session_start", "session_end", "events", "duration_s").sort(
+                "session_start", descending=True
+            ),
+            hide_index=True,
+        )
+        if session_summary is not None and session_summary.longest_s is not None:
+            st.caption(
+                f"Connected {data.format_duration(session_summary.connected_s)} in "
+                f"{session_summary.sessions:,} sessions; longest "
+                f"{data.format_duration(session_summary.longest_s)}."
+            )
+
+
+ui.live(view, render)

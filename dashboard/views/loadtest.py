@@ -1,0 +1,76 @@
+"""Load test: the producer's run report, target against achieved rate and ack latency."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+import streamlit as st
+
+from dashboard import charts, data, ui
+
+PASS_RATIO = 0.9  # Azure streaming-at-scale: at least 90 % of the target rate
+
+view = ui.current_view()
+settings = view.settings
+
+st.title("🏋️ Load test")
+st.caption(
+    f"The producer's run report ({settings.report_path}), written when a producer run "
+    "ends. The time range and scope filters do not apply."
+)
+
+
+def render(now: datetime) -> None:
+    """One refresh of the page."""
+    try:
+        report = data.load_report(settings.report_path)
+    except data.ReportUnreadableError as exc:
+        st.warning(f"Cannot read the producer report yet ({exc}).", icon="⚠️")
+        return
+    if report is None:
+        st.info(
+            f"Waiting for data: no producer report at {settings.report_path} yet. Run the "
+            "producer with IOT_PRODUCER_REPORT_PATH set to it (make demo does).",
+            icon="⏳",
+        )
+        return
+    ratio = report.rate_ratio
+    c = st.columns(4)
+    c[0].metric("Target rate", f"{report.target_rate:,.0f} /s" if report.target_rate else "unpaced")
+    c[1].metric(
+        "Achieved rate",
+        f"{report.achieved_rate:,.1f} /s",
+        delta=f"{ratio:.1%} of target" if ratio is not None else None,
+        delta_color="normal" if ratio is None or ratio >= PASS_RATIO else "inverse",
+    )
+    c[2].metric("Sent", f"{report.sent:,}")
+    c[3].metric("Acknowledged", f"{report.acked:,}", help=f"Undelivered: {report.undelivered:,}")
+    latency = report.ack_latency_ms
+    c = st.columns(4)
+    for col, q in zip(c, ("p50", "p95", "p99"), strict=False):
+        value = latency.get(q)
+        col.metric(f"Ack latency {q}", f"{value:,.1f} ms" if value is not None else "—")
+    c[3].metric("Throttle events", f"{report.throttle_events:,}")
+    verdict = (
+        "no target (unpaced run)"
+        if ratio is None
+        else ("pass" if ratio >= PASS_RATIO else "fail") + f": {ratio:.1%} of the target rate"
+    )
+    st.caption(
+        f"Started {report.started_at}, ran {report.duration_s:,.1f} s, stopped by "
+        f"{report.stopped_by}; {verdict} (criterion: ≥ {PASS_RATIO:.0%})."
+    )
+    if report.per_second:
+        st.altair_chart(charts.send_rate(data.per_second_frame(report)), width="stretch")
+    if report.errors:
+        st.subheader("Errors")
+        errors = pl.DataFrame(
+            {"kind": list(report.errors), "count": list(report.errors.values())}
+        ).sort("count", descending=True)
+        st.dataframe(errors, hide_index=True)
+    else:
+        st.success("No delivery errors.", icon="✅")
+
+
+ui.live(view, render)

@@ -1,0 +1,139 @@
+"""Overview: fleet KPIs, time series per device type and site, a map by status."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import polars as pl
+import streamlit as st
+
+from common.contract import METRIC_NAMES
+from dashboard import charts, data, lake, ui
+from dashboard.filters import floor_minute
+
+view = ui.current_view()
+settings, filters = view.settings, view.filters
+
+st.title("📊 Overview")
+ui.remember("metric", METRIC_NAMES[0], lambda m: m in METRIC_NAMES)
+metric = st.selectbox("Metric over time", METRIC_NAMES, format_func=data.metric_label, key="metric")
+ui.publish("metric", metric, METRIC_NAMES[0])
+
+
+def _kpis(now: datetime, gold: pl.DataFrame) -> None:
+    kpi = data.overview_kpis(gold, now, settings.active_minutes)
+    start = filters.start(now)
+    alerts = ui.load(
+        settings, lake.GOLD_ALERTS, ("alert_id", "device_type", "site", "event_time"),
+        time_column="event_time", start=start, end=ui.reads_end(view),
+    ).scope(filters)  # fmt: skip
+    recoveries = ui.load(
+        settings, lake.GOLD_ALERT_RECOVERIES, lake.RECOVERY_COLUMNS,
+        time_column="recovered_time", start=start, end=None,
+    )  # fmt: skip
+    window = timedelta(seconds=settings.latency_window_s)
+    silver = ui.load(
+        settings, lake.SILVER_EVENTS, lake.LATENCY_COLUMNS,
+        time_column="event_time", start=floor_minute(now) - window, end=ui.reads_end(view),
+    ).scope(filters)  # fmt: skip
+    latency = None
+    if silver.frame is not None:
+        latency = data.latency(silver.frame.filter(pl.col("event_time") >= now - window))
+
+    c = st.columns(5)
+    c[0].metric(
+        "Active devices",
+        f"{kpi.active_devices:,}",
+        help=f"Devices with an event in the last {settings.active_minutes} min",
+    )
+    c[1].metric(
+        "Events / min",
+        f"{kpi.events_per_min:,.0f}" if kpi.events_per_min is not None else "—",
+        help="Mean events per closed minute with data in the range",
+    )
+    if alerts.frame is not None:
+        joined = data.alerts_with_recovery(alerts.frame, recoveries.frame)
+        open_alerts = f"{data.alert_summary(joined).open:,}"
+        alerts_help = "Alerts in the range without a recovery"
+    else:
+        open_alerts = "—"
+        alerts_help = f"Waiting for {alerts.name}"
+    c[2].metric("Open alerts", open_alerts, help=alerts_help)
+    c[3].metric(
+        "End-to-end latency (p50)",
+        f"{latency.p50_s:.1f} s" if latency else "—",
+        help=(
+            f"Event time to processed in silver, over {latency.events:,} events of the last "
+            f"{settings.latency_window_s} s; p95 {latency.p95_s:.1f} s"
+            if latency
+            else f"Waiting for {silver.name} rows of the last {settings.latency_window_s} s"
+        ),
+    )
+    c[4].metric(
+        "Data freshness",
+        data.format_duration(kpi.freshness_s),
+        help="Time since the newest event aggregated in gold",
+    )
+    present = [m for m in METRIC_NAMES if m in kpi.metric_averages]
+    if present:
+        cols = st.columns(len(present))
+        for col, m in zip(cols, present, strict=True):
+            col.metric(
+                f"Avg {data.metric_label(m)}",
+                f"{kpi.metric_averages[m]:,.1f}",
+                help="Event-weighted mean in the range",
+            )
+
+
+def _map(now: datetime) -> None:
+    status = ui.load(settings, lake.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS).scope(filters)
+    if not status.ready or status.frame is None:
+        ui.waiting(status, "The map of devices by status")
+        return
+    counts = data.status_counts(status.frame)
+    st.altair_chart(charts.device_map(status.frame), width="stretch")
+    st.caption(" · ".join(f"{name}: {n:,}" for name, n in counts.items()))
+
+
+def render(now: datetime) -> None:
+    """One refresh of the page."""
+    gold = ui.load(
+        settings, lake.GOLD_DEVICE_1M, lake.OVERVIEW_GOLD_COLUMNS,
+        time_column="window_start", start=filters.start(now), end=ui.reads_end(view),
+    ).scope(filters)  # fmt: skip
+    if not gold.ready or gold.frame is None:
+        ui.waiting(gold, "The fleet's 1-minute aggregates")
+        _map(now)
+        return
+    _kpis(now, gold.frame)
+    left, right = st.columns(2)
+    left.altair_chart(
+        charts.lines(
+            data.events_per_minute(gold.frame, "device_type"), "window_start", "events",
+            "device_type", title="Events per minute by device type", y_title="events / min",
+        ),
+        width="stretch",
+    )  # fmt: skip
+    right.altair_chart(
+        charts.lines(
+            data.events_per_minute(gold.frame, "site"), "window_start", "events", "site",
+            title="Events per minute by site", y_title="events / min",
+        ),
+        width="stretch",
+    )  # fmt: skip
+    series = data.metric_over_time(gold.frame, metric)
+    if series.height:
+        st.altair_chart(
+            charts.lines(
+                series, "window_start", metric, "device_type",
+                title=f"{data.metric_label(metric)} by device type (1-minute averages)",
+                y_title=data.metric_label(metric),
+            ),
+            width="stretch",
+        )  # fmt: skip
+    else:
+        st.info(f"No {data.metric_label(metric)} readings in the selection.", icon="ℹ️")
+    _map(now)
+
+
+ui.live(view, render)

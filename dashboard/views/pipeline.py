@@ -1,0 +1,106 @@
+"""Pipeline health: per streaming query progress, and quarantined records by reason."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import streamlit as st
+
+from dashboard import charts, data, lake, ui
+
+view = ui.current_view()
+settings, filters = view.settings, view.filters
+
+st.title("🩺 Pipeline health")
+
+
+def _queries(now: datetime) -> None:
+    metrics = ui.load(
+        settings, lake.OPS_PIPELINE_METRICS, lake.PIPELINE_COLUMNS,
+        time_column="timestamp", start=filters.start(now), end=ui.reads_end(view),
+    )  # fmt: skip
+    if not metrics.ready or metrics.frame is None:
+        ui.waiting(metrics, "The streaming queries' progress")
+        return
+    health = data.query_health(metrics.frame)
+    st.subheader("Streaming queries")
+    st.caption("Latest progress of each query; late rows dropped are summed over the range.")
+    st.dataframe(
+        health.select(
+            "query_name", "last_batch_time", "batch_id", "input_rows_per_s",
+            "processed_rows_per_s", "batch_duration_ms", "watermark_delay_s",
+            "kafka_offsets_behind", "rows_dropped_by_watermark", "state_rows", "batches",
+        ),
+        hide_index=True,
+        column_config={
+            "query_name": "query",
+            "last_batch_time": st.column_config.DatetimeColumn("last batch", format="HH:mm:ss"),
+            "input_rows_per_s": st.column_config.NumberColumn("input rows/s", format="%.1f"),
+            "processed_rows_per_s": st.column_config.NumberColumn(
+                "processed rows/s", format="%.1f"
+            ),
+            "batch_duration_ms": st.column_config.NumberColumn("batch duration (ms)"),
+            "watermark_delay_s": st.column_config.NumberColumn(
+                "watermark delay (s)", format="%.1f"
+            ),
+            "kafka_offsets_behind": st.column_config.NumberColumn("Kafka offsets behind"),
+            "rows_dropped_by_watermark": st.column_config.NumberColumn("late rows dropped"),
+        },
+    )  # fmt: skip
+    frame = metrics.frame.sort("timestamp")
+    left, right = st.columns(2)
+    left.altair_chart(
+        charts.lines(
+            frame, "timestamp", "processed_rows_per_s", "query_name",
+            title="Processed rows per second", y_title="rows / s",
+        ),
+        width="stretch",
+    )  # fmt: skip
+    right.altair_chart(
+        charts.lines(
+            frame, "timestamp", "batch_duration_ms", "query_name",
+            title="Batch duration", y_title="ms",
+        ),
+        width="stretch",
+    )  # fmt: skip
+    kafka = frame.drop_nulls("kafka_offsets_behind")
+    if kafka.height:
+        st.altair_chart(
+            charts.lines(
+                kafka, "timestamp", "kafka_offsets_behind", "query_name",
+                title="Kafka offsets behind", y_title="offsets",
+            ),
+            width="stretch",
+        )  # fmt: skip
+
+
+def _quarantine(now: datetime) -> None:
+    st.subheader("Quarantine")
+    quarantine = ui.load(
+        settings, lake.SILVER_QUARANTINE, lake.QUARANTINE_COLUMNS,
+        time_column="ingest_time", start=filters.start(now), end=ui.reads_end(view),
+    )  # fmt: skip
+    if quarantine.frame is None:
+        ui.waiting(quarantine, "Quarantined records")
+        return
+    counts = data.quarantine_counts(quarantine.frame)
+    st.metric("Quarantined rows", f"{quarantine.frame.height:,}")
+    if counts.height == 0:
+        st.success("No records quarantined in the selected time range.", icon="✅")
+        return
+    st.caption("Site and device type filters do not apply: bad records have no dimension.")
+    left, right = st.columns(2)
+    left.altair_chart(
+        charts.bars(counts, "rows:Q", "reason:N", title="Quarantined rows by reason"),
+        width="stretch",
+    )
+    right.dataframe(counts, hide_index=True)
+
+
+def render(now: datetime) -> None:
+    """One refresh of the page."""
+    _queries(now)
+    _quarantine(now)
+
+
+ui.live(view, render)
