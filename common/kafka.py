@@ -30,6 +30,11 @@ EVENTHUBS_JAVA = {
     "kafka.max.request.size": "1000000",
 }
 _SECRET_KEYS = ("sasl.password", "sasl.jaas.config", "kafka.sasl.jaas.config", "oauth_cb")
+# The Entra ID login callback handler for Spark's JVM Kafka client, built by infra/jars.py
+# from infra/maven/eventhubs-oauth into the processor's jar folder.
+ENTRA_LOGIN_HANDLER = "io.iotpulse.eventhubs.EntraLoginCallbackHandler"
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 Role = Literal["producer", "consumer", "admin"]
 
@@ -121,32 +126,51 @@ def librdkafka_config(
     return conf
 
 
-def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
+def _jaas_value(value: str) -> str:
+    """Quote a JAAS option value (backslashes and double quotes escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def spark_kafka_options(
+    kafka: KafkaSettings, *, login_options: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Build the ``kafka.*`` options of Spark's Kafka source for the given settings.
 
-    Raises:
-        ValueError: ``auth=entra``, which Spark's JVM client cannot do without a login
-            callback class on its classpath.
+    ``auth=connection_string`` logs in with ``PLAIN`` (user ``$ConnectionString``);
+    ``auth=entra`` with ``OAUTHBEARER`` through ``ENTRA_LOGIN_HANDLER``, which gets
+    tokens for ``entra_scope(kafka)`` from azure-identity's ``DefaultAzureCredential``
+    and must be on Spark's classpath (``python -m infra.jars spark`` puts it there).
+
+    Args:
+        kafka: Connection settings.
+        login_options: Extra options of the handler's JAAS entry for ``auth=entra``, e.g.
+            ``{"tokenSource": "unsecured"}`` against a local broker's unsecured listener.
+
+    Returns:
+        The options. They hold secrets: log them only through ``redact``.
     """
     opts = {"kafka.bootstrap.servers": kafka.bootstrap_servers}
     if kafka.auth == "none":
         return opts
-    if kafka.auth == "entra":
-        raise ValueError(
-            "auth=entra is not available to the Spark processor yet: Spark's JVM Kafka client "
-            "needs an OAUTHBEARER login callback class. Use auth=connection_string for it."
-        )
-    assert kafka.connection_string is not None
-    secret = kafka.connection_string.get_secret_value().replace("\\", "\\\\").replace('"', '\\"')
     opts |= EVENTHUBS_JAVA
-    opts |= {
-        "kafka.security.protocol": "SASL_SSL",
-        "kafka.sasl.mechanism": "PLAIN",
-        "kafka.sasl.jaas.config": (
-            "org.apache.kafka.common.security.plain.PlainLoginModule required "
-            f'username="{EVENTHUBS_USERNAME}" password="{secret}";'
-        ),
-    }
+    opts["kafka.security.protocol"] = "SASL_SSL"
+    if kafka.auth == "entra":
+        entries = {"scope": entra_scope(kafka), **(login_options or {})}
+        jaas_options = "".join(f" {k}={_jaas_value(v)}" for k, v in entries.items())
+        opts |= {
+            "kafka.sasl.mechanism": "OAUTHBEARER",
+            "kafka.sasl.jaas.config": f"{OAUTHBEARER_LOGIN_MODULE} required{jaas_options};",
+            "kafka.sasl.login.callback.handler.class": ENTRA_LOGIN_HANDLER,
+        }
+    else:
+        assert kafka.connection_string is not None  # enforced by KafkaSettings
+        secret = _jaas_value(kafka.connection_string.get_secret_value())
+        opts |= {
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.jaas.config": (
+                f'{PLAIN_LOGIN_MODULE} required username="{EVENTHUBS_USERNAME}" password={secret};'
+            ),
+        }
     if kafka.ssl_ca_location is not None:
         opts["kafka.ssl.truststore.type"] = "PEM"
         opts["kafka.ssl.truststore.location"] = str(kafka.ssl_ca_location)

@@ -19,6 +19,9 @@ from infra.paths import PROJECT_ROOT, state_dir
 
 MAVEN_DIR = PROJECT_ROOT / "infra" / "maven"
 BUNDLES = ("spark", "kafka")
+# Maven modules built from source into a bundle's folder, with their runtime dependencies:
+# the Entra ID (OAUTHBEARER) login handler for Spark's Kafka client sits beside the connectors.
+MODULES: dict[str, tuple[str, ...]] = {"spark": ("eventhubs-oauth",)}
 
 
 class JarResolutionError(RuntimeError):
@@ -28,7 +31,34 @@ class JarResolutionError(RuntimeError):
 def _pom_digest(bundle: str) -> str:
     data = (MAVEN_DIR / bundle / "pom.xml").read_bytes()
     data += (MAVEN_DIR / "settings.xml").read_bytes()
+    for module in MODULES.get(bundle, ()):
+        root = MAVEN_DIR / module
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "target" not in p.parts):
+            data += path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes()
     return hashlib.sha256(data).hexdigest()
+
+
+def _build_module(mvn: str, module: str, staging: Path) -> None:
+    """Build a module's jar and copy it, with its runtime dependencies, into ``staging``."""
+    build_dir = state_dir() / "build" / module
+    shutil.rmtree(build_dir, ignore_errors=True)
+    cmd = [
+        mvn, "-B", "-q",
+        "-s", str(MAVEN_DIR / "settings.xml"),
+        "-f", str(MAVEN_DIR / module / "pom.xml"),
+        f"-Dbuild.dir={build_dir}",
+        "package",
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={staging}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    built = sorted(build_dir.glob("*.jar"))
+    if proc.returncode != 0 or not built:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise JarResolutionError(f"Maven could not build the {module} module:\n{tail}")
+    for jar in built:
+        shutil.copy2(jar, staging / jar.name)
 
 
 def _pyspark_shipped_artifacts() -> set[str]:
@@ -98,6 +128,8 @@ def ensure_jars(bundle: str, *, quiet: bool = False) -> list[Path]:
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise JarResolutionError(f"Maven could not resolve the {bundle} jars:\n{tail}")
+    for module in MODULES.get(bundle, ()):
+        _build_module(mvn, module, staging)
 
     if bundle == "spark":
         shipped = _pyspark_shipped_artifacts()

@@ -1,0 +1,233 @@
+"""The one place that builds Kafka client configs: librdkafka and Spark, per auth mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from pydantic import ValidationError
+
+from common.kafka import (
+    ENTRA_LOGIN_HANDLER,
+    librdkafka_config,
+    redact,
+    spark_kafka_options,
+)
+from common.settings import KafkaSettings
+
+CS = (
+    "Endpoint=sb://pulse-ns.servicebus.windows.net/;"
+    "SharedAccessKeyName=send-listen;SharedAccessKey=abc/def+ghi="
+)
+EH = "pulse-ns.servicebus.windows.net:9093"
+EVENTHUBS_JAVA = {
+    "kafka.request.timeout.ms": "60000",
+    "kafka.session.timeout.ms": "30000",
+    "kafka.metadata.max.age.ms": "180000",
+    "kafka.connections.max.idle.ms": "180000",
+    "kafka.max.request.size": "1000000",
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_settings(monkeypatch, tmp_path):
+    """Only what a test passes counts: no IOT_* variables, no .env in the working dir."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("IOT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+class FakeCredential:
+    def __init__(self) -> None:
+        self.scopes: list[tuple[str, ...]] = []
+
+    def get_token(self, *scopes: str) -> SimpleNamespace:
+        self.scopes.append(scopes)
+        return SimpleNamespace(token="tok-123", expires_on=1_900_000_000)
+
+
+# --------------------------------------------------------------------------- librdkafka
+
+
+def test_librdkafka_none_producer():
+    conf = librdkafka_config(KafkaSettings(bootstrap_servers="broker:9092"), "producer")
+    assert conf == {
+        "bootstrap.servers": "broker:9092",
+        "client.id": "iot-pulse",
+        "acks": "all",
+        "enable.idempotence": True,
+        "security.protocol": "PLAINTEXT",
+    }
+
+
+def test_librdkafka_none_consumer_and_admin_defaults():
+    kafka = KafkaSettings()
+    assert librdkafka_config(kafka, "consumer", client_id="c1") == {
+        "bootstrap.servers": "localhost:9092",
+        "client.id": "c1",
+        "security.protocol": "PLAINTEXT",
+    }
+    assert librdkafka_config(kafka, "admin") == {
+        "bootstrap.servers": "localhost:9092",
+        "client.id": "iot-pulse",
+        "security.protocol": "PLAINTEXT",
+    }
+
+
+def test_librdkafka_connection_string_derives_bootstrap():
+    kafka = KafkaSettings(auth="connection_string", connection_string=CS)
+    assert kafka.bootstrap_servers == EH
+    assert librdkafka_config(kafka, "consumer") == {
+        "bootstrap.servers": EH,
+        "client.id": "iot-pulse",
+        "security.protocol": "SASL_SSL",
+        "socket.keepalive.enable": True,
+        "metadata.max.age.ms": 180000,
+        "request.timeout.ms": 60000,
+        "session.timeout.ms": 30000,
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "$ConnectionString",
+        "sasl.password": CS,
+    }
+
+
+def test_librdkafka_connection_string_producer_with_ca(tmp_path):
+    ca = tmp_path / "ca.pem"
+    kafka = KafkaSettings(
+        auth="connection_string",
+        connection_string=CS,
+        bootstrap_servers="localhost:19093",
+        ssl_ca_location=ca,
+    )
+    assert librdkafka_config(kafka, "producer") == {
+        "bootstrap.servers": "localhost:19093",
+        "client.id": "iot-pulse",
+        "acks": "all",
+        "enable.idempotence": True,
+        "security.protocol": "SASL_SSL",
+        "socket.keepalive.enable": True,
+        "metadata.max.age.ms": 180000,
+        "request.timeout.ms": 60000,
+        "ssl.ca.location": str(ca),
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "$ConnectionString",
+        "sasl.password": CS,
+    }
+
+
+def test_librdkafka_entra_uses_the_credential_for_the_namespace_scope():
+    cred = FakeCredential()
+    kafka = KafkaSettings(auth="entra", bootstrap_servers=EH)
+    conf = librdkafka_config(kafka, "admin", credential=cred)
+    cb = conf.pop("oauth_cb")
+    assert conf == {
+        "bootstrap.servers": EH,
+        "client.id": "iot-pulse",
+        "security.protocol": "SASL_SSL",
+        "socket.keepalive.enable": True,
+        "metadata.max.age.ms": 180000,
+        "request.timeout.ms": 60000,
+        "sasl.mechanism": "OAUTHBEARER",
+    }
+    assert cb("ignored") == ("tok-123", 1_900_000_000.0)
+    assert cred.scopes == [("https://pulse-ns.servicebus.windows.net/.default",)]
+
+
+def test_librdkafka_entra_explicit_scope():
+    cred = FakeCredential()
+    kafka = KafkaSettings(auth="entra", bootstrap_servers=EH, entra_scope="api://custom/.default")
+    librdkafka_config(kafka, "producer", credential=cred)["oauth_cb"]("")
+    assert cred.scopes == [("api://custom/.default",)]
+
+
+def test_connection_string_is_required_and_never_echoed():
+    with pytest.raises(ValidationError, match="IOT_KAFKA_CONNECTION_STRING"):
+        KafkaSettings(auth="connection_string")
+    kafka = KafkaSettings(auth="connection_string", connection_string=CS)
+    assert CS not in repr(kafka)
+    assert redact(librdkafka_config(kafka, "producer"))["sasl.password"] == "***"
+
+
+# --------------------------------------------------------------------------- Spark
+
+
+def test_spark_none():
+    assert spark_kafka_options(KafkaSettings(bootstrap_servers="kafka:29092")) == {
+        "kafka.bootstrap.servers": "kafka:29092"
+    }
+
+
+def test_spark_connection_string():
+    kafka = KafkaSettings(auth="connection_string", connection_string=CS)
+    assert spark_kafka_options(kafka) == {
+        "kafka.bootstrap.servers": EH,
+        **EVENTHUBS_JAVA,
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="$ConnectionString" password="{CS}";'
+        ),
+    }
+
+
+def test_spark_connection_string_escapes_quotes_and_sets_pem_truststore():
+    weird = 'Endpoint=sb://localhost:1/;SharedAccessKeyName=a"b;SharedAccessKey=c\\d'
+    kafka = KafkaSettings(
+        auth="connection_string", connection_string=weird, ssl_ca_location=Path("/ca/root.pem")
+    )
+    opts = spark_kafka_options(kafka)
+    assert opts["kafka.bootstrap.servers"] == "localhost:9093"
+    assert opts["kafka.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="$ConnectionString" '
+        'password="Endpoint=sb://localhost:1/;SharedAccessKeyName=a\\"b;SharedAccessKey=c\\\\d";'
+    )
+    assert opts["kafka.ssl.truststore.type"] == "PEM"
+    assert opts["kafka.ssl.truststore.location"] == "/ca/root.pem"
+    assert redact(opts)["kafka.sasl.jaas.config"] == "***"
+
+
+def test_spark_entra():
+    kafka = KafkaSettings(auth="entra", bootstrap_servers=EH)
+    assert ENTRA_LOGIN_HANDLER == "io.iotpulse.eventhubs.EntraLoginCallbackHandler"
+    assert spark_kafka_options(kafka) == {
+        "kafka.bootstrap.servers": EH,
+        **EVENTHUBS_JAVA,
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "OAUTHBEARER",
+        "kafka.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'scope="https://pulse-ns.servicebus.windows.net/.default";'
+        ),
+        "kafka.sasl.login.callback.handler.class": (
+            "io.iotpulse.eventhubs.EntraLoginCallbackHandler"
+        ),
+    }
+
+
+def test_spark_entra_scope_login_options_and_ca():
+    kafka = KafkaSettings(
+        auth="entra",
+        bootstrap_servers="localhost:19093",
+        entra_scope="https://other.servicebus.windows.net/.default",
+        ssl_ca_location=Path("/ca/root.pem"),
+    )
+    opts = spark_kafka_options(kafka, login_options={"tokenSource": "unsecured"})
+    assert opts == {
+        "kafka.bootstrap.servers": "localhost:19093",
+        **EVENTHUBS_JAVA,
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "OAUTHBEARER",
+        "kafka.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'scope="https://other.servicebus.windows.net/.default" tokenSource="unsecured";'
+        ),
+        "kafka.sasl.login.callback.handler.class": ENTRA_LOGIN_HANDLER,
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": "/ca/root.pem",
+    }
