@@ -11,15 +11,21 @@ from types import FrameType
 from pydantic import ValidationError
 
 from common.settings import add_settings_arguments, load_settings
-from processor.pipeline import Tables, run_available_now, start_all, write_devices
+from processor.metrics import MetricsListener
+from processor.pipeline import Tables, maintain, run_available_now, start_all, write_devices
 from processor.session import ConnectorJarsMissingError, build_session
 from processor.settings import ProcessorSettings
 
 
 def _run(settings: ProcessorSettings) -> int:
     spark = build_session(settings)
+    listener = MetricsListener(
+        spark, Tables.under(settings.lake).pipeline_metrics, settings.metrics_flush_s
+    )
+    spark.streams.addListener(listener)
     if settings.trigger == "available_now":
         run_available_now(spark, settings)
+        listener.close()
         print("[processor] all available data processed", file=sys.stderr, flush=True)
         spark.stop()
         return 0
@@ -46,6 +52,7 @@ def _run(settings: ProcessorSettings) -> int:
         stopping.wait(1.0)
     for q in queries:
         q.stop()
+    listener.close()
     spark.stop()
     failed = any(q.exception() is not None for q in queries)
     return 1 if failed else 0
@@ -57,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m processor", description="Kafka -> bronze -> silver -> gold on Delta."
     )
     parser.add_argument(
-        "command", nargs="?", default="run", choices=("run", "devices"),
-        help="run the pipeline (default) or rewrite the device dimension",
+        "command", nargs="?", default="run", choices=("run", "devices", "maintain"),
+        help="run the pipeline (default), rewrite the device dimension, or OPTIMIZE+VACUUM",
     )  # fmt: skip
     parser.add_argument("--config", help="TOML settings file ([processor], [kafka], [lake])")
     add_settings_arguments(parser, ProcessorSettings)
@@ -72,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "devices":
             spark = build_session(settings)
             write_devices(spark, settings, Tables.under(settings.lake).devices)
+            spark.stop()
+            return 0
+        if args.command == "maintain":
+            spark = build_session(settings)
+            maintain(spark, settings)
             spark.stop()
             return 0
         return _run(settings)

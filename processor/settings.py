@@ -32,12 +32,35 @@ class ProcessorSettings(Settings):
         "processing_time", description="Run continuously, or process what is there and stop"
     )
     trigger_interval: str = Field("5 seconds", description="Micro-batch interval")
+    source: Literal["kafka", "files", "rate"] = Field(
+        "kafka",
+        description="kafka (or Event Hubs), a JSON-lines landing folder, or Spark's rate source",
+    )
+    landing_dir: str = Field("", description="Landing folder of JSON-lines files (source=files)")
+    max_files_per_trigger: int = Field(
+        100, ge=1, description="Files per micro-batch (source=files)"
+    )
+    rate_rows_per_second: int = Field(
+        1000, ge=1, description="Rows/s of the rate source (smoke runs)"
+    )
     starting_offsets: str = Field("earliest", description="Kafka startingOffsets")
     max_offsets_per_trigger: int | None = Field(None, ge=1, description="Kafka rate limit")
     fail_on_data_loss: bool = Field(
         True, description="Fail when Kafka offsets aged out before they were read"
     )
     watermark: str = Field("2 minutes", description="How late an event may arrive")
+    sliding_length: str = Field("10 minutes", description="Site/type sliding window length")
+    sliding_slide: str = Field("5 minutes", description="Site/type sliding window slide")
+    session_gap: str = Field("2 minutes", description="Silence that ends a connectivity session")
+    recovery_window: str = Field("10 minutes", description="How long an alert may take to recover")
+    z_threshold: float = Field(4.0, gt=0, description="Rolling z-score alert threshold")
+    zscore_span: int = Field(
+        60, ge=2, description="Readings in the rolling z-score baseline (EWMA)"
+    )
+    zscore_warmup: int = Field(30, ge=1, description="Readings before z-scores are trusted")
+    metrics_flush_s: float = Field(
+        10.0, gt=0, description="Seconds between pipeline-metrics writes"
+    )
     shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions")
     fleet_size: int = Field(100, ge=1, description="Devices in the dimension (as the producer)")
     seed: int = Field(42, description="Fleet seed (as the producer)")

@@ -114,3 +114,32 @@ def foreach_batch_stream(
     query = with_trigger(writer, settings).start()
     qid.set(query.id)
     return query
+
+
+def complete_stream(
+    df: DataFrame, path: str, checkpoint: str, name: str, settings: ProcessorSettings
+) -> StreamingQuery:
+    """Rewrite a small aggregate table whole every batch (complete output mode)."""
+    writer = (
+        df.writeStream.format("delta")
+        .outputMode("complete")
+        .option("checkpointLocation", checkpoint)
+        .queryName(name)
+    )
+    return with_trigger(writer, settings).start(path)
+
+
+def merge_latest(df: DataFrame, path: str) -> None:
+    """Upsert one row per device, keeping whichever of old and new is newer."""
+    target = DeltaTable.forPath(df.sparkSession, path)
+    newer = (
+        "s.last_event_time > t.last_event_time"
+        " OR (s.last_event_time = t.last_event_time AND s.last_seq > t.last_seq)"
+    )
+    (
+        target.alias("t")
+        .merge(df.alias("s"), "t.device_id = s.device_id")
+        .whenMatchedUpdateAll(condition=newer)
+        .whenNotMatchedInsertAll()
+        .execute()
+    )

@@ -30,3 +30,18 @@ def delta_stream(spark: SparkSession, path: str) -> DataFrame:
 def delta_table(spark: SparkSession, path: str) -> DataFrame:
     """Read a Delta table as a static DataFrame (re-resolved in every micro-batch)."""
     return spark.read.format("delta").load(path)
+
+
+def lines_stream(spark: SparkSession, landing_dir: str, max_files_per_trigger: int) -> DataFrame:
+    """New JSON-lines files in a landing folder, one row per line (parsed later, in silver)."""
+    return (
+        spark.readStream.format("text")
+        .option("maxFilesPerTrigger", max_files_per_trigger)
+        .load(landing_dir)
+        .select("value", "_metadata")
+    )
+
+
+def rate_stream(spark: SparkSession, rows_per_second: int) -> DataFrame:
+    """Spark's rate source: ``timestamp`` and a counting ``value``."""
+    return spark.readStream.format("rate").option("rowsPerSecond", rows_per_second).load()

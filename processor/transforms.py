@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType
 
 from common.contract import FIELDS, METRIC_NAMES, STATUSES
+from processor.detector import DetectorConfig, detect, dump_state, load_state
 
 KAFKA_META = ("topic", "partition", "offset", "kafka_timestamp", "ingest_time")
 CONTRACT_COLUMNS = tuple(f.name for f in FIELDS)
@@ -29,6 +30,49 @@ def to_bronze(kafka_df: DataFrame) -> DataFrame:
         F.col("topic"),
         F.col("partition"),
         F.col("offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.current_timestamp().alias("ingest_time"),
+    )
+
+
+def lines_to_bronze(lines: DataFrame) -> DataFrame:
+    """Bronze rows from JSON-lines files (Spark's text source, with ``_metadata``).
+
+    ``topic`` holds the file path and ``kafka_timestamp`` the file's modification
+    time; ``partition`` and ``offset`` are null.
+    """
+    return lines.select(
+        F.lit(None).cast("string").alias("key"),
+        F.col("value").cast("binary").alias("value"),
+        F.col("_metadata.file_path").alias("topic"),
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("long").alias("offset"),
+        F.col("_metadata.file_modification_time").alias("kafka_timestamp"),
+        F.current_timestamp().alias("ingest_time"),
+    )
+
+
+def rate_to_bronze(rate: DataFrame, fleet_size: int) -> DataFrame:
+    """Bronze rows from Spark's rate source: synthetic thermostat-style events, for smoke runs.
+
+    Row ``n`` becomes device ``n % fleet_size`` with sequence ``n // fleet_size + 1``.
+    """
+    device = F.format_string("dev-%05d", F.col("value") % fleet_size)
+    event = F.struct(
+        F.format_string("rate-%d", F.col("value")).alias("event_id"),
+        device.alias("device_id"),
+        (F.floor(F.col("value") / fleet_size) + 1).alias("seq"),
+        F.date_format(F.col("timestamp"), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("event_time"),
+        F.lit(1).alias("schema_version"),
+        F.lit("online").alias("status"),
+        (F.lit(21.0) + F.sin(F.col("value") / 50.0)).alias("temperature_c"),
+    )
+    return rate.select(
+        device.alias("key"),
+        F.to_json(event).cast("binary").alias("value"),
+        F.lit("rate").alias("topic"),
+        F.lit(0).alias("partition"),
+        F.col("value").alias("offset"),
         F.col("timestamp").alias("kafka_timestamp"),
         F.current_timestamp().alias("ingest_time"),
     )
@@ -164,4 +208,202 @@ def device_minute_aggregates(silver: DataFrame, watermark: str) -> DataFrame:
             "site",
             *aggs,
         )
+    )
+
+
+def site_type_sliding(silver: DataFrame, watermark: str, length: str, slide: str) -> DataFrame:
+    """Sliding windows per site and device type: events, distinct devices, metric means.
+
+    ``devices`` is HyperLogLog++ (``approx_count_distinct``, 1% relative error),
+    since exact distinct counts are not available on streams.
+
+    Args:
+        silver: Silver events.
+        watermark: Event-time watermark delay.
+        length: Window length, e.g. ``"10 minutes"``.
+        slide: Slide, e.g. ``"5 minutes"``.
+    """
+    aggs = {
+        "events": F.count(F.lit(1)),
+        "devices": F.approx_count_distinct("device_id", 0.01),
+    } | {f"{m}_avg": F.avg(m) for m in METRIC_NAMES}
+    return (
+        silver.withWatermark("event_time", watermark)
+        .groupBy(F.window("event_time", length, slide), "site", "device_type")
+        .agg(*[col.alias(name) for name, col in aggs.items()])
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "site",
+            "device_type",
+            *aggs,
+        )
+    )
+
+
+def device_sessions(silver: DataFrame, watermark: str, gap: str) -> DataFrame:
+    """Connectivity sessions per device: runs of readings with no silence longer than ``gap``.
+
+    Args:
+        silver: Silver events.
+        watermark: Event-time watermark delay.
+        gap: Silence that ends a session, e.g. ``"2 minutes"``.
+    """
+    return (
+        silver.withWatermark("event_time", watermark)
+        .groupBy(F.session_window("event_time", gap), "device_id", "device_type", "site")
+        .agg(
+            F.count(F.lit(1)).alias("events"),
+            F.min("event_time").alias("session_start"),
+            F.max("event_time").alias("session_end"),
+        )
+        .select(
+            "device_id",
+            "device_type",
+            "site",
+            "session_start",
+            "session_end",
+            "events",
+            _seconds_between(F.col("session_end"), F.col("session_start")).alias("duration_s"),
+        )
+    )
+
+
+def latest_status(silver: DataFrame) -> DataFrame:
+    """The newest reading per device in a (static) batch: the row to upsert into device_status."""
+    from pyspark.sql.window import Window
+
+    newest = Window.partitionBy("device_id").orderBy(
+        F.col("event_time").desc(), F.col("seq").desc()
+    )
+    return (
+        silver.withColumn("_rank", F.row_number().over(newest))
+        .filter(F.col("_rank") == 1)
+        .select(
+            "device_id",
+            "device_type",
+            "site",
+            "building",
+            "lat",
+            "lon",
+            "status",
+            "battery_pct",
+            F.col("event_time").alias("last_event_time"),
+            F.col("seq").alias("last_seq"),
+            F.current_timestamp().alias("updated_time"),
+        )  # fmt: skip
+    )
+
+
+def fleet_summary(silver: DataFrame) -> DataFrame:
+    """Per device type: distinct devices (HLL++), events and the newest event time."""
+    return silver.groupBy("device_type").agg(
+        F.approx_count_distinct("device_id", 0.01).alias("devices"),
+        F.count(F.lit(1)).alias("events"),
+        F.max("event_time").alias("last_event_time"),
+    )
+
+
+def alert_recoveries(
+    alerts: DataFrame, clears: DataFrame, watermark: str, within: str
+) -> DataFrame:
+    """Stream-stream left outer join: each raised alert with its clearing within ``within``.
+
+    Both sides carry a watermark and the join has a time-range condition, so the
+    join state is bounded; an alert with no clearing in time is emitted with null
+    ``recovered_time`` once the watermark passes ``alert_time + within``.
+
+    Args:
+        alerts: Rows of ``gold/alerts`` (``alert_id``, ``event_time`` ...).
+        clears: Rows of ``gold/alert_clears`` (``alert_id``, ``cleared_time``).
+        watermark: Watermark delay applied on both sides.
+        within: How long after the alert a clearing still counts as its recovery.
+    """
+    a = alerts.select(
+        "alert_id", "device_id", "metric", "kind", F.col("event_time").alias("alert_time")
+    ).withWatermark("alert_time", watermark)
+    c = clears.select(F.col("alert_id").alias("c_alert_id"), "cleared_time").withWatermark(
+        "cleared_time", watermark
+    )
+    joined = a.join(
+        c,
+        F.expr(
+            "c_alert_id = alert_id AND cleared_time >= alert_time "
+            f"AND cleared_time <= alert_time + INTERVAL {within}"
+        ),
+        "leftOuter",
+    )
+    return joined.select(
+        "alert_id",
+        "device_id",
+        "metric",
+        "kind",
+        "alert_time",
+        F.col("cleared_time").alias("recovered_time"),
+        _seconds_between(F.col("cleared_time"), F.col("alert_time")).alias("time_to_recover_s"),
+    )
+
+
+ALERT_TRANSITIONS_SCHEMA = (
+    "transition string, alert_id string, device_id string, device_type string, site string, "
+    "metric string, kind string, value double, threshold double, zscore double, "
+    "event_time timestamp, event_id string"
+)
+
+
+def detect_alerts(silver: DataFrame, config: DetectorConfig | None = None) -> DataFrame:
+    """Raised and cleared alerts per device (see ``processor.detector``), a stateful stream.
+
+    Each device's rolling statistics and open alerts live in Spark's state store
+    (``applyInPandasWithState``), so they survive restarts with the checkpoint.
+
+    Args:
+        silver: Silver events with the dimension's ``<metric>_low/_high`` columns.
+        config: Detector tuning.
+    """
+    import pandas as pd
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    cfg = config or DetectorConfig()
+    columns = ["event_id", "device_id", "device_type", "site", "event_time", "seq"]
+    columns += [c for m in METRIC_NAMES for c in (m, f"{m}_low", f"{m}_high")]
+    out_columns = [c.strip().split(" ")[0] for c in ALERT_TRANSITIONS_SCHEMA.split(",")]
+
+    def run(key: tuple[str], batches, group_state):  # type: ignore[no-untyped-def]
+        state = load_state(group_state.get[0] if group_state.exists else None)
+        rows = pd.concat(list(batches)).sort_values(["event_time", "seq"])
+        transitions = detect(rows.to_dict("records"), state, cfg)
+        group_state.update((dump_state(state),))
+        yield pd.DataFrame(transitions, columns=out_columns)
+
+    return (
+        silver.select(*columns)
+        .groupBy("device_id")
+        .applyInPandasWithState(
+            run,
+            outputStructType=ALERT_TRANSITIONS_SCHEMA,
+            stateStructType="state string",
+            outputMode="append",
+            timeoutConf=GroupStateTimeout.NoTimeout,
+        )
+    )
+
+
+def raised_alerts(transitions: DataFrame) -> DataFrame:
+    """The ``raised`` transitions, shaped for ``gold/alerts``."""
+    return transitions.filter(F.col("transition") == "raised").select(
+        "alert_id", "device_id", "device_type", "site", "metric", "kind", "value",
+        "threshold", "zscore", "event_time", F.current_timestamp().alias("detected_time"),
+    )  # fmt: skip
+
+
+def cleared_alerts(transitions: DataFrame) -> DataFrame:
+    """The ``cleared`` transitions, shaped for ``gold/alert_clears``."""
+    return transitions.filter(F.col("transition") == "cleared").select(
+        "alert_id",
+        "device_id",
+        "metric",
+        "kind",
+        "value",
+        F.col("event_time").alias("cleared_time"),
     )

@@ -1,0 +1,126 @@
+"""Pipeline metrics: every query's progress, appended to ``ops/pipeline_metrics``.
+
+A ``StreamingQueryListener`` turns each progress event into one row
+(``progress_row``, pure) and queues it; a background thread appends the queue
+to the Delta table every few seconds, so the listener never blocks the queries.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+METRICS_SCHEMA = (
+    "query_name string, query_id string, run_id string, batch_id long, timestamp timestamp, "
+    "num_input_rows long, input_rows_per_s double, processed_rows_per_s double, "
+    "batch_duration_ms long, watermark timestamp, state_rows long, "
+    "rows_dropped_by_watermark long, kafka_offsets_behind long"
+)
+
+
+def _ts(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).replace(tzinfo=None)
+
+
+def progress_row(progress: dict[str, Any]) -> dict[str, Any]:
+    """One metrics row from a query progress (``StreamingQueryProgress.json`` parsed).
+
+    Args:
+        progress: The progress as a dict.
+
+    Returns:
+        A row following ``METRICS_SCHEMA``. ``kafka_offsets_behind`` is the largest
+        per-partition lag over the query's Kafka sources (null without one).
+    """
+    state_ops = progress.get("stateOperators") or []
+    behind = [
+        int(float(src["metrics"]["maxOffsetsBehindLatest"]))
+        for src in progress.get("sources") or []
+        if "maxOffsetsBehindLatest" in (src.get("metrics") or {})
+    ]
+    watermark = (progress.get("eventTime") or {}).get("watermark")
+    wm = _ts(watermark)
+    return {
+        "query_name": progress.get("name"),
+        "query_id": progress.get("id"),
+        "run_id": progress.get("runId"),
+        "batch_id": int(progress.get("batchId", -1)),
+        "timestamp": _ts(progress.get("timestamp")),
+        "num_input_rows": int(progress.get("numInputRows") or 0),
+        "input_rows_per_s": float(progress.get("inputRowsPerSecond") or 0.0),
+        "processed_rows_per_s": float(progress.get("processedRowsPerSecond") or 0.0),
+        "batch_duration_ms": int((progress.get("durationMs") or {}).get("triggerExecution") or 0),
+        # Spark reports the epoch before the first watermark is set.
+        "watermark": wm if wm is not None and wm.year > 1970 else None,
+        "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in state_ops),
+        "rows_dropped_by_watermark": sum(
+            int(op.get("numRowsDroppedByWatermark") or 0) for op in state_ops
+        ),
+        "kafka_offsets_behind": max(behind) if behind else None,
+    }
+
+
+class MetricsListener(StreamingQueryListener):
+    """Queues a metrics row per progress event and flushes the queue to Delta."""
+
+    def __init__(self, spark: SparkSession, path: str, flush_s: float = 10.0):
+        """Start the flusher thread.
+
+        Args:
+            spark: The session that writes the table.
+            path: Location of ``ops/pipeline_metrics``.
+            flush_s: Seconds between appends.
+        """
+        self._spark = spark
+        self._path = path
+        self._rows: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._flush_s = flush_s
+        self._thread = threading.Thread(target=self._loop, name="metrics-flush", daemon=True)
+        self._thread.start()
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
+        """Nothing to record."""
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        """Queue the progress as a row."""
+        row = progress_row(json.loads(event.progress.json))
+        with self._lock:
+            self._rows.append(row)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        """Nothing to record."""
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        """Nothing to record."""
+
+    def flush(self) -> int:
+        """Append the queued rows now; return how many were written."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+        if not rows:
+            return 0
+        df = self._spark.createDataFrame(rows, METRICS_SCHEMA)
+        df.write.format("delta").mode("append").save(self._path)
+        return len(rows)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._flush_s):
+            try:
+                self.flush()
+            except Exception as exc:  # keep the pipeline running; say what failed
+                print(f"[processor] could not write pipeline metrics: {exc}", flush=True)
+
+    def close(self) -> None:
+        """Stop the thread and write what is left."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.flush()
