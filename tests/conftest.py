@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+
+os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 from collections.abc import Iterator
 from pathlib import Path
 
