@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-
-os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 
 pytest_plugins = (
     ["tests.broker_fixture"] if (Path(__file__).parent / "broker_fixture.py").exists() else []
