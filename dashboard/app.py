@@ -12,24 +12,29 @@ from dashboard import ui
 
 PAGES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     # file, title, icon, the page's own query parameters
-    ("views/overview.py", "Overview", "📊", ("metric",)),
-    ("views/device.py", "Device", "🔎", ("device",)),
-    ("views/alerts.py", "Alerts", "🚨", ("alert_metric", "kind", "state")),
-    ("views/pipeline.py", "Pipeline health", "🩺", ()),
-    ("views/loadtest.py", "Load test", "🏋️", ()),
+    ("views/overview.py", "Overview", ":material/dashboard:", ("metric",)),
+    ("views/device.py", "Device", ":material/sensors:", ("device",)),
+    (
+        "views/alerts.py",
+        "Alerts",
+        ":material/notifications_active:",
+        ("alert_metric", "kind", "state"),
+    ),
+    ("views/pipeline.py", "Pipeline health", ":material/monitor_heart:", ()),
+    ("views/loadtest.py", "Load test", ":material/speed:", ()),
 )
 
 
 def main() -> None:
     """Build the navigation and the sidebar, then run the selected page."""
-    st.set_page_config(page_title="IoT Pulse", page_icon="📡", layout="wide")
+    st.set_page_config(page_title="IoT Pulse", page_icon=":material/sensors:", layout="wide")
     pages = [
         st.Page(path, title=title, icon=icon, default=index == 0)
         for index, (path, title, icon, _) in enumerate(PAGES)
     ]
     page = st.navigation(pages)
     settings = ui.dashboard_settings()
-    st.sidebar.title("📡 IoT Pulse")
+    st.sidebar.title("IoT Pulse")
     ui.sidebar(settings)
     own = next((p[3] for p in PAGES if p[1] == page.title), ())
     ui.keep_only_params((*ui.GLOBAL_PARAMS, *own))

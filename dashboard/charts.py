@@ -86,7 +86,7 @@ def metric_band(
 def sessions_timeline(sessions: pl.DataFrame) -> alt.Chart:
     """Connectivity sessions as bars from start to end."""
     return (
-        alt.Chart(sessions, title="Connectivity sessions")
+        alt.Chart(sessions)
         .mark_bar(height=18)
         .encode(
             x=alt.X("session_start:T", title=None),
@@ -99,14 +99,19 @@ def sessions_timeline(sessions: pl.DataFrame) -> alt.Chart:
                 alt.Tooltip("duration_s:Q", format=".0f"),
             ],
         )
-        .properties(height=80)
+        .properties(height=110)
     )
 
 
 def bars(frame: pl.DataFrame, x: str, y: str, *, title: str, color: str | None = None) -> alt.Chart:
-    """A bar chart; horizontal when ``y`` is categorical (``:N``)."""
+    """A bar chart; horizontal, longest bar first, when ``y`` is categorical (``:N``)."""
     chart = alt.Chart(frame, title=title).mark_bar()
-    encoding = {"x": x, "y": y, "tooltip": [x.split(":")[0], y.split(":")[0]]}
+    x_field, y_field = x.split(":")[0], y.split(":")[0]
+    if y.endswith(":N"):
+        x_enc, y_enc = alt.X(x), alt.Y(y, sort="-x", axis=alt.Axis(labelLimit=320))
+    else:
+        x_enc, y_enc = alt.X(x, title=None), alt.Y(y)
+    encoding: dict[str, object] = {"x": x_enc, "y": y_enc, "tooltip": [x_field, y_field]}
     if color is not None:
         encoding["color"] = color
     return chart.encode(**encoding).properties(height=HEIGHT)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TypeVar
 
 import polars as pl
 import streamlit as st
@@ -25,12 +26,14 @@ from dashboard.filters import (
     Filters,
     filters_from_params,
     filters_to_params,
+    parse_range,
     range_from_minutes,
     range_label,
     range_options,
 )
 from dashboard.settings import DashboardSettings
 
+T = TypeVar("T")
 VIEW_KEY = "_iot_view"
 GLOBAL_PARAMS = ("range", "site", "type", "refresh", "paused")
 _KEPT = "_kept_"
@@ -140,24 +143,24 @@ def waiting(loaded: Loaded, what: str) -> None:
     if loaded.problem is not None:
         st.warning(
             f"Cannot read {loaded.name} yet ({loaded.problem}); retrying at the next refresh.",
-            icon="⚠️",
+            icon=":material/warning:",
         )
     elif loaded.frame is None:
         st.info(
             f"Waiting for data: {loaded.name} does not exist yet. {what} will appear here "
             "once the processor writes it.",
-            icon="⏳",
+            icon=":material/hourglass_empty:",
         )
     elif loaded.scoped:
         st.info(
             f"Waiting for data: {loaded.name} has no rows for the selected time range, "
             "sites and device types yet.",
-            icon="⏳",
+            icon=":material/hourglass_empty:",
         )
     else:
         st.info(
             f"Waiting for data: {loaded.name} has no rows for the selected time range yet.",
-            icon="⏳",
+            icon=":material/hourglass_empty:",
         )
 
 
@@ -168,23 +171,21 @@ def _param_values(key: str) -> list[str]:
     return [v for v in st.query_params.get_all(key) if v]
 
 
-def remember(key: str, fallback: object, valid: Callable[[object], bool] | None = None) -> None:
-    """Start the widget ``key`` from the URL, else from its last value, else ``fallback``.
+def initial(key: str, fallback: T, valid: Callable[[T], bool] | None = None) -> T:
+    """The value a widget ``key`` starts from in this run.
 
-    Call before creating the widget. Streamlit drops a page's widget state when
-    another page is shown; the last value is kept aside so that coming back
-    restores it.
+    Its current value if it has one; else the URL's; else its last value on this
+    page (Streamlit drops a page's widget state while another page is shown); else
+    ``fallback``. Pass the result as the widget's default: the session state is
+    never written, so the frontend's default and the server's value always agree.
     """
     if key in st.session_state:
-        return
+        return st.session_state[key]
     values = _param_values(key)
-    if isinstance(fallback, list):
-        candidate: object = values
-    else:
-        candidate = values[-1] if values else None
-    if not candidate or (valid is not None and not valid(candidate)):
-        candidate = st.session_state.get(_KEPT + key, fallback)
-    st.session_state[key] = candidate
+    candidate: object = values if isinstance(fallback, list) else (values[-1] if values else None)
+    if candidate and (valid is None or valid(candidate)):  # type: ignore[arg-type]
+        return candidate  # type: ignore[return-value]
+    return st.session_state.get(_KEPT + key, fallback)
 
 
 def publish(key: str, value: object, default: object) -> None:
@@ -226,6 +227,13 @@ def _scope_options(settings: DashboardSettings) -> tuple[list[str], list[str]]:
     return sorted(sites), sorted(types)
 
 
+def _float(text: object, fallback: float) -> float:
+    try:
+        return float(str(text))
+    except ValueError:
+        return fallback
+
+
 def sidebar(settings: DashboardSettings) -> View:
     """Render the shared filters and refresh controls; keep them in the URL.
 
@@ -233,64 +241,46 @@ def sidebar(settings: DashboardSettings) -> View:
     link opens the same view.
     """
     default_range = range_from_minutes(settings.lookback_minutes)
-    if "range" not in st.session_state:
-        from_url = filters_from_params(
-            {k: st.query_params.get_all(k) for k in ("range", "site", "type")}, default_range
-        )
-        st.session_state["range"] = from_url.range
-        st.session_state["site"] = list(from_url.sites)
-        st.session_state["type"] = list(from_url.device_types)
+    from_url = filters_from_params(
+        {k: st.query_params.get_all(k) for k in ("range", "site", "type")}, default_range
+    )
+    range_ = initial("range", from_url.range, lambda r: parse_range(r) is not None)
+    chosen_sites: list[str] = initial("site", list(from_url.sites))
+    chosen_types: list[str] = initial("type", list(from_url.device_types))
     refresh_choices = sorted(set(REFRESH_CHOICES) | {settings.refresh_s})
-    remember("refresh", settings.refresh_s)
-    if not isinstance(st.session_state["refresh"], float):
-        try:
-            st.session_state["refresh"] = float(str(st.session_state["refresh"]))
-        except ValueError:
-            st.session_state["refresh"] = settings.refresh_s
-    if st.session_state["refresh"] not in refresh_choices:
-        st.session_state["refresh"] = settings.refresh_s
-    remember("paused", False)
-    st.session_state["paused"] = st.session_state["paused"] in (True, "1", "true")
+    refresh = _float(initial("refresh", settings.refresh_s), settings.refresh_s)
+    if refresh not in refresh_choices:
+        refresh = settings.refresh_s
+    paused = initial("paused", False) in (True, "1", "true")
 
     sites, types = _scope_options(settings)
     bar = st.sidebar
-    bar.selectbox(
-        "Time range",
-        range_options(default_range, st.session_state["range"]),
-        format_func=range_label,
-        key="range",
+    ranges = range_options(default_range, range_)
+    range_ = bar.selectbox(
+        "Time range", ranges, index=ranges.index(range_), format_func=range_label, key="range"
     )
-    bar.multiselect(
-        "Sites",
-        sorted(set(sites) | set(st.session_state["site"])),
-        key="site",
+    chosen_sites = bar.multiselect(
+        "Sites", sorted({*sites, *chosen_sites}), default=chosen_sites, key="site",
         placeholder="All sites",
-    )
-    bar.multiselect(
-        "Device types",
-        sorted(set(types) | set(st.session_state["type"])),
-        key="type",
+    )  # fmt: skip
+    chosen_types = bar.multiselect(
+        "Device types", sorted({*types, *chosen_types}), default=chosen_types, key="type",
         placeholder="All device types",
-    )
+    )  # fmt: skip
     bar.divider()
-    bar.select_slider(
-        "Refresh every (s)", refresh_choices, key="refresh", format_func=lambda s: f"{s:g}"
-    )
-    bar.toggle("Pause live refresh", key="paused")
+    refresh = bar.select_slider(
+        "Refresh every (s)", refresh_choices, value=refresh, key="refresh",
+        format_func=lambda s: f"{s:g}",
+    )  # fmt: skip
+    paused = bar.toggle("Pause live refresh", value=paused, key="paused")
 
-    filters = Filters(
-        range=st.session_state["range"],
-        sites=tuple(st.session_state["site"]),
-        device_types=tuple(st.session_state["type"]),
-    )
-    for key, value in filters_to_params(filters, default_range).items():
-        st.query_params[key] = value
+    filters = Filters(range=range_, sites=tuple(chosen_sites), device_types=tuple(chosen_types))
+    params = filters_to_params(filters, default_range)
     for key in ("range", "site", "type"):
-        if key not in filters_to_params(filters, default_range) and key in st.query_params:
-            del st.query_params[key]
-    publish("refresh", st.session_state["refresh"], settings.refresh_s)
-    publish("paused", "1" if st.session_state["paused"] else None, None)
-    view = View(settings, filters, float(st.session_state["refresh"]), st.session_state["paused"])
+        publish(key, params.get(key), None)
+    publish("refresh", refresh, settings.refresh_s)
+    publish("paused", "1" if paused else None, None)
+    view = View(settings, filters, float(refresh), bool(paused))
     st.session_state[VIEW_KEY] = view
     return view
 

@@ -16,17 +16,23 @@ STATES = ("all", "open", "recovered")
 view = ui.current_view()
 settings, filters = view.settings, view.filters
 
-st.title("🚨 Alerts")
+st.title("Alerts")
 left, middle, right = st.columns(3)
-ui.remember("alert_metric", [], lambda v: all(m in METRIC_NAMES for m in v))  # type: ignore[attr-defined]
 metrics = left.multiselect(
     "Metrics", METRIC_NAMES, format_func=data.metric_label, key="alert_metric",
+    default=ui.initial("alert_metric", [], lambda v: all(m in METRIC_NAMES for m in v)),
     placeholder="All metrics",
 )  # fmt: skip
-ui.remember("kind", [], lambda v: all(k in KINDS for k in v))  # type: ignore[attr-defined]
-kinds = middle.multiselect("Kinds", KINDS, key="kind", placeholder="All kinds")
-ui.remember("state", "all", lambda v: v in STATES)
-state = right.segmented_control("State", STATES, key="state") or "all"
+kinds = middle.multiselect(
+    "Kinds", KINDS, key="kind", placeholder="All kinds",
+    default=ui.initial("kind", [], lambda v: all(k in KINDS for k in v)),
+)  # fmt: skip
+state = (
+    right.segmented_control(
+        "State", STATES, key="state", default=ui.initial("state", "all", lambda v: v in STATES)
+    )
+    or "all"
+)
 ui.publish("alert_metric", metrics, [])
 ui.publish("kind", kinds, [])
 ui.publish("state", state, "all")
@@ -64,7 +70,7 @@ def render(now: datetime) -> None:
     c[3].metric("Median time to recover", data.format_duration(summary.median_ttr_s))
     c[4].metric("p95 time to recover", data.format_duration(summary.p95_ttr_s))
     if rows.height == 0:
-        st.info("No alerts match the selected metrics, kinds and state.", icon="ℹ️")
+        st.info("No alerts match the selected metrics, kinds and state.", icon=":material/info:")
         return
     st.altair_chart(
         charts.bars(

@@ -11,7 +11,7 @@ from dashboard import charts, data, lake, ui
 view = ui.current_view()
 settings, filters = view.settings, view.filters
 
-st.title("🔎 Device")
+st.title("Device")
 
 
 def _device_ids() -> list[str]:
@@ -33,13 +33,15 @@ def _device_ids() -> list[str]:
 
 
 device_ids = _device_ids()
-ui.remember("device", "")
-if st.session_state["device"] not in device_ids:
-    if st.session_state["device"]:
-        device_ids = sorted({*device_ids, st.session_state["device"]})
-    elif device_ids:
-        st.session_state["device"] = device_ids[0]
-device = st.selectbox("Device", device_ids, key="device", placeholder="No devices yet")
+chosen = ui.initial("device", "")
+if chosen:
+    device_ids = sorted({*device_ids, chosen})
+elif device_ids:
+    chosen = device_ids[0]
+device = st.selectbox(
+    "Device", device_ids, index=device_ids.index(chosen) if chosen else None, key="device",
+    placeholder="No devices yet",
+)  # fmt: skip
 ui.publish("device", device or "", "")
 
 
@@ -77,7 +79,7 @@ def _status(device_id: str) -> None:
 def render(now: datetime) -> None:
     """One refresh of the page."""
     if not device:
-        st.info("Waiting for data: no devices are known yet.", icon="⏳")
+        st.info("Waiting for data: no devices are known yet.", icon=":material/hourglass_empty:")
         return
     profile = _profile(device)
     _status(device)
@@ -149,6 +151,13 @@ def render(now: datetime) -> None:
                 "recovered_time", "time_to_recover_s",
             ),
             hide_index=True,
+            column_config={
+                "event_time": st.column_config.DatetimeColumn("alert time", format="HH:mm:ss"),
+                "recovered_time": st.column_config.DatetimeColumn("recovered", format="HH:mm:ss"),
+                "time_to_recover_s": st.column_config.NumberColumn(
+                    "time to recover (s)", format="%.1f"
+                ),
+            },
         )  # fmt: skip
 
     st.subheader("Connectivity sessions")
@@ -162,6 +171,11 @@ def render(now: datetime) -> None:
                 "session_start", descending=True
             ),
             hide_index=True,
+            column_config={
+                "session_start": st.column_config.DatetimeColumn("start", format="HH:mm:ss"),
+                "session_end": st.column_config.DatetimeColumn("end", format="HH:mm:ss"),
+                "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
+            },
         )
         if session_summary is not None and session_summary.longest_s is not None:
             st.caption(

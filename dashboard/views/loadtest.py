@@ -14,7 +14,7 @@ PASS_RATIO = 0.9  # Azure streaming-at-scale: at least 90 % of the target rate
 view = ui.current_view()
 settings = view.settings
 
-st.title("🏋️ Load test")
+st.title("Load test")
 st.caption(
     f"The producer's run report ({settings.report_path}), written when a producer run "
     "ends. The time range and scope filters do not apply."
@@ -26,13 +26,13 @@ def render(now: datetime) -> None:
     try:
         report = data.load_report(settings.report_path)
     except data.ReportUnreadableError as exc:
-        st.warning(f"Cannot read the producer report yet ({exc}).", icon="⚠️")
+        st.warning(f"Cannot read the producer report yet ({exc}).", icon=":material/warning:")
         return
     if report is None:
         st.info(
             f"Waiting for data: no producer report at {settings.report_path} yet. Run the "
             "producer with IOT_PRODUCER_REPORT_PATH set to it (make demo does).",
-            icon="⏳",
+            icon=":material/hourglass_empty:",
         )
         return
     ratio = report.rate_ratio
@@ -70,7 +70,7 @@ def render(now: datetime) -> None:
         ).sort("count", descending=True)
         st.dataframe(errors, hide_index=True)
     else:
-        st.success("No delivery errors.", icon="✅")
+        st.success("No delivery errors.", icon=":material/check_circle:")
 
 
 ui.live(view, render)

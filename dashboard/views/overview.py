@@ -14,9 +14,12 @@ from dashboard.filters import floor_minute
 view = ui.current_view()
 settings, filters = view.settings, view.filters
 
-st.title("📊 Overview")
-ui.remember("metric", METRIC_NAMES[0], lambda m: m in METRIC_NAMES)
-metric = st.selectbox("Metric over time", METRIC_NAMES, format_func=data.metric_label, key="metric")
+st.title("Overview")
+metric = ui.initial("metric", METRIC_NAMES[0], lambda m: m in METRIC_NAMES)
+metric = st.selectbox(
+    "Metric over time", METRIC_NAMES, index=METRIC_NAMES.index(metric),
+    format_func=data.metric_label, key="metric",
+)  # fmt: skip
 ui.publish("metric", metric, METRIC_NAMES[0])
 
 
@@ -75,13 +78,13 @@ def _kpis(now: datetime, gold: pl.DataFrame) -> None:
         help="Time since the newest event aggregated in gold",
     )
     present = [m for m in METRIC_NAMES if m in kpi.metric_averages]
-    if present:
-        cols = st.columns(len(present))
-        for col, m in zip(cols, present, strict=True):
+    for row in range(0, len(present), 4):
+        cols = st.columns(4)
+        for col, m in zip(cols, present[row : row + 4], strict=False):
             col.metric(
                 f"Avg {data.metric_label(m)}",
                 f"{kpi.metric_averages[m]:,.1f}",
-                help="Event-weighted mean in the range",
+                help="Event-weighted mean of the 1-minute averages in the range",
             )
 
 
@@ -132,7 +135,9 @@ def render(now: datetime) -> None:
             width="stretch",
         )  # fmt: skip
     else:
-        st.info(f"No {data.metric_label(metric)} readings in the selection.", icon="ℹ️")
+        st.info(
+            f"No {data.metric_label(metric)} readings in the selection.", icon=":material/info:"
+        )
     _map(now)
 
 

@@ -11,7 +11,7 @@ from dashboard import charts, data, lake, ui
 view = ui.current_view()
 settings, filters = view.settings, view.filters
 
-st.title("🩺 Pipeline health")
+st.title("Pipeline health")
 
 
 def _queries(now: datetime) -> None:
@@ -86,7 +86,9 @@ def _quarantine(now: datetime) -> None:
     counts = data.quarantine_counts(quarantine.frame)
     st.metric("Quarantined rows", f"{quarantine.frame.height:,}")
     if counts.height == 0:
-        st.success("No records quarantined in the selected time range.", icon="✅")
+        st.success(
+            "No records quarantined in the selected time range.", icon=":material/check_circle:"
+        )
         return
     st.caption("Site and device type filters do not apply: bad records have no dimension.")
     left, right = st.columns(2)

@@ -1,0 +1,195 @@
+"""The running dashboard in Debian's headless Chromium, driven by Playwright.
+
+Starts ``streamlit run dashboard/app.py`` on a seeded lake, moves between every
+page through the sidebar, checks that no error element appears, that a shared URL
+keeps its filters, and that the live refresh picks up a new commit without a
+reload. Screenshots go to the git-ignored ``artifacts/browser/``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from deltalake import write_deltalake
+
+from tests.browser.seed import AS_OF, seed_lake
+
+CHROMIUM = Path("/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts" / "browser"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+# sidebar link, text that shows the page has rendered
+PAGES = (
+    ("Overview", "Active devices"),
+    ("Device", "Metrics against thresholds"),
+    ("Alerts", "Median time to recover"),
+    ("Pipeline health", "Streaming queries"),
+    ("Load test", "Ack latency p50"),
+)
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
+    ),
+]
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("browser") / "lake"
+    root.mkdir()
+    seed_lake(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def app_url(lake: Path, tmp_path_factory) -> Iterator[str]:
+    port = _free_port()
+    env = os.environ | {
+        "IOT_LAKE_ROOT": str(lake),
+        "IOT_DASHBOARD_AS_OF": AS_OF.isoformat(),
+        "IOT_DASHBOARD_REPORT_PATH": str(lake.parent / "lake-report.json"),
+    }
+    log = (tmp_path_factory.mktemp("streamlit") / "streamlit.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
+            "--server.headless", "true", "--server.port", str(port),
+            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+            "--server.fileWatcherType", "none",
+        ],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(f"{url}/_stcore/health", proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[object]:
+    with sync_api.sync_playwright() as pw:
+        # Playwright gives every launch a fresh temporary profile (user data dir).
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        context = browser.new_context(viewport={"width": 1400, "height": 2200})
+        tab = context.new_page()
+        tab.set_default_timeout(60_000)
+        yield tab
+        context.close()
+        browser.close()
+
+
+def _settled(page, marker: str) -> None:
+    """Wait until the page shows ``marker`` and Streamlit has finished running."""
+    page.get_by_text(marker, exact=False).first.wait_for(state="visible")
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"] button')"
+        " && !document.body.innerText.includes('Running...')"
+    )
+    page.wait_for_timeout(500)  # let the charts draw
+
+
+def _assert_no_error(page, where: str) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0, where
+    assert "Traceback" not in page.content(), where
+
+
+def _metric(page, label: str) -> str:
+    box = page.locator('[data-testid="stMetric"]', has_text=label).first
+    return box.locator('[data-testid="stMetricValue"]').inner_text().strip()
+
+
+def test_every_page_renders_without_errors(app_url, page):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.goto(app_url)
+    for title, marker in PAGES:
+        page.locator('[data-testid="stSidebarNavLink"]', has_text=title).first.click()
+        _settled(page, marker)
+        _assert_no_error(page, title)
+        page.screenshot(path=ARTIFACTS / f"{title.lower().replace(' ', '-')}.png", full_page=True)
+    assert _metric(page, "Sent") == "19,904"
+
+
+def test_a_shared_url_keeps_its_filters_across_pages(app_url, page):
+    page.goto(f"{app_url}/?range=6h&site=Austin")
+    _settled(page, "Active devices")
+    _assert_no_error(page, "overview with filters")
+    time_range = page.locator('[data-testid="stSelectbox"]', has_text="Time range").first
+    assert time_range.locator("input").input_value() == "Last 6 h"
+    page.locator('[data-testid="stSidebarNavLink"]', has_text="Alerts").first.click()
+    _settled(page, "Median time to recover")
+    page.wait_for_function("() => location.search.includes('range=6h')")
+    assert "site=Austin" in page.url
+    # At Austin: a1, a2, a3 and a5 (a6 is at Boston); a2 has not recovered.
+    assert _metric(page, "Alerts") == "4"
+    assert _metric(page, "Open") == "1"
+    page.screenshot(path=ARTIFACTS / "alerts-austin-6h.png", full_page=True)
+
+
+def test_live_refresh_shows_a_new_commit_without_reload(app_url, page, lake):
+    page.goto(f"{app_url}/?refresh=1")
+    _settled(page, "Active devices")
+    before = _metric(page, "Events / min")
+    gold = pl.read_delta(str(lake / "gold/device_1m"))
+    minute = AS_OF.replace(second=0) - timedelta(minutes=1)
+    extra = gold.filter(pl.col("window_start") == minute).with_columns(pl.col("events") * 100)
+    write_deltalake(str(lake / "gold/device_1m"), extra.to_arrow(), mode="append")
+    page.wait_for_function(
+        """([label, before]) => [...document.querySelectorAll('[data-testid="stMetric"]')]
+            .some(m => m.querySelector('[data-testid="stMetricLabel"]')?.innerText.trim() === label
+                && m.querySelector('[data-testid="stMetricValue"]')?.innerText.trim() !== before)""",
+        arg=["Events / min", before],
+        timeout=30_000,
+    )
+    assert _metric(page, "Events / min") != before
+    _assert_no_error(page, "after live refresh")
