@@ -87,41 +87,88 @@ def overview_kpis(gold: pl.DataFrame, now: datetime, active_minutes: int) -> Ove
     """
     if gold.height == 0:
         return OverviewKpis(0, 0, None, None, None, {})
-    active = gold.filter(pl.col("last_event_time") >= now - timedelta(minutes=active_minutes))
-    closed = gold.filter(pl.col("window_end") <= now)
-    minutes = closed["window_start"].n_unique()
-    averages: dict[str, float] = {}
-    for metric in METRIC_NAMES:
-        column = f"{metric}_avg"
-        if column not in gold.columns:
-            continue
-        rows = gold.filter(pl.col(column).is_not_null())
-        weight = rows["events"].sum()
-        if rows.height and weight:
-            averages[metric] = float((rows[column] * rows["events"]).sum() / weight)
-    newest = gold["last_event_time"].max()
+    closed = pl.col("window_end") <= now
+    metrics = [m for m in METRIC_NAMES if f"{m}_avg" in gold.columns]
+    # One pass over the rows: polars evaluates the expressions in parallel.
+    row = gold.select(
+        pl.col("device_id")
+        .filter(pl.col("last_event_time") >= now - timedelta(minutes=active_minutes))
+        .n_unique()
+        .alias("active"),
+        pl.col("events").sum().alias("events"),
+        pl.col("events").filter(closed).sum().alias("closed_events"),
+        pl.col("window_start").filter(closed).n_unique().alias("closed_minutes"),
+        pl.col("window_start").max().alias("latest"),
+        pl.col("last_event_time").max().alias("newest"),
+        *[(pl.col(f"{m}_avg") * pl.col("events")).sum().alias(f"{m}:sum") for m in metrics],
+        *[
+            pl.col("events").filter(pl.col(f"{m}_avg").is_not_null()).sum().alias(f"{m}:weight")
+            for m in metrics
+        ],
+    ).row(0, named=True)
+    averages = {
+        m: float(row[f"{m}:sum"]) / row[f"{m}:weight"] for m in metrics if row[f"{m}:weight"]
+    }
+    newest = row["newest"]
     return OverviewKpis(
-        active_devices=active["device_id"].n_unique(),
-        events=int(gold["events"].sum()),
-        events_per_min=float(closed["events"].sum()) / minutes if minutes else None,
-        latest_window=gold["window_start"].max(),  # type: ignore[arg-type]
-        freshness_s=(now - newest).total_seconds() if newest is not None else None,  # type: ignore[operator]
+        active_devices=int(row["active"]),
+        events=int(row["events"]),
+        events_per_min=(
+            float(row["closed_events"]) / row["closed_minutes"] if row["closed_minutes"] else None
+        ),
+        latest_window=row["latest"],
+        # A device clock slightly ahead of the dashboard's reads as fresh, not negative.
+        freshness_s=max(0.0, (now - newest).total_seconds()) if newest is not None else None,
         metric_averages=averages,
     )
 
 
-def events_per_minute(gold: pl.DataFrame, by: str) -> pl.DataFrame:
-    """Events in each 1-minute window per value of ``by`` (``device_type`` or ``site``)."""
-    return gold.group_by("window_start", by).agg(pl.col("events").sum()).sort("window_start", by)
+def fleet_cube(gold: pl.DataFrame) -> pl.DataFrame:
+    """Per 1-minute window, device type and site: events and each metric's weighted sums.
+
+    The charts of the overview are cuts of this small frame, so the 1-minute device
+    rows are aggregated once per refresh. Columns: window_start, device_type, site,
+    events, and per metric ``<metric>:sum`` (sum of avg x events) and
+    ``<metric>:weight`` (events of rows with that metric).
+    """
+    metrics = [m for m in METRIC_NAMES if f"{m}_avg" in gold.columns]
+    return gold.group_by("window_start", "device_type", "site").agg(
+        pl.col("events").sum(),
+        *[(pl.col(f"{m}_avg") * pl.col("events")).sum().alias(f"{m}:sum") for m in metrics],
+        *[
+            pl.col("events").filter(pl.col(f"{m}_avg").is_not_null()).sum().alias(f"{m}:weight")
+            for m in metrics
+        ],
+    )
 
 
-def metric_over_time(gold: pl.DataFrame, metric: str, by: str = "device_type") -> pl.DataFrame:
-    """Event-weighted mean of one metric per 1-minute window and value of ``by``."""
-    column = f"{metric}_avg"
+def events_per_minute(cube: pl.DataFrame, by: str) -> pl.DataFrame:
+    """Events in each 1-minute window per value of ``by`` (``device_type`` or ``site``).
+
+    Args:
+        cube: Rows of ``fleet_cube`` (or of ``gold/device_1m``).
+        by: Column to split the series by.
+    """
+    return cube.group_by("window_start", by).agg(pl.col("events").sum()).sort("window_start", by)
+
+
+def metric_over_time(cube: pl.DataFrame, metric: str, by: str = "device_type") -> pl.DataFrame:
+    """Event-weighted mean of one metric per 1-minute window and value of ``by``.
+
+    Args:
+        cube: Rows of ``fleet_cube``.
+        metric: Contract metric name.
+        by: Column to split the series by.
+    """
+    if f"{metric}:weight" not in cube.columns:
+        return pl.DataFrame(schema={"window_start": pl.Datetime("us", "UTC"), by: pl.String})
     return (
-        gold.filter(pl.col(column).is_not_null())
-        .group_by("window_start", by)
-        .agg(((pl.col(column) * pl.col("events")).sum() / pl.col("events").sum()).alias(metric))
+        cube.group_by("window_start", by)
+        .agg(pl.col(f"{metric}:sum").sum(), pl.col(f"{metric}:weight").sum())
+        .filter(pl.col(f"{metric}:weight") > 0)
+        .select(
+            "window_start", by, (pl.col(f"{metric}:sum") / pl.col(f"{metric}:weight")).alias(metric)
+        )
         .sort("window_start", by)
     )
 

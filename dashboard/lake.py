@@ -10,9 +10,10 @@ The table names and the columns each view reads follow ``docs/tables.md``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from urllib.parse import unquote
 
 import polars as pl
 from deltalake import DeltaTable
@@ -147,6 +148,75 @@ def _literal(value: datetime, dtype: pl.DataType) -> pl.Expr:
     return pl.lit(utc, dtype=pl.Datetime("us", "UTC")).dt.convert_time_zone(dtype.time_zone)
 
 
+FileReader = Callable[[str, tuple[str, ...], tuple[tuple[str, str], ...]], pl.DataFrame]
+
+
+def read_file(
+    uri: str, columns: tuple[str, ...], equals: tuple[tuple[str, str], ...]
+) -> pl.DataFrame:
+    """Some columns of one Delta data file, with equal-to filters.
+
+    Delta never changes a data file once written, so the result can be cached by
+    ``uri``. Columns the file lacks (added to the table later) come back null.
+    """
+    scan = pl.scan_parquet(uri)
+    present = scan.collect_schema()
+    select = [pl.col(c) if c in present else pl.lit(None).alias(c) for c in columns]
+    if any(c not in present for c, _ in equals):
+        return utc_datetimes(scan.select(select).head(0).collect())
+    predicates = [pl.col(c) == v for c, v in equals]
+    return utc_datetimes(
+        (scan.filter(*predicates) if predicates else scan).select(select).collect()
+    )
+
+
+def _local(uri: str) -> bool:
+    return uri.startswith(("/", "file:"))
+
+
+def data_files(table: DeltaTable, time: TimeRange | None) -> list[str] | None:
+    """The snapshot's data files that may hold rows in ``time``, pruned by file statistics.
+
+    Returns:
+        File locations; None when the table needs delta-rs's full reader: partition
+        columns, deletion vectors or other reader features, column mapping, or files
+        not on the local file system.
+    """
+    metadata = table.metadata()
+    if metadata.partition_columns:
+        return None
+    if set(table.protocol().reader_features or ()) - {"timestampNtz"}:
+        return None
+    if metadata.configuration.get("delta.columnMapping.mode", "none") != "none":
+        return None
+    uris = table.file_uris()
+    if not all(_local(u) for u in uris):
+        return None
+    if time is None or (time.start is None and time.end is None):
+        return uris
+    actions = utc_datetimes(pl.DataFrame(table.get_add_actions(flatten=True)))
+    low, high = f"min.{time.column}", f"max.{time.column}"
+    if low not in actions.columns or high not in actions.columns:
+        return uris
+    keep = pl.lit(True)
+    if time.start is not None:
+        keep = keep & (pl.col(high).is_null() | (pl.col(high) >= _aware(time.start)))
+    if time.end is not None:
+        keep = keep & (pl.col(low).is_null() | (pl.col(low) < _aware(time.end)))
+    by_name = {u.rsplit("/", 1)[-1]: u for u in uris}
+    kept = []
+    for path in actions.filter(keep)["path"].to_list():
+        uri = by_name.get(unquote(path).rsplit("/", 1)[-1])
+        if uri is None:
+            return None
+        kept.append(uri)
+    return kept
+
+
+def _aware(value: datetime) -> datetime:
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 def read(
     table: DeltaTable,
     name: str,
@@ -154,8 +224,14 @@ def read(
     *,
     time: TimeRange | None = None,
     equals: Mapping[str, str] | None = None,
+    file_reader: FileReader = read_file,
 ) -> pl.DataFrame:
     """Read some columns of one snapshot, optionally a time range and equal-to filters.
+
+    Plain tables are read file by file through ``file_reader`` (which may cache, as
+    data files are immutable), skipping files whose statistics put them outside the
+    range; a refresh after a commit then reads only the new files. Other tables go
+    through polars' Delta reader.
 
     Args:
         table: The snapshot (see ``open_table``).
@@ -163,6 +239,7 @@ def read(
         columns: Columns to read.
         time: Keep rows whose ``time.column`` lies in ``[start, end)``.
         equals: Keep rows whose column equals the value, e.g. ``{"device_id": "dev-00001"}``.
+        file_reader: Reads one data file (default: ``read_file``).
 
     Returns:
         The rows; datetime columns as ``datetime[us, UTC]``.
@@ -171,15 +248,39 @@ def read(
         TableUnreadableError: a column is missing or the files cannot be read.
     """
     wanted = list(dict.fromkeys(columns))
+    equals = dict(equals or {})
     try:
         scan = pl.scan_delta(table)
         schema = scan.collect_schema()
+        needed = [*wanted, *equals, *([time.column] if time is not None else [])]
+        missing = [c for c in dict.fromkeys(needed) if c not in schema]
+        if missing:
+            raise TableUnreadableError(f"{name} has no column {', '.join(missing)}")
+        files = data_files(table, time)
+        if files is None:
+            return _read_scan(scan, schema, wanted, time, equals)
+        read_columns = tuple(dict.fromkeys([*wanted, *([time.column] if time else [])]))
+        frames = [file_reader(uri, read_columns, tuple(sorted(equals.items()))) for uri in files]
+        if not frames:
+            return utc_datetimes(scan.select(wanted).head(0).collect())
+        frame = pl.concat(frames, how="vertical_relaxed", rechunk=False)
     except (DeltaError, OSError, pl.exceptions.PolarsError) as exc:
         raise TableUnreadableError(f"{name}: {exc}") from exc
-    needed = [*wanted, *(equals or {}), *([time.column] if time is not None else [])]
-    missing = [c for c in dict.fromkeys(needed) if c not in schema]
-    if missing:
-        raise TableUnreadableError(f"{name} has no column {', '.join(missing)}")
+    if time is not None:
+        if time.start is not None:
+            frame = frame.filter(pl.col(time.column) >= _aware(time.start))
+        if time.end is not None:
+            frame = frame.filter(pl.col(time.column) < _aware(time.end))
+    return frame.select(wanted)
+
+
+def _read_scan(
+    scan: pl.LazyFrame,
+    schema: pl.Schema,
+    wanted: list[str],
+    time: TimeRange | None,
+    equals: Mapping[str, str],
+) -> pl.DataFrame:
     predicates: list[pl.Expr] = []
     if time is not None:
         dtype = schema[time.column]
@@ -187,14 +288,10 @@ def read(
             predicates.append(pl.col(time.column) >= _literal(time.start, dtype))
         if time.end is not None:
             predicates.append(pl.col(time.column) < _literal(time.end, dtype))
-    for column, value in (equals or {}).items():
+    for column, value in equals.items():
         predicates.append(pl.col(column) == value)
     query = (scan.filter(*predicates) if predicates else scan).select(wanted)
-    try:
-        frame = query.collect()
-    except (DeltaError, OSError, pl.exceptions.PolarsError) as exc:
-        raise TableUnreadableError(f"{name}: {exc}") from exc
-    return utc_datetimes(frame)
+    return utc_datetimes(query.collect())
 
 
 def utc_datetimes(frame: pl.DataFrame) -> pl.DataFrame:

@@ -1,10 +1,12 @@
 """Streamlit glue shared by the pages: cached reads, filters in the URL, live refresh.
 
-Caching. A read is keyed by the table's location and Delta version plus the columns
-and the (minute-rounded) range, so a refresh reads a table again only when the
-processor has committed to it since, or a minute has passed. ``st.cache_resource``
-holds the frames: polars frames are immutable, and ``st.cache_data`` would pickle
-and unpickle a million-row frame on every hit.
+Caching, per refresh. A read is keyed by the table's location and Delta version plus
+the columns and the (minute-rounded) range: a refresh without a new commit gets the
+same frame back. After a commit, only the data files the snapshot did not have are
+read (Delta data files are immutable, so each file's rows are cached by its path).
+``st.cache_resource`` holds the frames: polars frames are immutable, and
+``st.cache_data`` would pickle and unpickle a million-row frame on every hit. All
+sessions share the caches.
 """
 
 from __future__ import annotations
@@ -93,7 +95,14 @@ def _read_version(
     _table: DeltaTable,
 ) -> pl.DataFrame:
     time = lake.TimeRange(time_column, start, end) if time_column else None
-    return lake.read(_table, name, columns, time=time, equals=dict(equals))
+    return lake.read(_table, name, columns, time=time, equals=dict(equals), file_reader=_read_file)
+
+
+@st.cache_resource(ttl=3600, max_entries=4096, show_spinner=False)
+def _read_file(
+    uri: str, columns: tuple[str, ...], equals: tuple[tuple[str, str], ...]
+) -> pl.DataFrame:
+    return lake.read_file(uri, columns, equals)
 
 
 def load(

@@ -109,22 +109,23 @@ def render(now: datetime) -> None:
         _map(now)
         return
     _kpis(now, gold.frame)
+    cube = data.fleet_cube(gold.frame)
     left, right = st.columns(2)
     left.altair_chart(
         charts.lines(
-            data.events_per_minute(gold.frame, "device_type"), "window_start", "events",
+            data.events_per_minute(cube, "device_type"), "window_start", "events",
             "device_type", title="Events per minute by device type", y_title="events / min",
         ),
         width="stretch",
     )  # fmt: skip
     right.altair_chart(
         charts.lines(
-            data.events_per_minute(gold.frame, "site"), "window_start", "events", "site",
+            data.events_per_minute(cube, "site"), "window_start", "events", "site",
             title="Events per minute by site", y_title="events / min",
         ),
         width="stretch",
     )  # fmt: skip
-    series = data.metric_over_time(gold.frame, metric)
+    series = data.metric_over_time(cube, metric)
     if series.height:
         st.altair_chart(
             charts.lines(

@@ -261,8 +261,31 @@ def test_overview_rereads_a_table_after_a_new_commit(seeded, lake):
 def test_overview_charts_and_map(seeded):
     at = _run()
     charts = at.get("vega_lite_chart")
-    # events by type, events by site, metric over time, map
+    # events by type, events by site, metric over time (temperature, the default), map
     assert len(charts) == 4
+    start = AS_OF.replace(second=0) - timedelta(hours=1)
+    gold = [r for r in _rows(seeded.frames["gold/device_1m"]) if start <= r["window_start"] < AS_OF]
+    for chart, by in ((charts[0], "device_type"), (charts[1], "site")):
+        expected: dict[tuple, int] = {}
+        for r in gold:
+            key = (r["window_start"], r[by])
+            expected[key] = expected.get(key, 0) + r["events"]
+        (shown,) = _chart_data(chart)
+        assert {(p["window_start"], p[by]): p["events"] for p in shown} == expected
+    sums: dict[tuple, list[float]] = {}
+    for r in gold:
+        if r["temperature_c_avg"] is not None:
+            acc = sums.setdefault((r["window_start"], r["device_type"]), [0.0, 0])
+            acc[0] += r["temperature_c_avg"] * r["events"]
+            acc[1] += r["events"]
+    (shown,) = _chart_data(charts[2])
+    assert {(p["window_start"], p["device_type"]): p["temperature_c"] for p in shown} == (
+        pytest.approx({k: total / n for k, (total, n) in sums.items()})
+    )
+    (points,) = _chart_data(charts[3])
+    assert {(p["device_id"], p["status"]) for p in points} == {
+        (r["device_id"], r["status"]) for r in _rows(seeded.frames["gold/device_status"])
+    }
     assert [c.value for c in at.caption][0] == "online: 4 · degraded: 1 · offline: 1"
 
 

@@ -1,0 +1,301 @@
+"""The dashboard's pure parts: filters in the URL, Delta reading, the computations."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from dashboard import data, lake
+from dashboard.filters import (
+    Filters,
+    filters_from_params,
+    filters_to_params,
+    parse_range,
+    range_from_minutes,
+    range_label,
+    range_options,
+)
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+# ---------------------------------------------------------------- filters
+
+
+def test_ranges_parse_and_print():
+    assert parse_range("15m") == timedelta(minutes=15)
+    assert parse_range("6h") == timedelta(hours=6)
+    assert parse_range("7d") == timedelta(days=7)
+    assert [parse_range(t) for t in ("0m", "1w", "h", "", "5 m")] == [None] * 5
+    assert [range_from_minutes(m) for m in (60, 90, 1440, 2880, 15)] == [
+        "1h",
+        "90m",
+        "1d",
+        "2d",
+        "15m",
+    ]
+    assert range_label("6h") == "Last 6 h"
+    assert range_label("15m") == "Last 15 min"
+    assert range_options("90m", "2d") == ["15m", "1h", "90m", "6h", "24h", "2d", "7d"]
+
+
+def test_filters_round_trip_through_query_params():
+    filters = Filters("6h", ("Austin", "Boston"), ("thermostat",))
+    params = filters_to_params(filters, "1h")
+    assert params == {"range": "6h", "site": ["Austin", "Boston"], "type": ["thermostat"]}
+    assert filters_from_params(params, "1h") == filters
+    # defaults stay out of the URL; malformed values fall back
+    assert filters_to_params(Filters("1h"), "1h") == {}
+    assert filters_from_params({"range": "forever", "site": ["", "A", "A"]}, "1h") == Filters(
+        "1h", ("A",), ()
+    )
+
+
+def test_filters_start_and_scope():
+    filters = Filters("1h", ("A",), ("x", "y"))
+    assert filters.start(T0 + timedelta(seconds=42)) == T0 - timedelta(hours=1)
+    frame = pl.DataFrame(
+        {"site": ["A", "A", "B", "A"], "device_type": ["x", "z", "x", "y"], "v": [1, 2, 3, 4]}
+    )
+    assert filters.scope(frame)["v"].to_list() == [1, 4]
+    assert Filters("1h").scope(frame)["v"].to_list() == [1, 2, 3, 4]
+    assert filters.scope(frame.drop("site"))["v"].to_list() == [1, 3, 4]
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _minutes(n: int, tz: str | None = "UTC") -> pl.DataFrame:
+    starts = [T0 - timedelta(minutes=n - 1 - i) for i in range(n)]
+    frame = pl.DataFrame({"window_start": starts, "device_id": [f"d{i % 3}" for i in range(n)]})
+    frame = frame.with_columns(events=pl.int_range(0, n, eager=True))
+    if tz is None:
+        frame = frame.with_columns(pl.col("window_start").dt.replace_time_zone(None))
+    return frame
+
+
+def test_read_keeps_the_time_range_and_the_equal_filter(tmp_path):
+    uri = str(tmp_path / "t")
+    frame = _minutes(30)
+    for part in range(3):  # three files, ten minutes each
+        write_deltalake(uri, frame.slice(part * 10, 10).to_arrow(), mode="append")
+    table = DeltaTable(uri)
+    time = lake.TimeRange("window_start", T0 - timedelta(minutes=5), T0)
+    # Statistics prune the two files that end before the range starts.
+    assert len(lake.data_files(table, time) or []) == 1
+    out = lake.read(table, "t", ["window_start", "events"], time=time)
+    assert out["events"].to_list() == [24, 25, 26, 27, 28]
+    assert out.schema["window_start"] == pl.Datetime("us", "UTC")
+    only = lake.read(table, "t", ["events"], time=time, equals={"device_id": "d1"})
+    assert only["events"].to_list() == [25, 28]
+    assert sorted(lake.read(table, "t", ["events"])["events"].to_list()) == list(range(30))
+
+
+def test_read_reads_each_file_once_through_the_file_reader(tmp_path):
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, _minutes(10).to_arrow())
+    calls: list[str] = []
+
+    def counting(uri: str, columns, equals) -> pl.DataFrame:
+        calls.append(uri)
+        return lake.read_file(uri, columns, equals)
+
+    cache: dict[tuple, pl.DataFrame] = {}
+
+    def cached(uri: str, columns, equals) -> pl.DataFrame:
+        key = (uri, columns, equals)
+        if key not in cache:
+            cache[key] = counting(uri, columns, equals)
+        return cache[key]
+
+    lake.read(DeltaTable(uri), "t", ["events"], file_reader=cached)
+    write_deltalake(uri, _minutes(2).to_arrow(), mode="append")
+    out = lake.read(DeltaTable(uri), "t", ["events"], file_reader=cached)
+    assert sorted(out["events"].to_list()) == sorted([*range(10), 0, 1])
+    assert len(calls) == 2 and len(set(calls)) == 2  # the first file was not read again
+
+
+def test_read_naive_timestamps_as_utc(tmp_path):
+    uri = str(tmp_path / "ntz")
+    write_deltalake(uri, _minutes(10, tz=None).to_arrow())
+    table = DeltaTable(uri)
+    time = lake.TimeRange("window_start", T0 - timedelta(minutes=2), None)
+    out = lake.read(table, "ntz", ["window_start", "events"], time=time)
+    assert out["window_start"].to_list() == [T0 - timedelta(minutes=m) for m in (2, 1, 0)]
+
+
+def test_partitioned_tables_use_the_delta_reader(tmp_path):
+    uri = str(tmp_path / "parted")
+    write_deltalake(uri, _minutes(9).to_arrow(), partition_by=["device_id"])
+    table = DeltaTable(uri)
+    assert lake.data_files(table, None) is None
+    out = lake.read(
+        table, "parted", ["events"], time=lake.TimeRange("window_start", T0 - timedelta(minutes=3))
+    )
+    assert sorted(out["events"].to_list()) == [5, 6, 7, 8]
+
+
+def test_missing_table_and_missing_columns(tmp_path):
+    assert lake.open_table(str(tmp_path / "nothing")) is None
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, _minutes(3).to_arrow())
+    with pytest.raises(lake.TableUnreadableError, match="t has no column status, site"):
+        lake.read(DeltaTable(uri), "t", ["events", "status", "site"])
+
+
+def test_files_written_before_a_column_was_added_read_it_as_null(tmp_path):
+    uri = str(tmp_path / "evolve")
+    write_deltalake(uri, _minutes(2).to_arrow())
+    later = _minutes(1).with_columns(status=pl.lit("online"))
+    write_deltalake(uri, later.to_arrow(), mode="append", schema_mode="merge")
+    out = lake.read(DeltaTable(uri), "evolve", ["events", "status"])
+    assert out.sort("status", nulls_last=True).rows() == [(0, "online"), (0, None), (1, None)]
+
+
+# ---------------------------------------------------------------- computations
+
+
+def _gold(rows: list[tuple]) -> pl.DataFrame:
+    return pl.DataFrame(
+        rows,
+        schema={
+            "window_start": pl.Datetime("us", "UTC"),
+            "device_id": pl.String,
+            "device_type": pl.String,
+            "site": pl.String,
+            "events": pl.Int64,
+            "temperature_c_avg": pl.Float64,
+            "co2_ppm_avg": pl.Float64,
+            "last_event_time": pl.Datetime("us", "UTC"),
+        },
+        orient="row",
+    ).with_columns(window_end=pl.col("window_start") + pl.duration(minutes=1))
+
+
+def test_overview_kpis_by_hand():
+    now = T0 + timedelta(seconds=30)
+    gold = _gold(
+        [
+            (T0 - timedelta(minutes=10), "a", "t", "S", 10, 20.0, None, T0 - timedelta(minutes=9)),
+            (T0 - timedelta(minutes=1), "a", "t", "S", 30, 24.0, None, T0 - timedelta(seconds=5)),
+            (T0 - timedelta(minutes=1), "b", "q", "S", 20, None, 800.0, T0 - timedelta(seconds=2)),
+            (T0, "b", "q", "S", 5, None, 600.0, T0 + timedelta(seconds=20)),
+        ]
+    )
+    kpi = data.overview_kpis(gold, now, active_minutes=5)
+    assert kpi.active_devices == 2
+    assert kpi.events == 65
+    assert kpi.events_per_min == 60 / 2  # the open minute (T0) is left out
+    assert kpi.latest_window == T0
+    assert kpi.freshness_s == 10.0
+    assert kpi.metric_averages == {
+        "temperature_c": (20.0 * 10 + 24.0 * 30) / 40,
+        "co2_ppm": (800.0 * 20 + 600.0 * 5) / 25,
+    }
+    cube = data.fleet_cube(gold)
+    assert data.events_per_minute(cube, "device_type").rows() == [
+        (T0 - timedelta(minutes=10), "t", 10),
+        (T0 - timedelta(minutes=1), "q", 20),
+        (T0 - timedelta(minutes=1), "t", 30),
+        (T0, "q", 5),
+    ]
+    assert data.metric_over_time(cube, "co2_ppm").rows() == [
+        (T0 - timedelta(minutes=1), "q", 800.0),
+        (T0, "q", 600.0),
+    ]
+    assert data.overview_kpis(gold.head(0), now, 5) == data.OverviewKpis(0, 0, None, None, None, {})
+
+
+def test_freshness_is_never_negative():
+    gold = _gold([(T0, "a", "t", "S", 1, 1.0, None, T0 + timedelta(seconds=50))])
+    assert data.overview_kpis(gold, T0 + timedelta(seconds=10), 5).freshness_s == 0.0
+
+
+def test_alerts_with_recovery_and_summary():
+    ts = pl.Datetime("us", "UTC")
+    alerts = pl.DataFrame(
+        {
+            "alert_id": ["a", "b", "c", "d"],
+            "event_time": [T0 - timedelta(minutes=m) for m in (4, 3, 2, 1)],
+        },
+        schema={"alert_id": pl.String, "event_time": ts},
+    )
+    recoveries = pl.DataFrame(
+        {
+            "alert_id": ["a", "b", "c"],
+            "recovered_time": [T0, None, T0],
+            "time_to_recover_s": [240.0, None, 120.0],
+        },
+        schema={"alert_id": pl.String, "recovered_time": ts, "time_to_recover_s": pl.Float64},
+    )
+    joined = data.alerts_with_recovery(alerts, recoveries)
+    assert joined.select("alert_id", "state").rows() == [
+        ("d", "open"),
+        ("c", "recovered"),
+        ("b", "open"),
+        ("a", "recovered"),
+    ]
+    assert data.alert_summary(joined) == data.AlertSummary(4, 2, 2, 180.0, 120.0 + 0.95 * 120.0)
+    no_table = data.alerts_with_recovery(alerts, None)
+    assert data.alert_summary(no_table) == data.AlertSummary(4, 4, 0, None, None)
+
+
+def test_query_health_takes_the_latest_batch_per_query():
+    ts = pl.Datetime("us", "UTC")
+    metrics = pl.DataFrame(
+        {
+            "query_name": ["q", "q", "k"],
+            "batch_id": [2, 1, 7],
+            "timestamp": [T0, T0 - timedelta(seconds=5), T0],
+            "input_rows_per_s": [2.0, 1.0, 9.0],
+            "processed_rows_per_s": [3.0, 1.0, 9.0],
+            "batch_duration_ms": [200, 100, 50],
+            "watermark": [T0 - timedelta(seconds=90), None, None],
+            "kafka_offsets_behind": [None, None, 12],
+            "state_rows": [5, 4, 0],
+            "rows_dropped_by_watermark": [1, 2, 0],
+        },
+        schema_overrides={"timestamp": ts, "watermark": ts, "kafka_offsets_behind": pl.Int64},
+    )
+    health = data.query_health(metrics)
+    assert health.select(
+        "query_name", "batch_id", "input_rows_per_s", "watermark_delay_s",
+        "kafka_offsets_behind", "rows_dropped_by_watermark", "batches",
+    ).rows() == [("k", 7, 9.0, None, 12, 0, 1), ("q", 2, 2.0, 90.0, None, 3, 2)]  # fmt: skip
+
+
+def test_threshold_breaches_and_labels():
+    band = pl.DataFrame({"min": [10.0, 14.0, 20.0], "max": [20.0, 29.0, 27.0]})
+    assert data.threshold_breaches(band, 15.0, 28.0) == 2
+    assert data.threshold_breaches(band, None, 28.0) == 1
+    assert data.threshold_breaches(band, None, None) == 0
+    assert data.metric_label("pm25_ugm3") == "PM2.5 (µg/m³)"
+    assert data.thresholds({"temperature_c_low": 15.0, "temperature_c_high": None}) == {
+        "temperature_c": (15.0, None)
+    }
+    assert [data.format_duration(s) for s in (None, 42.0, 150.0, 5400.0)] == [
+        "—",
+        "42.0 s",
+        "2.5 min",
+        "1.5 h",
+    ]
+
+
+def test_load_report(tmp_path):
+    path = tmp_path / "report.json"
+    assert data.load_report(path) is None
+    report = {
+        "target_rate": 0.0, "sent": 5, "acked": 5, "undelivered": 0, "duration_s": 1.5,
+        "achieved_rate": 3.3, "errors": {}, "ack_latency_ms": {}, "throttle_events": 0,
+        "stopped_by": "limit", "started_at": "2026-03-01T12:00:00+00:00", "per_second": [3, 2],
+    }  # fmt: skip
+    path.write_text(json.dumps(report))
+    loaded = data.load_report(path)
+    assert loaded is not None and loaded.rate_ratio is None  # unpaced run
+    assert data.per_second_frame(loaded).rows() == [(1, 3, 0.0), (2, 2, 0.0)]
+    path.write_text(json.dumps({k: v for k, v in report.items() if k != "acked"}))
+    with pytest.raises(data.ReportUnreadableError, match="KeyError"):
+        data.load_report(path)
