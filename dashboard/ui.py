@@ -287,7 +287,7 @@ def sidebar(settings: DashboardSettings) -> View:
     params = filters_to_params(filters, default_range)
     for key in ("range", "site", "type"):
         publish(key, params.get(key), None)
-    publish("refresh", refresh, settings.refresh_s)
+    publish("refresh", f"{refresh:g}", f"{settings.refresh_s:g}")
     publish("paused", "1" if paused else None, None)
     view = View(settings, filters, float(refresh), bool(paused))
     st.session_state[VIEW_KEY] = view

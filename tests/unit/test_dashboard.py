@@ -512,3 +512,16 @@ def test_loadtest_page_warns_on_a_broken_report(lake):
     at = _run("views/loadtest.py")
     assert len(at.warning) == 1
     assert at.warning[0].value.startswith("Cannot read the producer report yet (")
+
+
+# ---------------------------------------------------------------- refresh controls
+
+
+def test_refresh_interval_and_pause_come_from_the_url(seeded):
+    at = _run("views/alerts.py", refresh="30", paused="1")
+    assert at.select_slider(key="refresh").value == 30.0
+    assert at.toggle(key="paused").value is True
+    assert at.caption[-1].value == "Updated 2026-03-01 12:00:30 UTC · paused"
+    at.toggle(key="paused").set_value(False).run()
+    assert at.caption[-1].value == "Updated 2026-03-01 12:00:30 UTC · refreshing every 30 s"
+    assert at.query_params == {"refresh": "30"}
