@@ -132,14 +132,22 @@ def fleet_cube(gold: pl.DataFrame) -> pl.DataFrame:
     ``<metric>:weight`` (events of rows with that metric).
     """
     metrics = [m for m in METRIC_NAMES if f"{m}_avg" in gold.columns]
-    return gold.group_by("window_start", "device_type", "site").agg(
-        pl.col("events").sum(),
-        *[(pl.col(f"{m}_avg") * pl.col("events")).sum().alias(f"{m}:sum") for m in metrics],
+    weighted = gold.select(
+        "window_start",
+        "device_type",
+        "site",
+        "events",
+        *[(pl.col(f"{m}_avg") * pl.col("events")).alias(f"{m}:sum") for m in metrics],
         *[
-            pl.col("events").filter(pl.col(f"{m}_avg").is_not_null()).sum().alias(f"{m}:weight")
+            pl.when(pl.col(f"{m}_avg").is_not_null())
+            .then(pl.col("events"))
+            .otherwise(0)
+            .alias(f"{m}:weight")
             for m in metrics
         ],
     )
+    # Plain sums only: polars' fastest group-by path.
+    return weighted.group_by("window_start", "device_type", "site").agg(pl.all().sum())
 
 
 def events_per_minute(cube: pl.DataFrame, by: str) -> pl.DataFrame:

@@ -271,7 +271,7 @@ def read(
             frame = frame.filter(pl.col(time.column) >= _aware(time.start))
         if time.end is not None:
             frame = frame.filter(pl.col(time.column) < _aware(time.end))
-    return frame.select(wanted)
+    return frame.select(wanted).rechunk()  # contiguous: faster group-bys downstream
 
 
 def _read_scan(
