@@ -1,4 +1,4 @@
-"""The send loop: pace events to a target rate, report progress, flush on stop."""
+"""The send loop: hold the target rate, report progress, flush and account on stop."""
 
 from __future__ import annotations
 
@@ -6,22 +6,29 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-import orjson
+from producer.manifest import Manifest
+from producer.rate import RateProfile
+from producer.sinks import Sink, SinkStalledError
+from producer.sources import Source
 
-from producer.sinks import Sink
-
-_CHECK_EVERY = 64  # events between clock checks
+MAX_LAG_S = 2.0  # behind the target by more than this much work: forgive the rest
+MAX_SLEEP_S = 0.05
 
 
 @dataclass
 class RunReport:
-    """What a run achieved; written as JSON at the end."""
+    """What a run achieved; written as JSON at the end.
+
+    ``per_second``, ``per_second_acked`` and ``per_second_target`` hold, for each whole
+    second of the run, the messages sent, the messages acknowledged and the target.
+    """
 
     target_rate: float
     sent: int
@@ -35,23 +42,59 @@ class RunReport:
     stopped_by: str = "limit"
     started_at: str = ""
     per_second: list[int] = field(default_factory=list)
+    per_second_acked: list[int] = field(default_factory=list)
+    per_second_target: list[float] = field(default_factory=list)
+    rate_profile: str = "constant"
+    peak_target_rate: float = 0.0
+    acked_rate: float = 0.0
+    readings: int = 0
+    throttle_ms_total: int = 0
+    lag_forgiven: int = 0
+    expected_errors: dict[str, int] = field(default_factory=dict)
+    unexpected_errors: dict[str, int] = field(default_factory=dict)
+    workers: int = 1
+    warnings: list[str] = field(default_factory=list)
+    fatal: str | None = None
+    manifest_path: str | None = None
 
     def summary(self) -> str:
         """A readable multi-line summary."""
         lat = self.ack_latency_ms
         lines = [
-            f"sent {self.sent:,} events, acknowledged {self.acked:,}, undelivered "
-            f"{self.undelivered:,} in {self.duration_s:.1f} s ({self.stopped_by})",
-            f"rate: target {self.target_rate:,.0f}/s, achieved {self.achieved_rate:,.0f}/s",
+            f"sent {self.sent:,} messages ({self.readings:,} readings), acknowledged "
+            f"{self.acked:,}, undelivered {self.undelivered:,} in {self.duration_s:.1f} s "
+            f"(stopped by {self.stopped_by})",
+            f"rate: target {self.target_rate:,.0f}/s ({self.rate_profile}), achieved "
+            f"{self.achieved_rate:,.0f}/s sent, {self.acked_rate:,.0f}/s acknowledged",
         ]
         if lat:
             lines.append(
                 f"ack latency: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, "
                 f"p99 {lat['p99']:.1f} ms"
             )
+        if self.throttle_events:
+            lines.append(
+                f"throttled {self.throttle_events:,} times ({self.throttle_ms_total:,} ms in all)"
+            )
         if self.errors:
             lines.append("errors: " + ", ".join(f"{k}={v}" for k, v in sorted(self.errors.items())))
+            if self.expected_errors:
+                lines.append(
+                    "  of which injected on purpose: "
+                    + ", ".join(f"{k}={v}" for k, v in sorted(self.expected_errors.items()))
+                )
+        if self.fatal:
+            lines.append(f"stopped early: {self.fatal}")
+        for warning in self.warnings:
+            lines.append(f"warning: {warning}")
+        if self.manifest_path:
+            lines.append(f"manifest: {self.manifest_path}")
         return "\n".join(lines)
+
+    @property
+    def ok(self) -> bool:
+        """True when everything not failed on purpose was delivered."""
+        return self.fatal is None and not self.unexpected_errors and self.undelivered == 0
 
 
 def percentiles(samples: list[float], qs: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:
@@ -66,109 +109,226 @@ def percentiles(samples: list[float], qs: tuple[float, ...] = (50, 95, 99)) -> d
     return out
 
 
-class _StopFlag:
+class StopFlag:
+    """Set by SIGINT/SIGTERM (or by code); the loop checks it between batches.
+
+    Attributes:
+        reason: Name of the signal (or reason) that asked to stop, else None.
+        count: How many times stop was asked; a second Ctrl-C skips the wait for acks.
+
+    """
+
     def __init__(self) -> None:
+        """Not set."""
         self.reason: str | None = None
+        self.count = 0
 
     def __call__(self, signum: int, _frame: FrameType | None) -> None:
-        self.reason = signal.Signals(signum).name
+        """Signal handler."""
+        self.set(signal.Signals(signum).name)
+
+    def set(self, reason: str) -> None:
+        """Ask the loop to stop."""
+        self.reason = self.reason or reason
+        self.count += 1
+
+    def is_set(self) -> bool:
+        """True once stop was asked."""
+        return self.reason is not None
+
+
+@dataclass
+class _Counters:
+    sent: int = 0
+    per_second: list[int] = field(default_factory=list)
+    per_second_acked: list[int] = field(default_factory=list)
 
 
 def run(
-    events: Iterator[dict[str, object]],
+    source: Source,
     sink: Sink,
     *,
-    rate: float,
+    profile: RateProfile,
     count: int | None = None,
     duration_s: float | None = None,
+    batch_size: int = 512,
     progress_s: float = 2.0,
     progress: Callable[[str], None] | None = None,
+    show_progress: bool = True,
+    manifest: Manifest | None = None,
+    stop: StopFlag | None = None,
     install_signal_handlers: bool = True,
+    flush_timeout_s: float = 30.0,
+    on_tick: Callable[[int, int, int, int], None] | None = None,
 ) -> RunReport:
-    """Send events to ``sink`` at ``rate`` until a limit or a stop signal.
+    """Send the source's messages to ``sink`` at the profile's rate until a limit or a stop.
+
+    The loop is closed on what was actually sent: at every step it sends what the
+    profile's integral says is due by now, so a slow step is made up by the next ones.
+    When it falls behind by more than ``MAX_LAG_S`` seconds of work (the sink is
+    slower than the target), the excess is forgiven and counted in ``lag_forgiven``.
 
     Args:
-        events: Event dicts (see ``producer.signals.generate``).
+        source: Where messages come from.
         sink: Destination.
-        rate: Target events/s; 0 sends as fast as possible.
-        count: Stop after this many events.
+        profile: Target rate over time (constant 0 = as fast as possible).
+        count: Stop after this many readings (replay: lines).
         duration_s: Stop after this many seconds.
+        batch_size: Most readings made per step.
         progress_s: Seconds between progress lines.
         progress: Where progress lines go (default: stderr).
-        install_signal_handlers: SIGINT/SIGTERM stop the loop gracefully (main thread only).
+        show_progress: Print progress lines at all (workers report through ``on_tick``).
+        manifest: Records what was sent, when given.
+        stop: Stop flag (default: a new one, set by SIGINT/SIGTERM).
+        install_signal_handlers: SIGINT/SIGTERM stop the loop gracefully (main thread).
+        flush_timeout_s: Seconds to wait for acknowledgements at the end; what is left
+            then is purged and reported as failed.
+        on_tick: Called every step with (readings, sent, acked, errors), e.g. to share
+            progress with a parent process.
 
     Returns:
         The run report, after the sink has been flushed.
+
     """
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    stop = _StopFlag()
-    previous = {}
+    stop = stop or StopFlag()
+    previous: dict[int, Any] = {}
     if install_signal_handlers:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, stop)
     started_at = datetime.now(UTC).isoformat()
     t0 = time.monotonic()
     next_progress = t0 + progress_s
-    per_second: list[int] = []
-    sent = 0
+    c = _Counters()
     stopped_by = "limit"
-    dumps = orjson.dumps
+    fatal: str | None = None
+    unlimited = profile.unlimited
+    forgiven = 0.0
+    cumulative = profile.cumulative
+
+    def deliver(msgs: list[Any]) -> None:
+        if not msgs:
+            return
+        if manifest is not None:
+            manifest.record(msgs)
+        sink.send_batch(msgs)
+        c.sent += len(msgs)
+
     try:
-        for event in events:
-            if count is not None and sent >= count:
-                break
-            sink.send(str(event["device_id"]).encode(), dumps(event))
-            sent += 1
-            if sent % _CHECK_EVERY:
-                continue
-            sink.poll()
+        while True:
             now = time.monotonic()
             elapsed = now - t0
-            while len(per_second) < int(elapsed):
-                per_second.append(sent)
-            if stop.reason is not None:
-                stopped_by = stop.reason
+            while len(c.per_second) < int(elapsed):
+                c.per_second.append(c.sent)
+                c.per_second_acked.append(sink.acked)
+            if stop.is_set():
+                stopped_by = stop.reason or "stop"
                 break
             if duration_s is not None and elapsed >= duration_s:
                 stopped_by = "duration"
                 break
+            if count is not None and source.generated >= count:
+                stopped_by = "count"
+                break
             if now >= next_progress:
                 next_progress = now + progress_s
-                errs = sum(sink.errors.values())
-                say(
-                    f"[producer] {elapsed:6.1f}s sent {sent:,} acked {sink.acked:,} "
-                    f"rate {sent / elapsed:,.0f}/s errors {errs}"
-                )
-            if rate > 0:
-                ahead = sent / rate - elapsed
-                if ahead > 0:
-                    time.sleep(ahead)
+                if show_progress:
+                    errs = sum(sink.errors.values())
+                    say(
+                        f"[producer] {elapsed:6.1f}s sent {c.sent:,} acked {sink.acked:,} "
+                        f"rate {c.sent / elapsed:,.0f}/s errors {errs}"
+                    )
+            if unlimited:
+                n = batch_size
+            else:
+                due = cumulative(elapsed) - forgiven - c.sent
+                if due < 1.0:
+                    sink.poll()
+                    r = profile.rate_at(elapsed)
+                    wait = (1.0 - due) / r if r > 0 else MAX_SLEEP_S
+                    time.sleep(min(max(wait, 0.0002), MAX_SLEEP_S))
+                    continue
+                lag_cap = max(profile.rate_at(elapsed) * MAX_LAG_S, batch_size)
+                if due > lag_cap:
+                    forgiven += due - lag_cap
+                    due = lag_cap
+                n = min(int(due), batch_size)
+            if count is not None:
+                n = min(n, count - source.generated)
+            msgs = source.next_batch(n)
+            if msgs is None:
+                stopped_by = "end_of_input"
+                break
+            deliver(msgs)
+            sink.poll()
+            if on_tick is not None:
+                on_tick(source.generated, c.sent, sink.acked, sum(sink.errors.values()))
+        deliver(source.drain())
+    except SinkStalledError as exc:
+        fatal = str(exc)
+        stopped_by = "stalled"
     finally:
-        undelivered = sink.flush(30.0)
+        timeout = 0.0 if stop.count >= 2 or fatal else flush_timeout_s
+        undelivered = sink.flush(timeout)
+        if undelivered:
+            sink.abandon()
         sink.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     duration = time.monotonic() - t0
-    counts = [b - a for a, b in zip([0, *per_second], per_second, strict=False)]
+    if manifest is not None:
+        for value, tag, error in sink.failures:
+            manifest.failed(value, tag, error)
+    if on_tick is not None:
+        on_tick(source.generated, c.sent, sink.acked, sum(sink.errors.values()))
+    sent_counts = [b - a for a, b in zip([0, *c.per_second], c.per_second, strict=False)]
+    acked_counts = [
+        b - a for a, b in zip([0, *c.per_second_acked], c.per_second_acked, strict=False)
+    ]
+    expected = _expected_errors(sink.failures)
+    errors = dict(sink.errors)
+    unexpected = {k: v - expected.get(k, 0) for k, v in errors.items() if v > expected.get(k, 0)}
     return RunReport(
-        target_rate=rate,
-        sent=sent,
+        target_rate=round(profile.cumulative(duration) / duration, 1) if duration > 0 else 0.0,
+        sent=c.sent,
         acked=sink.acked,
         undelivered=undelivered,
         duration_s=round(duration, 3),
-        achieved_rate=round(sent / duration, 1) if duration > 0 else 0.0,
-        errors=dict(sink.errors),
+        achieved_rate=round(c.sent / duration, 1) if duration > 0 else 0.0,
+        errors=errors,
         ack_latency_ms={k: round(v * 1000, 3) for k, v in percentiles(sink.latencies_s).items()},
         throttle_events=getattr(sink, "throttle_events", 0),
         stopped_by=stopped_by,
         started_at=started_at,
-        per_second=counts,
+        per_second=sent_counts,
+        per_second_acked=acked_counts,
+        per_second_target=[
+            round(cumulative(i + 1) - cumulative(i), 3) for i in range(len(sent_counts))
+        ],
+        rate_profile=profile.name,
+        peak_target_rate=profile.peak,
+        acked_rate=round(sink.acked / duration, 1) if duration > 0 else 0.0,
+        readings=source.generated,
+        throttle_ms_total=getattr(sink, "throttle_ms_total", 0),
+        lag_forgiven=int(forgiven),
+        expected_errors=expected,
+        unexpected_errors=unexpected,
+        fatal=fatal,
     )
 
 
-def write_report(report: RunReport, path: Path) -> None:
+def _expected_errors(failures: list[tuple[bytes | None, Any, str]]) -> dict[str, int]:
+    """Errors of messages that were meant to fail (oversized payloads)."""
+    out: dict[str, int] = {}
+    for _value, tag, error in failures:
+        if isinstance(tag, dict) and tag.get("kind") == "oversized":
+            out[error] = out.get(error, 0) + 1
+    return out
+
+
+def write_report(report: RunReport, path: Path, *, extra: dict[str, Any] | None = None) -> None:
     """Write the report as JSON, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(asdict(report), indent=2))
+    tmp.write_text(json.dumps(asdict(report) | (extra or {}), indent=2))
     tmp.replace(path)

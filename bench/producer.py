@@ -1,0 +1,151 @@
+"""Producer throughput against a local Kafka broker, side by side with kcat.
+
+Self-contained: starts a throwaway broker (``infra.broker``) in a temp dir, runs
+``python -m producer`` at full realism (the ``realistic`` scenario: signals,
+anomalies, faults and the ground-truth manifest) as fast as it can, consumes what
+it produced into a ``key<TAB>value`` file, replays that file with kcat into a
+second topic with the same client settings (acks=all, idempotence, linger.ms),
+then stops the broker. Each side runs ``--rounds`` times; the best round counts.
+
+The last line printed is one JSON object::
+
+    {"events_per_s": ..., "kcat_events_per_s": ..., "ratio": ..., ...}
+
+Usage: ``python bench/producer.py [--count 1000000] [--workers 2] [--rounds 2]``
+(kcat: ``apt-get install kcat``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infra import broker  # noqa: E402
+
+
+def run_producer(bootstrap: str, topic: str, args: argparse.Namespace, work: Path) -> dict:
+    report = work / f"report-{topic}.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")} | {
+        "IOT_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "IOT_KAFKA_TOPIC": topic,
+    }
+    cmd = [
+        sys.executable, "-m", "producer",
+        "--count", str(args.count), "--rate", "0", "--scenario", "realistic",
+        "--workers", str(args.workers), "--fleet-size", str(args.fleet_size),
+        "--seed", "42", "--start-time", "2026-01-01T00:00:00Z", "--clock-rate", "1000",
+        "--linger-ms", str(args.linger_ms), "--progress-s", "5",
+        "--report-path", str(report), "--manifest-path", str(work / f"manifest-{topic}.jsonl"),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    sys.stderr.write(proc.stderr)
+    if not report.exists():
+        raise SystemExit(f"the producer failed (exit {proc.returncode})")
+    return json.loads(report.read_text())
+
+
+def dump_topic(bootstrap: str, topic: str, expected: int, path: Path) -> int:
+    """Consume the whole topic into ``key<TAB>value`` lines; return the line count."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    n = 0
+    idle_deadline = time.monotonic() + 30
+    with path.open("wb") as fh:
+        while n < expected and time.monotonic() < idle_deadline:
+            msgs = consumer.consume(10000, 1.0)
+            for m in msgs:
+                if m.error() is None:
+                    fh.write((m.key() or b"") + b"\t" + m.value() + b"\n")
+                    n += 1
+            if msgs:
+                idle_deadline = time.monotonic() + 30
+    consumer.close()
+    return n
+
+
+def run_kcat(bootstrap: str, topic: str, path: Path, args: argparse.Namespace) -> float:
+    cmd = [
+        "kcat", "-P", "-b", bootstrap, "-t", topic, "-K", "\t", "-z", "none",
+        "-X", "acks=all", "-X", "enable.idempotence=true",
+        "-X", f"linger.ms={args.linger_ms}", "-l", str(path),
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, timeout=900)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=1_000_000, help="readings per round")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--fleet-size", type=int, default=1000)
+    parser.add_argument("--linger-ms", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    if shutil.which("kcat") is None:
+        raise SystemExit("kcat is not installed: apt-get install kcat")
+
+    work = Path(tempfile.mkdtemp(prefix="bench-producer-"))
+    info = broker.start(work / "broker", quiet=True)
+    try:
+        bootstrap = info.plaintext
+        ours, theirs = [], []
+        for r in range(args.rounds):
+            topic, kcat_topic = f"bench-producer-{r}", f"bench-kcat-{r}"
+            for t in (topic, kcat_topic):
+                broker.ensure_topic(bootstrap, t, partitions=3)
+            report = run_producer(bootstrap, topic, args, work)
+            rate = report["acked"] / report["duration_s"]
+            ours.append(rate)
+            dump = work / f"events-{r}.tsv"
+            lines = dump_topic(bootstrap, topic, report["acked"], dump)
+            seconds = run_kcat(bootstrap, kcat_topic, dump, args)
+            theirs.append(lines / seconds)
+            print(
+                f"round {r}: producer {report['acked']:,} acked in {report['duration_s']:.2f} s "
+                f"= {rate:,.0f}/s (p99 ack {report['ack_latency_ms'].get('p99')} ms); "
+                f"kcat {lines:,} in {seconds:.2f} s = {lines / seconds:,.0f}/s",
+                flush=True,
+            )
+            dump.unlink()
+        best, best_kcat = max(ours), max(theirs)
+        print(
+            json.dumps(
+                {
+                    "events_per_s": round(best),
+                    "kcat_events_per_s": round(best_kcat),
+                    "ratio": round(best / best_kcat, 3),
+                    "count": args.count,
+                    "workers": args.workers,
+                    "scenario": "realistic",
+                    "rounds": args.rounds,
+                }
+            )
+        )
+    finally:
+        broker.stop(work / "broker")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Entra ID credentials for ``auth=entra``: choose one by name, and check it early.
+
+``IOT_PRODUCER_ENTRA_CREDENTIAL`` names an azure-identity credential (``default`` is
+``DefaultAzureCredential``), or ``module:factory`` for any object with
+``get_token(scope)`` (a factory is called with no arguments).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any
+
+from common.kafka import KafkaConnectionError, TokenCredential
+
+ALIASES = {
+    "default": "DefaultAzureCredential",
+    "environment": "EnvironmentCredential",
+    "managed_identity": "ManagedIdentityCredential",
+    "workload_identity": "WorkloadIdentityCredential",
+    "azure_cli": "AzureCliCredential",
+    "azure_developer_cli": "AzureDeveloperCliCredential",
+    "azure_powershell": "AzurePowerShellCredential",
+}
+
+
+def make_credential(spec: str) -> TokenCredential:
+    """Build the credential ``spec`` names.
+
+    Args:
+        spec: An alias (``default``, ``managed_identity`` ...), an azure-identity class
+            name (``ManagedIdentityCredential``), or ``module:attribute`` naming a
+            credential object or a zero-argument factory of one.
+
+    Returns:
+        The credential.
+
+    Raises:
+        ValueError: The name is unknown or the import fails.
+
+    """
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        try:
+            obj: Any = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot load the credential {spec!r}: {exc}") from None
+        if not hasattr(obj, "get_token") and callable(obj):
+            obj = obj()
+        if not hasattr(obj, "get_token"):
+            raise ValueError(f"{spec!r} is not a credential: it has no get_token(scope)")
+        return obj
+    import azure.identity
+
+    name = ALIASES.get(spec.lower(), spec)
+    cls = getattr(azure.identity, name, None)
+    if cls is None or not name.endswith("Credential"):
+        raise ValueError(
+            f"unknown Entra ID credential {spec!r}: use one of {', '.join(ALIASES)}, an "
+            "azure.identity class name, or module:factory"
+        )
+    return cls()
+
+
+def check_token(credential: TokenCredential, scope: str, *, timeout_s: float = 20.0) -> None:
+    """Get one token now, so a missing or wrong credential fails fast and clearly.
+
+    Args:
+        credential: The credential the producer will use.
+        scope: ``https://<namespace>.servicebus.windows.net/.default``.
+        timeout_s: Give up after this long.
+
+    Raises:
+        KafkaConnectionError: No token within the deadline, or the credential refused.
+
+    """
+    result: list[Any] = []
+
+    def fetch() -> None:
+        try:
+            result.append(credential.get_token(scope))
+        except Exception as exc:  # noqa: BLE001 - any credential failure is reported the same
+            result.append(exc)
+
+    worker = threading.Thread(target=fetch, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    name = type(credential).__name__
+    if not result:
+        raise KafkaConnectionError(
+            f"no Entra ID token for {scope} from {name} within {timeout_s:.0f} s: check that "
+            "this machine can reach Entra ID, or choose a credential with "
+            "IOT_PRODUCER_ENTRA_CREDENTIAL"
+        )
+    if isinstance(result[0], Exception):
+        first_line = str(result[0]).strip().splitlines()[0] if str(result[0]).strip() else ""
+        raise KafkaConnectionError(
+            f"no Entra ID token for {scope} from {name} ({type(result[0]).__name__}: "
+            f"{first_line[:300]}): sign in (az login), set AZURE_CLIENT_ID/AZURE_TENANT_ID/"
+            "AZURE_CLIENT_SECRET or a managed identity, or choose another credential with "
+            "IOT_PRODUCER_ENTRA_CREDENTIAL"
+        )

@@ -1,0 +1,305 @@
+"""The ground-truth manifest: what a run sent, what the broker acknowledged, what was injected.
+
+Format (JSON lines, documented in ``docs/manifest.md``): a ``header`` line, one
+``device`` line per device with its acknowledged events in send order, then one
+line per ``anomaly``, ``fault`` and ``failed`` delivery.
+
+Memory: about 45 bytes per sent event (the ids are packed into long strings), so a
+run of ten million events holds about half a gigabyte; runs without a manifest
+path keep nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from producer.faults import Message
+
+MANIFEST_VERSION = 1
+_ID_LEN = 36  # a UUID's text
+_PACK_EVERY = 1 << 20  # ids pending before they are packed
+
+
+class Manifest:
+    """Collects the ground truth of one run (or of one worker's slice of it).
+
+    Attributes:
+        device_ids: Device id of each device index used in messages (may grow, for replay).
+
+    """
+
+    def __init__(self, device_ids: list[str]) -> None:
+        """Start an empty manifest for the given devices (indexes as in the messages)."""
+        self.device_ids = device_ids
+        self._seqs: list[array[int]] = []
+        self._ids: list[list[str]] = []
+        self._packed: list[list[str | list[str]]] = []
+        self._pending = 0
+        self._resends: Counter[str] = Counter()
+        self._resends_failed: Counter[str] = Counter()
+        self._failed_first: dict[str, str] = {}
+        self._failed: list[dict[str, Any]] = []
+        self.messages = 0
+        self.unidentified = 0
+        self._grow()
+
+    def _grow(self) -> None:
+        while len(self._seqs) < len(self.device_ids):
+            self._seqs.append(array("q"))
+            self._ids.append([])
+            self._packed.append([])
+
+    def record(self, msgs: Sequence[Message]) -> None:
+        """Note messages handed to the sink (their fate comes through ``failed``)."""
+        if len(self._seqs) < len(self.device_ids):
+            self._grow()
+        seqs, ids = self._seqs, self._ids
+        resends = self._resends
+        n = 0
+        for _key, _value, i, seq, eid, tag in msgs:
+            if tag is None:
+                seqs[i].append(seq)
+                ids[i].append(eid)
+                n += 1
+            elif tag == "duplicate":
+                resends[eid] += 1
+            elif tag == "raw":
+                self.unidentified += 1
+        self.messages += len(msgs)
+        self._pending += n
+        if self._pending >= _PACK_EVERY:
+            self._pack()
+
+    def _pack(self) -> None:
+        """Join pending UUID texts into one string per device (other ids stay a list)."""
+        for i, ids in enumerate(self._ids):
+            if not ids:
+                continue
+            if all(len(x) == _ID_LEN for x in ids):
+                self._packed[i].append("".join(ids))
+            else:
+                self._packed[i].append(list(ids))
+            ids.clear()
+        self._pending = 0
+
+    def _unpacked(self, i: int) -> list[str]:
+        out: list[str] = []
+        for chunk in self._packed[i]:
+            if isinstance(chunk, str):
+                out += [chunk[j : j + _ID_LEN] for j in range(0, len(chunk), _ID_LEN)]
+            else:
+                out += chunk
+        return out
+
+    def failed(self, value: bytes | None, tag: Any, error: str) -> None:
+        """Note a message the sink could not deliver.
+
+        Args:
+            value: The message's payload (used to identify an untagged message).
+            tag: The message's tag (None, ``"duplicate"``, ``"raw"`` or a fault record).
+            error: What went wrong, e.g. ``MSG_SIZE_TOO_LARGE`` or ``_MSG_TIMED_OUT``.
+
+        """
+        if isinstance(tag, dict):
+            tag["delivered"] = False
+            tag["error"] = error
+            return
+        info: dict[str, Any] = {"error": error, "resend": tag == "duplicate"}
+        try:
+            event = orjson.loads(value) if value is not None else None
+        except orjson.JSONDecodeError:
+            event = None
+        if isinstance(event, dict):
+            info |= {k: event.get(k) for k in ("event_id", "device_id", "seq")}
+        self._failed.append(info)
+        eid = info.get("event_id")
+        if tag == "duplicate":
+            self._resends_failed[str(eid)] += 1
+        elif eid is not None:
+            self._failed_first[str(eid)] = error
+
+    def _acked(self, eid: str) -> bool:
+        if eid not in self._failed_first:
+            return True
+        return self._resends_failed[eid] < self._resends[eid]
+
+    def device_lines(self, max_seqs: Sequence[int] | None = None) -> Iterator[dict[str, Any]]:
+        """Per-device lines: acknowledged ``seqs`` and ``event_ids``, in send order."""
+        self._pack()
+        for i, device_id in enumerate(self.device_ids):
+            ids = self._unpacked(i) if i < len(self._packed) else []
+            seqs = self._seqs[i].tolist() if i < len(self._seqs) else []
+            if self._failed_first:
+                keep = [j for j, eid in enumerate(ids) if self._acked(eid)]
+                ids = [ids[j] for j in keep]
+                seqs = [seqs[j] for j in keep]
+            line: dict[str, Any] = {"type": "device", "device_id": device_id, "acked": len(ids)}
+            if max_seqs is not None:
+                line["last_seq"] = max_seqs[i]
+            line |= {"seqs": seqs, "event_ids": ids}
+            yield line
+
+    def finish_faults(self, faults: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Fill in the delivery outcome of the fault records (call after the final flush)."""
+        out = []
+        for rec in faults:
+            rec = dict(rec)
+            if rec["kind"] == "duplicate":
+                eid = rec["event_id"]
+                first = 0 if eid in self._failed_first else 1
+                rec["copies_acked"] = first + self._resends[eid] - self._resends_failed[eid]
+            elif rec["kind"] not in ("late", "out_of_order", "clock_skew"):
+                rec.setdefault("delivered", True)
+            out.append(rec)
+        return out
+
+    def totals(self, faults: Sequence[dict[str, Any]], anomalies: Sequence[dict[str, Any]]) -> dict:
+        """Counts for the header."""
+        acked_events = sum(len(s) for s in self._seqs) - sum(  # fmt: skip
+            1 for eid in self._failed_first if not self._acked(eid)
+        )
+        return {
+            "messages_sent": self.messages,
+            "messages_failed": len(self._failed)
+            + sum(1 for f in faults if f.get("delivered") is False),
+            "events_acked": acked_events,
+            "faults": dict(Counter(f["kind"] for f in faults)),
+            "anomalies": dict(Counter(a["kind"] for a in anomalies)),
+            "unidentified_messages": self.unidentified,
+        }
+
+    def write(
+        self,
+        path: Path,
+        run: dict[str, Any],
+        *,
+        faults: Sequence[dict[str, Any]] = (),
+        anomalies: Sequence[dict[str, Any]] = (),
+        max_seqs: Sequence[int] | None = None,
+    ) -> None:
+        """Write the manifest file atomically.
+
+        Args:
+            path: Destination (a ``.tmp`` sibling is written first, then renamed).
+            run: What was run (seed, fleet, settings), for the header.
+            faults: Fault records from ``FaultInjector.records``.
+            anomalies: Anomaly records from ``AnomalyInjector.records``.
+            max_seqs: Per device index, the last sequence number generated.
+
+        """
+        faults = self.finish_faults(faults)
+        header = {
+            "type": "header",
+            "manifest_version": MANIFEST_VERSION,
+            "run": run,
+            "totals": self.totals(faults, anomalies),
+        }
+        lines: list[Iterable[dict[str, Any]]] = [
+            [header],
+            self.device_lines(max_seqs),
+            ({"type": "anomaly", **a} for a in anomalies),
+            ({"type": "fault", **f} for f in faults),
+            ({"type": "failed", **f} for f in self._failed),
+        ]
+        _write_lines(path, (line for group in lines for line in group))
+
+
+def _write_lines(path: Path, lines: Iterable[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as fh:
+        for line in lines:
+            fh.write(orjson.dumps(line) + b"\n")
+    os.replace(tmp, path)
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """Read a manifest into one dict (for ``verify`` and tests).
+
+    Returns:
+        ``{"header": {...}, "devices": {device_id: line}, "anomalies": [...],
+        "faults": [...], "failed": [...]}``; a device with several lines has them
+        concatenated in file order.
+
+    """
+    out: dict[str, Any] = {"header": None, "devices": {}, "anomalies": [], "faults": [],
+                           "failed": []}  # fmt: skip
+    with path.open("rb") as fh:
+        for raw in fh:
+            line = orjson.loads(raw)
+            kind = line.pop("type")
+            if kind == "header":
+                out["header"] = line
+            elif kind == "device":
+                dev = out["devices"].setdefault(
+                    line["device_id"],
+                    {"device_id": line["device_id"], "acked": 0, "seqs": [], "event_ids": []},
+                )
+                dev["acked"] += line["acked"]
+                dev["seqs"] += line["seqs"]
+                dev["event_ids"] += line["event_ids"]
+                if "last_seq" in line:
+                    dev["last_seq"] = max(dev.get("last_seq", 0), line["last_seq"])
+            elif kind in ("anomaly", "fault", "failed"):
+                out[{"anomaly": "anomalies", "fault": "faults", "failed": "failed"}[kind]].append(
+                    line
+                )
+    return out
+
+
+def merge_manifests(parts: Sequence[Path], path: Path, run: dict[str, Any]) -> None:
+    """Merge per-worker manifests (disjoint device slices) into one file.
+
+    Device lines come out in device-id order; totals are summed.
+
+    Args:
+        parts: Worker manifest files.
+        path: Destination.
+        run: Header ``run`` of the merged manifest.
+
+    """
+    headers = []
+    for part in parts:
+        with part.open("rb") as fh:
+            headers.append(orjson.loads(fh.readline()))
+    totals: dict[str, Any] = {}
+    for h in headers:
+        for key, value in h["totals"].items():
+            if isinstance(value, dict):
+                bucket = totals.setdefault(key, {})
+                for k, v in value.items():
+                    bucket[k] = bucket.get(k, 0) + v
+            else:
+                totals[key] = totals.get(key, 0) + value
+    header = {"type": "header", "manifest_version": MANIFEST_VERSION, "run": run,
+              "totals": totals}  # fmt: skip
+
+    def lines_of(part: Path, kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        with part.open("rb") as fh:
+            fh.readline()
+            for raw in fh:
+                line = orjson.loads(raw)
+                if line["type"] == kind:
+                    yield (line.get("device_id") or "", line)
+
+    def merged() -> Iterator[dict[str, Any]]:
+        yield header
+        for kind in ("device", "anomaly", "fault", "failed"):
+            streams = [lines_of(p, kind) for p in parts]
+            if kind == "device":
+                for _, line in heapq.merge(*streams, key=lambda t: t[0]):
+                    yield line
+            else:
+                for stream in streams:
+                    for _, line in stream:
+                        yield line
+
+    _write_lines(path, merged())

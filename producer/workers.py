@@ -1,0 +1,213 @@
+"""Several producer processes, each owning a disjoint slice of the fleet.
+
+Worker ``w`` of ``W`` simulates devices ``w, w + W, ...`` with its own derived seed
+(``producer.sources.worker_seed``) and its share of the rate and count, so a run
+is reproducible for a given seed and worker count. The parent shares the stop
+request, prints combined progress, and merges the workers' reports and manifests.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from producer.manifest import merge_manifests
+from producer.run import RunReport, StopFlag, percentiles
+
+_STATS = 4  # readings, sent, acked, errors
+
+
+class _SharedStop(StopFlag):
+    """A stop flag backed by the parent's events."""
+
+    def __init__(self, stop: Any, hurry: Any) -> None:
+        super().__init__()
+        self._stop = stop
+        self._hurry = hurry
+
+    def set(self, reason: str) -> None:
+        super().set(reason)
+        self._stop.set()
+
+    def is_set(self) -> bool:
+        if self._stop.is_set() and self.reason is None:
+            self.reason = "stop"
+        return self._stop.is_set()
+
+    @property
+    def count(self) -> int:  # type: ignore[override]
+        return 2 if self._hurry.is_set() else (1 if self._stop.is_set() else 0)
+
+    @count.setter
+    def count(self, _value: int) -> None:
+        pass
+
+
+def _worker_main(
+    settings: Any, worker: int, workers: int, out: str, stop: Any, hurry: Any, stats: Any
+) -> None:
+    """Entry point of one worker process."""
+    from producer.__main__ import run_one
+
+    flag = _SharedStop(stop, hurry)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into `stop`
+    signal.signal(signal.SIGTERM, lambda s, f: flag.set("SIGTERM"))
+    base = worker * _STATS
+
+    def tick(readings: int, sent: int, acked: int, errors: int) -> None:
+        stats[base : base + _STATS] = [readings, sent, acked, errors]
+
+    report, samples = run_one(
+        settings,
+        worker=worker,
+        workers=workers,
+        stop=flag,
+        on_tick=tick,
+        manifest_path=Path(out) / f"manifest-{worker}.jsonl",
+    )
+    part = asdict(report) | {"_latency_samples": samples}
+    (Path(out) / f"report-{worker}.json").write_text(json.dumps(part))
+
+
+def merge_reports(parts: list[dict[str, Any]]) -> RunReport:
+    """Combine the workers' reports into one."""
+
+    def summed(key: str) -> list[Any]:
+        width = max(len(p[key]) for p in parts)
+        return [sum(p[key][i] for p in parts if i < len(p[key])) for i in range(width)]
+
+    def counters(key: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in parts:
+            for k, v in p[key].items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    duration = max(p["duration_s"] for p in parts)
+    sent = sum(p["sent"] for p in parts)
+    acked = sum(p["acked"] for p in parts)
+    samples = [s for p in parts for s in p["_latency_samples"]]
+    stopped = sorted({p["stopped_by"] for p in parts})
+    fatal = "; ".join(p["fatal"] for p in parts if p["fatal"]) or None
+    known = {f.name for f in fields(RunReport)}
+    base = {k: v for k, v in parts[0].items() if k in known}
+    return RunReport(
+        **base
+        | {
+            "target_rate": round(sum(p["target_rate"] for p in parts), 1),
+            "sent": sent,
+            "acked": acked,
+            "undelivered": sum(p["undelivered"] for p in parts),
+            "duration_s": duration,
+            "achieved_rate": round(sent / duration, 1) if duration > 0 else 0.0,
+            "acked_rate": round(acked / duration, 1) if duration > 0 else 0.0,
+            "errors": counters("errors"),
+            "expected_errors": counters("expected_errors"),
+            "unexpected_errors": counters("unexpected_errors"),
+            "ack_latency_ms": {k: round(v * 1000, 3) for k, v in percentiles(samples).items()},
+            "throttle_events": sum(p["throttle_events"] for p in parts),
+            "throttle_ms_total": sum(p["throttle_ms_total"] for p in parts),
+            "stopped_by": "+".join(stopped),
+            "started_at": min(p["started_at"] for p in parts),
+            "per_second": summed("per_second"),
+            "per_second_acked": summed("per_second_acked"),
+            "per_second_target": [round(x, 3) for x in summed("per_second_target")],
+            "peak_target_rate": sum(p["peak_target_rate"] for p in parts),
+            "readings": sum(p["readings"] for p in parts),
+            "lag_forgiven": sum(p["lag_forgiven"] for p in parts),
+            "workers": len(parts),
+            "fatal": fatal,
+        }
+    )
+
+
+def run_workers(
+    settings: Any, *, manifest_run: dict[str, Any] | None, progress_s: float
+) -> RunReport:
+    """Run ``settings.workers`` processes to completion and merge what they did.
+
+    Args:
+        settings: ``ProducerSettings`` (picklable; each worker builds its own sink).
+        manifest_run: Header ``run`` of the merged manifest, or None for no manifest.
+        progress_s: Seconds between combined progress lines.
+
+    Returns:
+        The merged report (``fatal`` says which worker failed, if one did).
+
+    """
+    workers = settings.workers
+    ctx = mp.get_context("spawn")
+    stop, hurry = ctx.Event(), ctx.Event()
+    stats = ctx.Array("q", workers * _STATS, lock=False)
+    out = Path(tempfile.mkdtemp(prefix="iot-producer-"))
+    flag = StopFlag()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        flag(signum, _frame)
+        stop.set()
+        if flag.count >= 2:
+            hurry.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    procs = [
+        ctx.Process(
+            target=_worker_main,
+            args=(settings, w, workers, str(out), stop, hurry, stats),
+            name=f"producer-worker-{w}",
+        )
+        for w in range(workers)
+    ]
+    try:
+        t0 = time.monotonic()
+        for p in procs:
+            p.start()
+        while any(p.is_alive() for p in procs):
+            procs[0].join(progress_s) if procs[0].is_alive() else time.sleep(progress_s)
+            if any(p.is_alive() for p in procs):
+                values = list(stats)
+                sent = sum(values[1::_STATS])
+                elapsed = time.monotonic() - t0
+                print(
+                    f"[producer] {elapsed:6.1f}s sent {sent:,} acked {sum(values[2::_STATS]):,} "
+                    f"rate {sent / max(elapsed, 1e-9):,.0f}/s errors {sum(values[3::_STATS])} "
+                    f"({workers} workers)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        parts, failed = [], []
+        for w, p in enumerate(procs):
+            path = out / f"report-{w}.json"
+            if p.exitcode == 0 and path.exists():
+                parts.append(json.loads(path.read_text()))
+            else:
+                failed.append(f"worker {w} exited with code {p.exitcode}")
+        if not parts:
+            raise RuntimeError("; ".join(failed) + ": see the errors above")
+        report = merge_reports(parts)
+        if failed:
+            report.fatal = "; ".join([*failed, *([report.fatal] if report.fatal else [])])
+        if flag.reason:
+            report.stopped_by = flag.reason
+        if manifest_run is not None and settings.manifest_path is not None:
+            manifest_parts = [out / f"manifest-{w}.jsonl" for w in range(workers)]
+            present = [m for m in manifest_parts if m.exists()]
+            merge_manifests(present, settings.manifest_path, manifest_run)
+            report.manifest_path = str(settings.manifest_path)
+        return report
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+        shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,243 @@
+"""The producer against the real local broker: the manifest is exactly what the topic holds.
+
+Three ways in: PLAINTEXT; SASL_SSL + PLAIN with the settings a user gives for Azure
+Event Hubs; SASL_SSL + OAUTHBEARER with a test credential object handing out
+unsigned JWTs (the broker's listener runs Kafka's unsecured validator).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Consumer
+
+from infra.broker import BrokerInfo, ensure_topic
+from producer.__main__ import main
+from producer.manifest import read_manifest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+START = "2026-01-01T00:00:00Z"
+
+
+def _b64url(data: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+
+class UnsignedCredential:
+    """Stands in for an azure-identity credential: unsigned JWTs, and a log of scopes."""
+
+    def __init__(self) -> None:
+        self.scopes: list[str] = []
+
+    def get_token(self, *scopes: str, **_kwargs: Any) -> SimpleNamespace:
+        self.scopes += scopes
+        now = int(time.time())
+        claims = {"sub": "iot-pulse-producer-test", "iat": now, "exp": now + 3600}
+        token = f"{_b64url({'alg': 'none'})}.{_b64url(claims)}."
+        return SimpleNamespace(token=token, expires_on=now + 3600)
+
+
+def _env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    for key in list(os.environ):
+        if key.startswith("IOT_"):
+            monkeypatch.delenv(key)
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+
+
+def _consume(config: dict[str, Any], topic: str, expected: int) -> list[tuple[bytes, bytes]]:
+    consumer = Consumer(
+        config | {"group.id": f"t-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    out: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(5000, 0.5):
+                assert msg.error() is None, msg.error()
+                out.append((msg.key(), msg.value()))
+        extra = consumer.consume(100, 1.0)
+        assert not [m for m in extra if m.error() is None], "more messages than acknowledged"
+    finally:
+        consumer.close()
+    return out
+
+
+def assert_manifest_matches_topic(manifest: Path, held: list[tuple[bytes, bytes]]) -> None:
+    """Every acknowledged message is in the topic, and nothing else is."""
+    truth = read_manifest(manifest)
+    faults = truth["faults"]
+    assert (
+        len(held)
+        == truth["header"]["totals"]["messages_sent"] - truth["header"]["totals"]["messages_failed"]
+    )
+    malformed = [f for f in faults if "expected_reason" in f]
+    malformed_ids = {f["event_id"] for f in malformed}
+    per_device: dict[str, list[tuple[int, str]]] = {}
+    copies: Counter[str] = Counter()
+    bad = 0
+    for key, value in held:
+        try:
+            event = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            bad += 1
+            continue
+        if not {"event_id", "device_id", "seq"} <= set(event) or event["event_id"] in malformed_ids:
+            bad += 1
+            continue
+        assert key.decode() == event["device_id"]
+        copies[event["event_id"]] += 1
+        if copies[event["event_id"]] == 1:
+            per_device.setdefault(event["device_id"], []).append((event["seq"], event["event_id"]))
+    assert bad == sum(1 for f in malformed if f["delivered"])
+    for device_id, dev in truth["devices"].items():
+        # One device = one key = one partition: the topic keeps the send order.
+        assert per_device.get(device_id, []) == list(
+            zip(dev["seqs"], dev["event_ids"], strict=True)
+        )
+    dups = {f["event_id"]: f["copies_acked"] for f in faults if f["kind"] == "duplicate"}
+    for eid, n in copies.items():
+        assert n == dups.get(eid, 1)
+
+
+def test_plaintext_chaos_run_matches_the_manifest(kafka_broker: BrokerInfo, tmp_path, monkeypatch):
+    topic = f"producer-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=3)
+    _env(monkeypatch, IOT_KAFKA_BOOTSTRAP_SERVERS=kafka_broker.plaintext, IOT_KAFKA_TOPIC=topic)
+    manifest, report = tmp_path / "m.jsonl", tmp_path / "r.json"
+    rc = main([
+        "--count", "5000", "--fleet-size", "25", "--seed", "8", "--rate", "0",
+        "--start-time", START, "--clock-rate", "100", "--scenario", "chaos",
+        "--oversized-rate", "0.002", "--late-delay", "uniform:1:20",
+        "--manifest-path", str(manifest), "--report-path", str(report),
+    ])  # fmt: skip
+    rep = json.loads(report.read_text())
+    assert rc == 0, rep
+    oversized = [f for f in read_manifest(manifest)["faults"] if f["kind"] == "oversized"]
+    assert oversized and all(
+        f["delivered"] is False and f["error"] == "MSG_SIZE_TOO_LARGE" for f in oversized
+    )
+    assert rep["errors"] == rep["expected_errors"] == {"MSG_SIZE_TOO_LARGE": len(oversized)}
+    assert rep["acked"] == rep["sent"] - len(oversized)
+    assert set(rep["ack_latency_ms"]) == {"p50", "p95", "p99"}
+    held = _consume({"bootstrap.servers": kafka_broker.plaintext}, topic, rep["acked"])
+    assert len(held) == rep["acked"]
+    assert_manifest_matches_topic(manifest, held)
+
+
+def test_event_hubs_connection_string_settings(kafka_broker: BrokerInfo, tmp_path, monkeypatch):
+    topic = f"eh-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=3)
+    secret = kafka_broker.connection_string()
+    _env(
+        monkeypatch,
+        IOT_KAFKA_AUTH="connection_string",
+        IOT_KAFKA_CONNECTION_STRING=secret,
+        IOT_KAFKA_BOOTSTRAP_SERVERS=kafka_broker.sasl_ssl,
+        IOT_KAFKA_SSL_CA_LOCATION=str(kafka_broker.ca_file),
+        IOT_KAFKA_TOPIC=topic,
+        IOT_PRODUCER_THROUGHPUT_UNITS="1",
+    )
+    manifest, report = tmp_path / "m.jsonl", tmp_path / "r.json"
+    rc = main([
+        "--count", "3000", "--fleet-size", "10", "--rate", "0", "--scenario", "realistic",
+        "--manifest-path", str(manifest), "--report-path", str(report),
+    ])  # fmt: skip
+    rep = json.loads(report.read_text())
+    assert rc == 0, rep
+    assert rep["warnings"][0].startswith("the rate is unlimited (--rate 0) but 1 throughput unit")
+    assert secret not in report.read_text() and secret not in manifest.read_text()
+    held = _consume(
+        {
+            "bootstrap.servers": kafka_broker.sasl_ssl,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "$ConnectionString",
+            "sasl.password": secret,
+            "ssl.ca.location": str(kafka_broker.ca_file),
+        },
+        topic,
+        rep["acked"],
+    )
+    assert_manifest_matches_topic(manifest, held)
+
+
+def test_entra_oauthbearer_with_a_test_credential(kafka_broker: BrokerInfo, tmp_path, monkeypatch):
+    topic = f"entra-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=3)
+    _env(
+        monkeypatch,
+        IOT_KAFKA_AUTH="entra",
+        IOT_KAFKA_BOOTSTRAP_SERVERS=kafka_broker.sasl_ssl,
+        IOT_KAFKA_SSL_CA_LOCATION=str(kafka_broker.ca_file),
+        IOT_KAFKA_TOPIC=topic,
+    )
+    credential = UnsignedCredential()
+    manifest = tmp_path / "m.jsonl"
+    rc = main(
+        ["--count", "1000", "--fleet-size", "5", "--rate", "0", "--manifest-path", str(manifest)],
+        credential=credential,
+    )
+    assert rc == 0
+    assert set(credential.scopes) == {"https://localhost/.default"}
+    held = _consume(
+        {
+            "bootstrap.servers": kafka_broker.sasl_ssl,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "OAUTHBEARER",
+            "oauth_cb": lambda _cfg: (
+                (t := UnsignedCredential().get_token("x")).token,
+                t.expires_on,
+            ),
+            "ssl.ca.location": str(kafka_broker.ca_file),
+        },
+        topic,
+        1000,
+    )
+    assert len(held) == 1000
+    assert_manifest_matches_topic(manifest, held)
+
+
+def make_credential() -> UnsignedCredential:
+    """Factory named by ``IOT_PRODUCER_ENTRA_CREDENTIAL`` in the subprocess test below."""
+    return UnsignedCredential()
+
+
+def test_entra_credential_by_name_with_two_workers(kafka_broker: BrokerInfo, tmp_path):
+    topic = f"entra-w-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=3)
+    manifest = tmp_path / "m.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")} | {
+        "IOT_KAFKA_AUTH": "entra",
+        "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.sasl_ssl,
+        "IOT_KAFKA_SSL_CA_LOCATION": str(kafka_broker.ca_file),
+        "IOT_KAFKA_TOPIC": topic,
+        "IOT_PRODUCER_ENTRA_CREDENTIAL": "tests.integration.test_producer_kafka:make_credential",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "producer", "--count", "2000", "--workers", "2", "--rate", "0",
+         "--fleet-size", "8", "--scenario", "realistic", "--manifest-path", str(manifest)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    truth = read_manifest(manifest)
+    assert sorted(truth["devices"]) == [f"dev-{i:05d}" for i in range(8)]
+    totals = truth["header"]["totals"]
+    expected = totals["messages_sent"] - totals["messages_failed"]
+    held = _consume({"bootstrap.servers": kafka_broker.plaintext}, topic, expected)
+    assert_manifest_matches_topic(manifest, held)

@@ -1,0 +1,198 @@
+"""The producer end to end without a broker: file and stdout sinks, rate, stop, replay, manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from producer.__main__ import main, throughput_warning
+from producer.manifest import read_manifest
+from producer.settings import ProducerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+START = "2026-01-01T00:00:00Z"
+
+
+@pytest.fixture(autouse=True)
+def _no_iot_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("IOT_"):
+            monkeypatch.delenv(key)
+
+
+def _file_run(tmp: Path, *extra: str, name: str = "out") -> tuple[int, Path, Path, Path]:
+    out, manifest, report = tmp / name, tmp / f"{name}.manifest.jsonl", tmp / f"{name}.json"
+    rc = main([
+        "--transport", "file", "--out-dir", str(out), "--rate", "0", "--start-time", START,
+        "--clock-rate", "100", "--manifest-path", str(manifest), "--report-path", str(report),
+        *extra,
+    ])  # fmt: skip
+    return rc, out, manifest, report
+
+
+def _lines(folder: Path) -> list[bytes]:
+    return [line for f in sorted(folder.glob("*.jsonl")) for line in f.read_bytes().splitlines()]
+
+
+def test_same_seed_same_bytes_and_manifest_matches_output(tmp_path):
+    args = ("--count", "6000", "--fleet-size", "30", "--seed", "3", "--scenario", "chaos",
+            "--file-roll-events", "1000", "--oversized-bytes", "3000")  # fmt: skip
+    rc, out_a, manifest, report = _file_run(tmp_path, *args, name="a")
+    assert rc == 0
+    _, out_b, _, _ = _file_run(tmp_path, *args, name="b")
+    lines = _lines(out_a)
+    assert lines == _lines(out_b)
+    assert [p.name for p in sorted(out_a.glob("*.jsonl"))] == [
+        f"events-{i:06d}.jsonl" for i in range(len(lines) // 1000 + 1)
+    ]
+
+    truth = read_manifest(manifest)
+    rep = json.loads(report.read_text())
+    assert rep["sent"] == rep["acked"] == len(lines) == truth["header"]["totals"]["messages_sent"]
+    assert rep["readings"] == 6000
+    # Every valid reading in the files is in the manifest under its device, and nothing else.
+    valid: dict[str, list[tuple[int, str]]] = {}
+    for line in lines:
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if {"event_id", "device_id", "seq"} <= set(event):  # else a missing_field fault
+            valid.setdefault(event["device_id"], []).append((event["seq"], event["event_id"]))
+    malformed = {f["event_id"] for f in truth["faults"]
+                 if f["kind"] in ("wrong_type", "missing_field", "unknown_device", "oversized", "broken_json")}  # fmt: skip
+    dups = Counter(f["event_id"] for f in truth["faults"] if f["kind"] == "duplicate")
+    for device_id, dev in truth["devices"].items():
+        sent = [(s, e) for s, e in valid.get(device_id, []) if e not in malformed]
+        # each duplicate appears twice in the file, once in the manifest
+        seen, firsts = set(), []
+        for s, e in sent:
+            if e not in seen:
+                seen.add(e)
+                firsts.append((s, e))
+        assert list(zip(dev["seqs"], dev["event_ids"], strict=True)) == firsts
+        assert len(sent) - len(firsts) == sum(dups[e] for _, e in firsts)
+    # Gaps in seq are explained by dropouts and malformed payloads.
+    dropped = {(a["device_id"], s) for a in truth["anomalies"] if a["kind"] == "dropout"
+               for s in range(a["start_seq"], a["end_seq"] + 1)}  # fmt: skip
+    broken = {(f["device_id"], f["seq"]) for f in truth["faults"] if f.get("event_id") in malformed}
+    for device_id, dev in truth["devices"].items():
+        missing = set(range(1, dev["last_seq"] + 1)) - set(dev["seqs"])
+        assert missing == {s for d, s in dropped | broken if d == device_id}
+
+
+def test_two_workers_are_reproducible(tmp_path):
+    args = ("--count", "3000", "--fleet-size", "10", "--workers", "2", "--scenario", "realistic")
+    rc, out_a, manifest, report = _file_run(tmp_path, *args, name="a")
+    assert rc == 0
+    _file_run(tmp_path, *args, name="b")
+    names = sorted(p.name for p in out_a.glob("*.jsonl"))
+    assert names == ["events-w00-000000.jsonl", "events-w01-000000.jsonl"]
+    for name in names:
+        assert (out_a / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    truth = read_manifest(manifest)
+    assert sorted(truth["devices"]) == [f"dev-{i:05d}" for i in range(10)]
+    assert (
+        sum(len(d["seqs"]) for d in truth["devices"].values())
+        == truth["header"]["totals"]["events_acked"]
+    )
+    rep = json.loads(report.read_text())
+    assert rep["workers"] == 2 and rep["readings"] == 3000
+
+
+def test_constant_rate_is_held(tmp_path):
+    rc, _, _, report = _file_run(
+        tmp_path, "--rate", "2000", "--duration-s", "2.5", "--fleet-size", "20"
+    )
+    rep = json.loads(report.read_text())
+    assert rc == 0 and rep["stopped_by"] == "duration"
+    assert abs(rep["achieved_rate"] - 2000) / 2000 < 0.05
+    assert rep["per_second_target"][:2] == [2000.0, 2000.0]
+    assert all(abs(n - 2000) <= 100 for n in rep["per_second"][:2])
+
+
+def test_ramp_profile_follows_the_integral(tmp_path):
+    rc, _, _, report = _file_run(
+        tmp_path, "--rate-profile", "ramp:500:1500:2", "--duration-s", "2.5", "--fleet-size", "5"
+    )
+    rep = json.loads(report.read_text())
+    assert rc == 0
+    assert rep["per_second_target"][:2] == [750.0, 1250.0]
+    assert abs(rep["per_second"][0] - 750) <= 60 and abs(rep["per_second"][1] - 1250) <= 60
+
+
+def test_sigterm_flushes_and_writes_report_and_manifest(tmp_path):
+    out, manifest, report = tmp_path / "land", tmp_path / "m.jsonl", tmp_path / "r.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "producer", "--transport", "file", "--out-dir", str(out),
+         "--rate", "1000", "--scenario", "realistic", "--file-roll-events", "100000",
+         "--manifest-path", str(manifest), "--report-path", str(report)],
+        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    rep = json.loads(report.read_text())
+    assert rep["stopped_by"] == "SIGTERM"
+    lines = _lines(out)
+    assert rep["sent"] == rep["acked"] == len(lines) > 500
+    assert read_manifest(manifest)["header"]["totals"]["messages_sent"] == len(lines)
+    assert "stopped by SIGTERM" in err
+
+
+def test_replay_sends_lines_verbatim(tmp_path, capsysbinary):
+    recorded = [
+        b'{"event_id":"e1","device_id":"dev-00001","seq":1,"x":1.50}',
+        b"not json at all",
+        b'{"event_id":"e2","device_id":"dev-00002","seq":7}',
+        b'{"event_id":"e3","device_id":"dev-00001","seq":2}',
+    ]
+    src = tmp_path / "rec.jsonl"
+    src.write_bytes(b"\n".join(recorded[:2]) + b"\r\n\n" + b"\n".join(recorded[2:]))
+    manifest = tmp_path / "m.jsonl"
+    rc = main(["--transport", "stdout", "--replay", str(src), "--rate", "0",
+               "--manifest-path", str(manifest)])  # fmt: skip
+    assert rc == 0
+    assert capsysbinary.readouterr().out.splitlines() == recorded
+    truth = read_manifest(manifest)
+    assert truth["devices"]["dev-00001"]["seqs"] == [1, 2]
+    assert truth["devices"]["dev-00001"]["event_ids"] == ["e1", "e3"]
+    assert truth["devices"]["dev-00002"]["event_ids"] == ["e2"]
+    assert truth["header"]["totals"]["unidentified_messages"] == 1
+
+
+def test_throughput_unit_warning():
+    over = ProducerSettings(rate=1500, throughput_units=1)
+    assert "exceeds what 1 throughput unit(s) admit 1,000 events/s and 1 MB/s" in (
+        throughput_warning(over) or ""
+    )
+    assert throughput_warning(ProducerSettings(rate=900, throughput_units=1)) is None
+    assert throughput_warning(ProducerSettings(rate=1500)) is None
+    spiky = ProducerSettings(rate_profile="spike:100:2500:5:5", throughput_units=2)
+    assert "peak rate 2,500 events/s" in (throughput_warning(spiky) or "")
+    # bytes, not events, can be the limit: 900 events/s of 1.5 kB exceed 1 MB/s
+    assert throughput_warning(ProducerSettings(rate=0, throughput_units=3)).startswith(
+        "the rate is unlimited"
+    )
+
+
+def test_invalid_settings_exit_2(capsys):
+    assert main(["--transport", "stdout", "--workers", "2"]) == 2
+    assert "transport=stdout needs workers=1" in capsys.readouterr().err
+    assert main(["--rate-profile", "ramp:1"]) == 2
+    assert "expected 3 numbers" in capsys.readouterr().err
+    assert main(["--late-delay", "gamma:2"]) == 2
+    assert "bad delay distribution" in capsys.readouterr().err
+    assert main(["--transport", "file"]) == 1
+    assert "transport=file needs --out-dir" in capsys.readouterr().err

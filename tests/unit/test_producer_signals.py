@@ -1,0 +1,90 @@
+"""The fast simulator makes exactly the reference stream; clocks and time formatting."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import orjson
+import pytest
+
+from common.contract import format_time
+from common.fleet import build_fleet
+from producer.signals import (
+    FleetSimulator,
+    StridedClock,
+    TimeFormatter,
+    generate,
+    reference_generate,
+    simulated_clock,
+    to_micros,
+)
+
+START = datetime(2026, 3, 29, 23, 59, 58, 999500, tzinfo=UTC)
+
+
+def _bytes(events) -> list[bytes]:
+    return [orjson.dumps(e) for e in events]
+
+
+@pytest.mark.parametrize(("size", "seed", "rate"), [(7, 1, 1000.0), (40, 42, 3.0), (1, 9, 7.0)])
+def test_fast_path_is_byte_identical_to_make_reading(size, seed, rate):
+    fleet = build_fleet(size, seed)
+    clock = simulated_clock(START, rate)
+    n = 6000
+    want = _bytes(itertools.islice(reference_generate(fleet, seed, clock), n))
+    got = _bytes(itertools.islice(generate(fleet, seed, clock), n))
+    assert got == want
+    # The same stream in uneven batches.
+    sim = FleetSimulator(fleet, seed, clock)
+    batched = []
+    for size_ in itertools.cycle((1, 5, 333, 2)):
+        batched += sim.batch(min(size_, n - len(batched)))
+        if len(batched) == n:
+            break
+    assert _bytes(batched) == want
+
+
+def test_stream_covers_every_status_and_type():
+    fleet = build_fleet(40, 42)
+    events = list(itertools.islice(generate(fleet, 42, simulated_clock(START, 50.0)), 40000))
+    assert {e["status"] for e in events} == {"online", "degraded", "offline"}
+    assert {d.device_type for d in fleet} == {
+        "thermostat",
+        "air_quality",
+        "vibration",
+        "power_meter",
+    }
+    assert [e["seq"] for e in events if e["device_id"] == "dev-00003"] == list(range(1, 1001))
+
+
+def test_strided_clock_interleaves_workers_like_one_stream():
+    clock = simulated_clock(START, 8.0)
+    for offset in range(3):
+        strided = StridedClock(clock, 3, offset)
+        for k in range(50):
+            assert strided(k) == clock(3 * k + offset)
+            assert strided.micros(k) == to_micros(clock(3 * k + offset))
+        assert strided.linear() == (to_micros(clock(offset)), 3 * 125_000)
+
+
+def test_index_at_is_the_first_event_at_or_after():
+    clock = simulated_clock(START, 4.0)  # 250 ms steps
+    start_us = to_micros(START)
+    assert clock.index_at(start_us - 10) == 0
+    assert clock.index_at(start_us) == 0
+    assert clock.index_at(start_us + 1) == 1
+    assert clock.index_at(start_us + 250_000) == 1
+    assert clock.index_at(start_us + 250_001) == 2
+    strided = StridedClock(clock, 2, 1)  # global events 1, 3, 5 ...
+    assert strided.index_at(start_us + 250_001) == 1  # global 3 is the first at/after global 2
+
+
+def test_time_formatter_matches_the_contract():
+    fmt = TimeFormatter()
+    t = START
+    for _ in range(3000):
+        assert fmt(to_micros(t)) == format_time(t)
+        t += timedelta(microseconds=1234)
+    before_epoch = datetime(1969, 12, 31, 23, 59, 59, 500000, tzinfo=UTC)
+    assert fmt(to_micros(before_epoch)) == "1969-12-31T23:59:59.500Z"
