@@ -65,3 +65,40 @@ def test_unreachable_broker_fails_within_30s():
     assert rc == 1
     assert elapsed < 30
     assert f"could not reach the Kafka broker at 127.0.0.1:{port}" in err
+
+
+def test_entra_without_a_usable_credential_fails_fast(kafka_broker):
+    env = {
+        "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.sasl_ssl,
+        "IOT_KAFKA_AUTH": "entra",
+        "IOT_KAFKA_SSL_CA_LOCATION": str(kafka_broker.ca_file),
+        "IOT_PRODUCER_ENTRA_CREDENTIAL": "environment",
+    }
+    rc, err, elapsed = _run_producer(env)
+    assert rc == 1
+    assert elapsed < 30
+    assert "no Entra ID token for https://localhost/.default from EnvironmentCredential" in err
+    rc, err, _ = _run_producer(env | {"IOT_PRODUCER_ENTRA_CREDENTIAL": "magic"})
+    assert rc == 1
+    assert "unknown Entra ID credential 'magic'" in err
+
+
+def test_a_broker_that_stops_answering_mid_run_stops_the_sink(tmp_path):
+    from producer.sinks import KafkaSink, SinkStalledError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sink = KafkaSink(
+        {"bootstrap.servers": f"127.0.0.1:{port}", "queue.buffering.max.messages": 10,
+         "log_level": 0},
+        "t", stall_timeout_s=1.0,
+    )  # fmt: skip
+    msgs = [(b"k", b"v", 0, i, f"e{i}", None) for i in range(50)]
+    t0 = time.monotonic()
+    with pytest.raises(SinkStalledError, match="acknowledged nothing for 1 s"):
+        sink.send_batch(msgs)
+    assert time.monotonic() - t0 < 5
+    assert sink.abandon() == 10
+    assert sink.errors == {"_PURGE_QUEUE": 10}
+    assert sorted(f[0] for f in sink.failures) == [b"v"] * 10
