@@ -306,7 +306,9 @@ def test_dotenv_entra_output_configures_entra_auth(tf, clean_env):
 def test_dotenv_keys_are_the_ones_env_example_documents(tf):
     example = {
         m.group(1)
-        for m in re.finditer(r"^([A-Z][A-Z0-9_]*)=", (ROOT / ".env.example").read_text(), re.M)
+        for m in re.finditer(
+            r"^(?:#\s*)?([A-Z][A-Z0-9_]*)=", (ROOT / ".env.example").read_text(), re.M
+        )
     }
     for name in ("dotenv", "dotenv_entra"):
         keys = {ln.split("=", 1)[0] for ln in render(tf["output"][name]["value"]).splitlines()}
