@@ -5,7 +5,8 @@ Self-contained: starts a throwaway broker (``infra.broker``) in a temp dir, runs
 anomalies, faults and the ground-truth manifest) as fast as it can, consumes what
 it produced into a ``key<TAB>value`` file, replays that file with kcat into a
 second topic with the same client settings (acks=all, idempotence, linger.ms),
-then stops the broker. Each side runs ``--rounds`` times; the best round counts.
+then stops the broker. A warm-up round (not counted) warms the broker's JVM; then
+each side runs ``--rounds`` times and the best round counts.
 
 The last line printed is one JSON object::
 
@@ -101,6 +102,9 @@ def main() -> None:
     parser.add_argument("--fleet-size", type=int, default=1000)
     parser.add_argument("--linger-ms", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--warmup", type=int, default=200_000, help="readings of a warm-up round (0: none)"
+    )
     args = parser.parse_args()
     if shutil.which("kcat") is None:
         raise SystemExit("kcat is not installed: apt-get install kcat")
@@ -110,6 +114,15 @@ def main() -> None:
     try:
         bootstrap = info.plaintext
         ours, theirs = [], []
+        if args.warmup:  # warm the broker's JVM up; not counted
+            warm = argparse.Namespace(**vars(args) | {"count": args.warmup})
+            broker.ensure_topic(bootstrap, "bench-warmup", partitions=3)
+            report = run_producer(bootstrap, "bench-warmup", warm, work)
+            dump = work / "warmup.tsv"
+            dump_topic(bootstrap, "bench-warmup", report["acked"], dump)
+            broker.ensure_topic(bootstrap, "bench-warmup-kcat", partitions=3)
+            run_kcat(bootstrap, "bench-warmup-kcat", dump, args)
+            dump.unlink()
         for r in range(args.rounds):
             topic, kcat_topic = f"bench-producer-{r}", f"bench-kcat-{r}"
             for t in (topic, kcat_topic):

@@ -26,12 +26,14 @@ seed gives the same messages. Each injected fault becomes a manifest record.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import cycle, islice
 from typing import Any
 
 import orjson
@@ -212,38 +214,73 @@ class FaultInjector:
             Messages in send order, including held-back ones that are due.
 
         """
+        n = len(events)
+        nd = self._n
+        if n == 0:
+            return []
+        if self._skew_us:
+            self._apply_skew(events, ks, k0)
         out: list[Message] = []
-        append = out.append
         dumps = orjson.dumps
         keys = self._keys
-        nd = self._n
-        skew = self._skew_us
-        e = self._emitted
-        next_hit = self._next_hit
         held = self._held
-        release_at = held[0][0] if held else NEVER
-        k = k0 - 1
-        for pos, ev in enumerate(events):
+        e0 = self._emitted
+        pos = 0
+        while pos < n:
+            # Plain readings up to the next fault hit or the next release point.
+            release_at = held[0][0] if held else NEVER
+            if release_at == NEVER:
+                rel_pos = n
+            elif ks is None:
+                rel_pos = min(n, max(pos, release_at - k0))
+            else:
+                rel_pos = bisect.bisect_left(ks, release_at, pos)
+            end = min(n, self._next_hit - e0, rel_pos)
+            if end > pos:
+                if ks is None:
+                    idx = islice(cycle(range(nd)), (k0 + pos) % nd, (k0 + pos) % nd + end - pos)
+                else:
+                    idx = (k % nd for k in ks[pos:end])
+                out += [
+                    (keys[i], dumps(ev), i, ev["seq"], ev["event_id"], None)
+                    for ev, i in zip(events[pos:end], idx, strict=False)
+                ]
+                pos = end
+                if pos >= n:
+                    break
+            # One reading that is hit by a fault, or after which held messages are due.
             k = ks[pos] if ks is not None else k0 + pos
             i = k % nd
-            if skew and i in skew:
-                ev["event_time"] = self._fmt(_micros_of(ev["event_time"]) + skew[i])
-            if e == next_hit:
-                self._faulty(ev, k, i, e, out)
-                next_hit = self._next_hit
-                release_at = held[0][0] if held else NEVER
+            ev = events[pos]
+            if e0 + pos == self._next_hit:
+                self._faulty(ev, k, i, e0 + pos, out)
             else:
-                append((keys[i], dumps(ev), i, ev["seq"], ev["event_id"], None))
-            e += 1
-            if k >= release_at:
+                out.append((keys[i], dumps(ev), i, ev["seq"], ev["event_id"], None))
+            if held and k >= held[0][0]:
                 self._release(k, out)
-                release_at = held[0][0] if held else NEVER
-        self._emitted = e
-        if events:
-            self._last_k = k
+            pos += 1
+        self._emitted = e0 + n
+        self._last_k = last_k = ks[-1] if ks is not None else k0 + n - 1
         if self._held_by_time:
-            self._release_by_time(self.clock.micros(k), out)
+            self._release_by_time(self.clock.micros(last_k), out)
         return out
+
+    def _apply_skew(self, events: list[dict[str, Any]], ks: Sequence[int] | None, k0: int) -> None:
+        """Shift the event times of the skewed devices' readings."""
+        nd = self._n
+        fmt = self._fmt
+        if ks is None:
+            for i, offset in self._skew_us.items():
+                for pos in range((i - k0) % nd, len(events), nd):
+                    ev = events[pos]
+                    ev["event_time"] = fmt(_micros_of(ev["event_time"]) + offset)
+            return
+        skew = self._skew_us
+        for pos, k in enumerate(ks):
+            offset = skew.get(k % nd)
+            if offset is not None:
+                ev = events[pos]
+                ev["event_time"] = fmt(_micros_of(ev["event_time"]) + offset)
 
     def _faulty(self, ev: dict[str, Any], k: int, i: int, e: int, out: list[Message]) -> None:
         """The slow path: a reading hit by at least one per-reading fault."""

@@ -61,18 +61,20 @@ class Manifest:
         """Note messages handed to the sink (their fate comes through ``failed``)."""
         if len(self._seqs) < len(self.device_ids):
             self._grow()
-        seqs, ids = self._seqs, self._ids
-        resends = self._resends
-        n = 0
-        for _key, _value, i, seq, eid, tag in msgs:
-            if tag is None:
+        plain = [m for m in msgs if m[5] is None]
+        if len(plain) != len(msgs):
+            for m in msgs:
+                if m[5] == "duplicate":
+                    self._resends[m[4]] += 1
+                elif m[5] == "raw":
+                    self.unidentified += 1
+        n = len(plain)
+        if n:
+            seqs, ids = self._seqs, self._ids
+            _, _, devices, seq_nos, event_ids, _ = zip(*plain, strict=True)
+            for i, seq, eid in zip(devices, seq_nos, event_ids, strict=True):
                 seqs[i].append(seq)
                 ids[i].append(eid)
-                n += 1
-            elif tag == "duplicate":
-                resends[eid] += 1
-            elif tag == "raw":
-                self.unidentified += 1
         self.messages += len(msgs)
         self._pending += n
         if self._pending >= _PACK_EVERY:

@@ -1,0 +1,88 @@
+"""The manifest's accounting: acknowledged vs failed copies, fault outcomes, merging parts."""
+
+from __future__ import annotations
+
+import orjson
+
+from producer.manifest import Manifest, merge_manifests, read_manifest
+
+
+def _eid(n: int) -> str:
+    return f"{n:08x}-0000-4000-8000-000000000000"
+
+
+def _msg(device: int, seq: int, tag=None, device_id: str | None = None):
+    value = orjson.dumps(
+        {"event_id": _eid(device * 1000 + seq), "device_id": device_id or f"d{device}",
+         "seq": seq}
+    )  # fmt: skip
+    return (b"k", value, device, seq, _eid(device * 1000 + seq), tag)
+
+
+def test_failures_and_resends(tmp_path):
+    m = Manifest(["d0", "d1"])
+    bad = {"kind": "oversized", "device_id": "d1", "event_id": _eid(1003), "seq": 3}
+    msgs = [_msg(0, 1), _msg(1, 1), _msg(0, 2), _msg(1, 2), _msg(0, 3), _msg(0, 1, "duplicate"),
+            _msg(1, 2, "duplicate"), (b"k", b"x" * 10, 1, 3, _eid(1003), bad), _msg(1, 4)]  # fmt: skip
+    m.record(msgs[:4])
+    m.record(msgs[4:])
+    m.failed(msgs[0][1], None, "_MSG_TIMED_OUT")  # original of a resent event: the resend lands
+    m.failed(msgs[3][1], None, "_MSG_TIMED_OUT")  # both copies of d1/2 fail
+    m.failed(msgs[6][1], "duplicate", "_MSG_TIMED_OUT")
+    m.failed(msgs[2][1], None, "NOT_LEADER_FOR_PARTITION")  # d0/2 had one copy only
+    m.failed(b"x" * 10, bad, "MSG_SIZE_TOO_LARGE")
+    faults = [bad, {"kind": "duplicate", "device_id": "d0", "event_id": _eid(1), "seq": 1},
+              {"kind": "duplicate", "device_id": "d1", "event_id": _eid(1002), "seq": 2}]  # fmt: skip
+    path = tmp_path / "m.jsonl"
+    m.write(path, {"seed": 1}, faults=faults, anomalies=[], max_seqs=[3, 4])
+    truth = read_manifest(path)
+    assert truth["devices"]["d0"] == {
+        "device_id": "d0", "acked": 2, "seqs": [1, 3], "event_ids": [_eid(1), _eid(3)],
+        "last_seq": 3,
+    }  # fmt: skip
+    assert truth["devices"]["d1"]["seqs"] == [1, 4]
+    dup = {f["event_id"]: f["copies_acked"] for f in truth["faults"] if f["kind"] == "duplicate"}
+    assert dup == {_eid(1): 1, _eid(1002): 0}
+    assert [f["delivered"] for f in truth["faults"] if f["kind"] == "oversized"] == [False]
+    assert sorted((f["seq"], f["device_id"], f["resend"], f["error"]) for f in truth["failed"]) == [
+        (1, "d0", False, "_MSG_TIMED_OUT"),
+        (2, "d0", False, "NOT_LEADER_FOR_PARTITION"),
+        (2, "d1", False, "_MSG_TIMED_OUT"),
+        (2, "d1", True, "_MSG_TIMED_OUT"),
+    ]
+    totals = truth["header"]["totals"]
+    assert totals["messages_sent"] == 9
+    assert totals["messages_failed"] == 5
+    assert totals["events_acked"] == 4
+    assert totals["faults"] == {"oversized": 1, "duplicate": 2}
+
+
+def test_merge_orders_devices_and_sums_totals(tmp_path):
+    parts = []
+    for w, devices in enumerate((["dev-00000", "dev-00002"], ["dev-00001", "dev-00003"])):
+        m = Manifest(list(devices))
+        m.record([_msg(0, 1, device_id=devices[0]), _msg(1, 1, device_id=devices[1]),
+                  _msg(1, 2, device_id=devices[1])])  # fmt: skip
+        path = tmp_path / f"part{w}.jsonl"
+        anomalies = [{"kind": "spike", "device_id": devices[0]}]
+        m.write(path, {"worker": w}, anomalies=anomalies, max_seqs=[1, 2])
+        parts.append(path)
+    merged = tmp_path / "m.jsonl"
+    merge_manifests(parts, merged, {"workers": 2})
+    lines = [orjson.loads(x) for x in merged.read_bytes().splitlines()]
+    assert [x["type"] for x in lines] == ["header"] + ["device"] * 4 + ["anomaly"] * 2
+    assert [x["device_id"] for x in lines[1:5]] == [f"dev-{i:05d}" for i in range(4)]
+    assert lines[0]["run"] == {"workers": 2}
+    assert lines[0]["totals"]["messages_sent"] == 6
+    assert lines[0]["totals"]["anomalies"] == {"spike": 2}
+    assert read_manifest(merged)["devices"]["dev-00003"]["seqs"] == [1, 2]
+
+
+def test_ids_of_any_width_survive_packing(tmp_path):
+    m = Manifest(["a"])
+    m.record([(b"", b"{}", 0, 1, "short", None), (b"", b"{}", 0, 2, "x" * 40, None)])
+    m._pack()
+    m.record([(b"", b"{}", 0, 3, _eid(5), None)])
+    path = tmp_path / "m.jsonl"
+    m.write(path, {})
+    assert read_manifest(path)["devices"]["a"]["event_ids"] == ["short", "x" * 40, _eid(5)]
