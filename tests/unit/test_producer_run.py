@@ -196,3 +196,24 @@ def test_invalid_settings_exit_2(capsys):
     assert "bad delay distribution" in capsys.readouterr().err
     assert main(["--transport", "file"]) == 1
     assert "transport=file needs --out-dir" in capsys.readouterr().err
+
+
+def test_clean_defaults_send_exactly_what_generate_gives(capsysbinary):
+    """All rates 0 (the default): the CLI's messages are generate()'s events, byte for byte."""
+    import itertools
+    from datetime import datetime
+
+    from common.fleet import build_fleet
+    from producer.signals import generate, simulated_clock
+
+    rc = main(["--transport", "stdout", "--count", "1500", "--fleet-size", "12", "--seed", "7",
+               "--rate", "0", "--clock-rate", "10", "--start-time", "2026-01-01T00:00:00+00:00"])  # fmt: skip
+    assert rc == 0
+    start = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
+    want = [
+        orjson.dumps(e)
+        for e in itertools.islice(
+            generate(build_fleet(12, 7), 7, simulated_clock(start, 10.0)), 1500
+        )
+    ]
+    assert capsysbinary.readouterr().out.splitlines() == want
