@@ -265,7 +265,12 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
             raise ValueError("transport=file needs --out-dir (IOT_PRODUCER_OUT_DIR)")
         if settings.transport == "kafka":
             conf = kafka_config(settings, credential)
-            check_connection(conf, settings.kafka.topic)
+            # Entra ID may take up to 12 s for the first token: keep the total under 30 s.
+            check_connection(
+                conf,
+                settings.kafka.topic,
+                timeout_s=15.0 if settings.kafka.auth == "entra" else 20.0,
+            )
             print(f"[producer] connected: {redact(conf)['bootstrap.servers']}", file=sys.stderr)
     except (KafkaConnectionError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)

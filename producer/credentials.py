@@ -62,7 +62,7 @@ def make_credential(spec: str) -> TokenCredential:
     return cls()
 
 
-def check_token(credential: TokenCredential, scope: str, *, timeout_s: float = 20.0) -> None:
+def check_token(credential: TokenCredential, scope: str, *, timeout_s: float = 12.0) -> None:
     """Get one token now, so a missing or wrong credential fails fast and clearly.
 
     Args:

@@ -268,8 +268,11 @@ def run(
         fatal = str(exc)
         stopped_by = "stalled"
     finally:
-        timeout = 0.0 if stop.count >= 2 or fatal else flush_timeout_s
-        undelivered = sink.flush(timeout)
+        # Wait for acknowledgements in short steps, so that a second Ctrl-C cuts it short.
+        deadline = time.monotonic() + (0.0 if fatal else flush_timeout_s)
+        undelivered = sink.flush(0)
+        while undelivered and stop.count < 2 and time.monotonic() < deadline:
+            undelivered = sink.flush(min(0.5, max(0.0, deadline - time.monotonic())))
         if undelivered:
             sink.abandon()
         sink.close()
