@@ -7,6 +7,7 @@ be checked on a hand-made frame.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -76,66 +77,43 @@ class OverviewKpis:
     metric_averages: dict[str, float]
 
 
-def overview_kpis(gold: pl.DataFrame, now: datetime, active_minutes: int) -> OverviewKpis:
-    """KPIs from ``gold/device_1m`` rows already limited to the range and scope.
+@dataclass(frozen=True)
+class GoldParts:
+    """Partial aggregates of ``gold/device_1m`` rows, which combine by summing.
 
-    Args:
-        gold: Rows with window_start, window_end, device_id, events, ``<metric>_avg``,
-            last_event_time.
-        now: Current time (aware UTC).
-        active_minutes: A device is active if its last event is this recent.
+    Attributes:
+        cube: Per window_start, device_type and site: ``events`` and, per metric,
+            ``<metric>:sum`` (sum of avg x events) and ``<metric>:weight`` (events of
+            the rows that have the metric).
+        devices: Per device_id (with device_type and site): its newest ``last_event_time``.
     """
-    if gold.height == 0:
-        return OverviewKpis(0, 0, None, None, None, {})
-    closed = pl.col("window_end") <= now
-    metrics = [m for m in METRIC_NAMES if f"{m}_avg" in gold.columns]
-    # One pass over the rows: polars evaluates the expressions in parallel.
-    row = gold.select(
-        pl.col("device_id")
-        .filter(pl.col("last_event_time") >= now - timedelta(minutes=active_minutes))
-        .n_unique()
-        .alias("active"),
-        pl.col("events").sum().alias("events"),
-        pl.col("events").filter(closed).sum().alias("closed_events"),
-        pl.col("window_start").filter(closed).n_unique().alias("closed_minutes"),
-        pl.col("window_start").max().alias("latest"),
-        pl.col("last_event_time").max().alias("newest"),
-        *[(pl.col(f"{m}_avg") * pl.col("events")).sum().alias(f"{m}:sum") for m in metrics],
-        *[
-            pl.col("events").filter(pl.col(f"{m}_avg").is_not_null()).sum().alias(f"{m}:weight")
-            for m in metrics
-        ],
-    ).row(0, named=True)
-    averages = {
-        m: float(row[f"{m}:sum"]) / row[f"{m}:weight"] for m in metrics if row[f"{m}:weight"]
-    }
-    newest = row["newest"]
-    return OverviewKpis(
-        active_devices=int(row["active"]),
-        events=int(row["events"]),
-        events_per_min=(
-            float(row["closed_events"]) / row["closed_minutes"] if row["closed_minutes"] else None
-        ),
-        latest_window=row["latest"],
-        # A device clock slightly ahead of the dashboard's reads as fresh, not negative.
-        freshness_s=max(0.0, (now - newest).total_seconds()) if newest is not None else None,
-        metric_averages=averages,
-    )
+
+    cube: pl.DataFrame
+    devices: pl.DataFrame
+
+    @property
+    def empty(self) -> bool:
+        """True when no row went in."""
+        return self.cube.height == 0
+
+
+CUBE_KEYS = ("window_start", "device_type", "site")
+DEVICE_KEYS = ("device_id", "device_type", "site")
+_EMPTY_GOLD_SCHEMA = {
+    "window_start": pl.Datetime("us", "UTC"),
+    "device_id": pl.String,
+    "device_type": pl.String,
+    "site": pl.String,
+    "events": pl.Int64,
+    "last_event_time": pl.Datetime("us", "UTC"),
+}
 
 
 def fleet_cube(gold: pl.DataFrame) -> pl.DataFrame:
-    """Per 1-minute window, device type and site: events and each metric's weighted sums.
-
-    The charts of the overview are cuts of this small frame, so the 1-minute device
-    rows are aggregated once per refresh. Columns: window_start, device_type, site,
-    events, and per metric ``<metric>:sum`` (sum of avg x events) and
-    ``<metric>:weight`` (events of rows with that metric).
-    """
+    """The ``GoldParts.cube`` of some ``gold/device_1m`` rows."""
     metrics = [m for m in METRIC_NAMES if f"{m}_avg" in gold.columns]
     weighted = gold.select(
-        "window_start",
-        "device_type",
-        "site",
+        *CUBE_KEYS,
         "events",
         *[(pl.col(f"{m}_avg") * pl.col("events")).alias(f"{m}:sum") for m in metrics],
         *[
@@ -147,7 +125,93 @@ def fleet_cube(gold: pl.DataFrame) -> pl.DataFrame:
         ],
     )
     # Plain sums only: polars' fastest group-by path.
-    return weighted.group_by("window_start", "device_type", "site").agg(pl.all().sum())
+    return weighted.group_by(*CUBE_KEYS).agg(pl.all().sum())
+
+
+def gold_parts(gold: pl.DataFrame) -> GoldParts:
+    """Partial aggregates of some ``gold/device_1m`` rows (e.g. one data file's)."""
+    return GoldParts(
+        cube=fleet_cube(gold),
+        devices=gold.group_by(*DEVICE_KEYS).agg(pl.col("last_event_time").max()),
+    )
+
+
+def _within(column: str, start: datetime | None, end: datetime | None) -> list[pl.Expr]:
+    bounds = []
+    if start is not None:
+        bounds.append(pl.col(column) >= start)
+    if end is not None:
+        bounds.append(pl.col(column) < end)
+    return bounds
+
+
+def combine_parts(
+    parts: list[GoldParts], start: datetime | None = None, end: datetime | None = None
+) -> GoldParts:
+    """Sum partial aggregates and keep the windows starting in ``[start, end)``.
+
+    A device keeps its newest event time if that lies in ``[start, end)``: with
+    whole-minute bounds, it does exactly when the device has a window in the range.
+    With an ``end``, build the parts from rows already within it: a part's newest time
+    for a device may lie after ``end`` while older rows of the part are inside.
+    """
+    if not parts:
+        return gold_parts(pl.DataFrame(schema=_EMPTY_GOLD_SCHEMA))
+    cube = pl.concat([p.cube for p in parts], how="diagonal_relaxed")
+    devices = pl.concat([p.devices for p in parts], how="vertical_relaxed")
+    if bounds := _within("window_start", start, end):
+        cube = cube.filter(*bounds)
+    if bounds := _within("last_event_time", start, end):
+        devices = devices.filter(*bounds)
+    sums = [c for c in cube.columns if c not in CUBE_KEYS]
+    return GoldParts(
+        cube=cube.group_by(*CUBE_KEYS).agg(pl.col(sums).fill_null(0).sum()),
+        devices=devices.group_by(*DEVICE_KEYS).agg(pl.col("last_event_time").max()),
+    )
+
+
+def scope_parts(parts: GoldParts, scope: Callable[[pl.DataFrame], pl.DataFrame]) -> GoldParts:
+    """The parts of the selected sites and device types (e.g. ``Filters.scope``)."""
+    return GoldParts(cube=scope(parts.cube), devices=scope(parts.devices))
+
+
+def overview_kpis(parts: GoldParts, now: datetime, active_minutes: int) -> OverviewKpis:
+    """KPIs from the partial aggregates of the range's ``gold/device_1m`` rows.
+
+    Args:
+        parts: ``combine_parts`` of the range, scoped to the selected sites and types.
+        now: Current time (aware UTC).
+        active_minutes: A device is active if its last event is this recent.
+    """
+    if parts.empty:
+        return OverviewKpis(0, 0, None, None, None, {})
+    cube, devices = parts.cube, parts.devices
+    closed = cube.filter(pl.col("window_start") + timedelta(minutes=1) <= now)
+    metrics = [m for m in METRIC_NAMES if f"{m}:weight" in cube.columns]
+    totals = cube.select(
+        [pl.col(f"{m}:sum").sum() for m in metrics] + [pl.col(f"{m}:weight").sum() for m in metrics]
+    ).row(0, named=True)
+    averages = {
+        m: float(totals[f"{m}:sum"]) / totals[f"{m}:weight"]
+        for m in metrics
+        if totals[f"{m}:weight"]
+    }
+    minutes = closed["window_start"].n_unique()
+    newest = devices["last_event_time"].max()
+    active = devices.filter(pl.col("last_event_time") >= now - timedelta(minutes=active_minutes))
+    return OverviewKpis(
+        active_devices=active["device_id"].n_unique(),
+        events=int(cube["events"].sum()),
+        events_per_min=float(closed["events"].sum()) / minutes if minutes else None,
+        latest_window=cube["window_start"].max(),  # type: ignore[arg-type]
+        # A device clock slightly ahead of the dashboard's reads as fresh, not negative.
+        freshness_s=(
+            max(0.0, (now - newest).total_seconds())  # type: ignore[operator]
+            if newest is not None
+            else None
+        ),
+        metric_averages=averages,
+    )
 
 
 def events_per_minute(cube: pl.DataFrame, by: str) -> pl.DataFrame:

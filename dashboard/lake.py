@@ -251,11 +251,9 @@ def read(
     equals = dict(equals or {})
     try:
         scan = pl.scan_delta(table)
-        schema = scan.collect_schema()
-        needed = [*wanted, *equals, *([time.column] if time is not None else [])]
-        missing = [c for c in dict.fromkeys(needed) if c not in schema]
-        if missing:
-            raise TableUnreadableError(f"{name} has no column {', '.join(missing)}")
+        schema = check_columns(
+            scan, name, [*wanted, *equals, *([time.column] if time is not None else [])]
+        )
         files = data_files(table, time)
         if files is None:
             return _read_scan(scan, schema, wanted, time, equals)
@@ -272,6 +270,19 @@ def read(
         if time.end is not None:
             frame = frame.filter(pl.col(time.column) < _aware(time.end))
     return frame.select(wanted).rechunk()  # contiguous: faster group-bys downstream
+
+
+def check_columns(scan: pl.LazyFrame, name: str, needed: Iterable[str]) -> pl.Schema:
+    """The table's schema, if it has every ``needed`` column.
+
+    Raises:
+        TableUnreadableError: naming the missing columns.
+    """
+    schema = scan.collect_schema()
+    missing = [c for c in dict.fromkeys(needed) if c not in schema]
+    if missing:
+        raise TableUnreadableError(f"{name} has no column {', '.join(missing)}")
+    return schema
 
 
 def _read_scan(

@@ -6,7 +6,8 @@ same frame back. After a commit, only the data files the snapshot did not have a
 read (Delta data files are immutable, so each file's rows are cached by its path).
 ``st.cache_resource`` holds the frames: polars frames are immutable, and
 ``st.cache_data`` would pickle and unpickle a million-row frame on every hit. All
-sessions share the caches.
+sessions share the caches. The overview goes one step further for ``gold/device_1m``:
+it caches each file's partial aggregates (``data.GoldParts``) and never holds the rows.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from common.settings import load_settings
-from dashboard import lake
+from dashboard import data, lake
 from dashboard.filters import (
     REFRESH_CHOICES,
     Filters,
@@ -142,25 +143,87 @@ def load(
     return Loaded(name, frame)
 
 
-def waiting(loaded: Loaded, what: str) -> None:
+@st.cache_resource(ttl=3600, max_entries=4096, show_spinner=False)
+def _gold_file_parts(uri: str, bounds: tuple[datetime, datetime] | None) -> data.GoldParts:
+    rows = lake.read_file(uri, lake.OVERVIEW_GOLD_COLUMNS, ())
+    if bounds is not None:
+        rows = rows.filter(pl.col("window_start") >= bounds[0], pl.col("window_start") < bounds[1])
+    return data.gold_parts(rows)
+
+
+@st.cache_resource(ttl=600, max_entries=16, show_spinner=False)
+def _gold_parts_version(
+    uri: str, version: int, start: datetime, end: datetime | None, _table: DeltaTable
+) -> data.GoldParts:
+    time = lake.TimeRange("window_start", start, end)
+    scan = pl.scan_delta(_table)
+    lake.check_columns(scan, lake.GOLD_DEVICE_1M, lake.OVERVIEW_GOLD_COLUMNS)
+    files = lake.data_files(_table, time)
+    if files is None:
+        rows = lake.read(_table, lake.GOLD_DEVICE_1M, lake.OVERVIEW_GOLD_COLUMNS, time=time)
+        return data.gold_parts(rows)
+    # Live (no end), a file's aggregates serve every range; pinned, they are of the range.
+    bounds = (start, end) if end is not None else None
+    return data.combine_parts([_gold_file_parts(f, bounds) for f in files], start, end)
+
+
+@dataclass(frozen=True)
+class LoadedParts:
+    """The overview's aggregates of ``gold/device_1m``, or why there are none."""
+
+    name: str
+    parts: data.GoldParts | None
+    problem: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        """True when at least one row went in."""
+        return self.parts is not None and not self.parts.empty
+
+
+def load_gold_parts(
+    settings: DashboardSettings, filters: Filters, start: datetime, end: datetime | None
+) -> LoadedParts:
+    """The range's ``gold/device_1m`` as partial aggregates, scoped to the filters.
+
+    Aggregates are cached per data file: after a commit only the new files are read
+    and aggregated, and the page never holds the rows themselves.
+    """
+    name = lake.GOLD_DEVICE_1M
+    uri = settings.lake.table(name)
+    try:
+        table = lake.open_table(uri)
+        if table is None:
+            return LoadedParts(name, None)
+        parts = _gold_parts_version(uri, table.version(), start, end, _table=table)
+    except lake.TableUnreadableError as exc:
+        return LoadedParts(name, None, problem=str(exc))
+    except (DeltaError, OSError, pl.exceptions.PolarsError) as exc:
+        return LoadedParts(name, None, problem=f"{name}: {exc}")
+    return LoadedParts(name, data.scope_parts(parts, filters.scope))
+
+
+def waiting(loaded: Loaded | LoadedParts, what: str) -> None:
     """The friendly state of a table without rows to show.
 
     Args:
         loaded: The read result.
         what: What would be shown, e.g. ``"the alerts"``.
     """
+    missing = loaded.frame is None if isinstance(loaded, Loaded) else loaded.parts is None
+    scoped = loaded.scoped if isinstance(loaded, Loaded) else True
     if loaded.problem is not None:
         st.warning(
             f"Cannot read {loaded.name} yet ({loaded.problem}); retrying at the next refresh.",
             icon=":material/warning:",
         )
-    elif loaded.frame is None:
+    elif missing:
         st.info(
             f"Waiting for data: {loaded.name} does not exist yet. {what} will appear here "
             "once the processor writes it.",
             icon=":material/hourglass_empty:",
         )
-    elif loaded.scoped:
+    elif scoped:
         st.info(
             f"Waiting for data: {loaded.name} has no rows for the selected time range, "
             "sites and device types yet.",

@@ -23,7 +23,7 @@ metric = st.selectbox(
 ui.publish("metric", metric, METRIC_NAMES[0])
 
 
-def _kpis(now: datetime, gold: pl.DataFrame) -> None:
+def _kpis(now: datetime, gold: data.GoldParts) -> None:
     kpi = data.overview_kpis(gold, now, settings.active_minutes)
     start = filters.start(now)
     alerts = ui.load(
@@ -100,16 +100,13 @@ def _map(now: datetime) -> None:
 
 def render(now: datetime) -> None:
     """One refresh of the page."""
-    gold = ui.load(
-        settings, lake.GOLD_DEVICE_1M, lake.OVERVIEW_GOLD_COLUMNS,
-        time_column="window_start", start=filters.start(now), end=ui.reads_end(view),
-    ).scope(filters)  # fmt: skip
-    if not gold.ready or gold.frame is None:
+    gold = ui.load_gold_parts(settings, filters, filters.start(now), ui.reads_end(view))
+    if not gold.ready or gold.parts is None:
         ui.waiting(gold, "The fleet's 1-minute aggregates")
         _map(now)
         return
-    _kpis(now, gold.frame)
-    cube = data.fleet_cube(gold.frame)
+    _kpis(now, gold.parts)
+    cube = gold.parts.cube
     left, right = st.columns(2)
     left.altair_chart(
         charts.lines(

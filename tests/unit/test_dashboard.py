@@ -7,7 +7,7 @@ with the dashboard's functions.
 from __future__ import annotations
 
 import statistics
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -525,3 +525,37 @@ def test_refresh_interval_and_pause_come_from_the_url(seeded):
     at.toggle(key="paused").set_value(False).run()
     assert at.caption[-1].value == "Updated 2026-03-01 12:00:30 UTC · refreshing every 30 s"
     assert at.query_params == {"refresh": "30"}
+
+
+def test_overview_on_the_wall_clock(lake, monkeypatch):
+    monkeypatch.delenv("IOT_DASHBOARD_AS_OF")
+    minute = datetime.now(UTC).replace(second=0, microsecond=0)
+    rows = [
+        (minute - timedelta(minutes=m), dev, kind, site, 10 * m + n)
+        for m in range(2, 11)
+        for n, (dev, kind, site) in enumerate(
+            (("d1", "thermostat", "A"), ("d2", "vibration", "B"), ("d3", "thermostat", "B"))
+        )
+    ]
+    gold = pl.DataFrame(
+        rows,
+        schema={
+            "window_start": pl.Datetime("us", "UTC"),
+            "device_id": pl.String,
+            "device_type": pl.String,
+            "site": pl.String,
+            "events": pl.Int64,
+        },
+        orient="row",
+    ).with_columns(
+        window_end=pl.col("window_start") + pl.duration(minutes=1),
+        last_event_time=pl.col("window_start") + pl.duration(seconds=30),
+        **{f"{m}_{s}": pl.lit(None, pl.Float64) for m in LABELS for s in ("min", "avg", "max")},
+    )
+    for part in (gold.slice(0, 12), gold.slice(12)):  # two commits, two files
+        write_deltalake(str(lake / "gold/device_1m"), part.to_arrow(), mode="append")
+    at = _run(type="thermostat")
+    thermostats = [r for r in rows if r[2] == "thermostat"]
+    metrics = _metrics(at)
+    assert metrics["Active devices"] == "2"
+    assert metrics["Events / min"] == f"{sum(r[4] for r in thermostats) / 9:,.0f}"

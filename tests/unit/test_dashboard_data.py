@@ -185,7 +185,7 @@ def test_overview_kpis_by_hand():
             (T0, "b", "q", "S", 5, None, 600.0, T0 + timedelta(seconds=20)),
         ]
     )
-    kpi = data.overview_kpis(gold, now, active_minutes=5)
+    kpi = data.overview_kpis(data.gold_parts(gold), now, active_minutes=5)
     assert kpi.active_devices == 2
     assert kpi.events == 65
     assert kpi.events_per_min == 60 / 2  # the open minute (T0) is left out
@@ -206,12 +206,50 @@ def test_overview_kpis_by_hand():
         (T0 - timedelta(minutes=1), "q", 800.0),
         (T0, "q", 600.0),
     ]
-    assert data.overview_kpis(gold.head(0), now, 5) == data.OverviewKpis(0, 0, None, None, None, {})
+    assert data.overview_kpis(data.gold_parts(gold.head(0)), now, 5) == data.OverviewKpis(
+        0, 0, None, None, None, {}
+    )
+    assert data.overview_kpis(data.combine_parts([]), now, 5).events == 0
 
 
 def test_freshness_is_never_negative():
     gold = _gold([(T0, "a", "t", "S", 1, 1.0, None, T0 + timedelta(seconds=50))])
-    assert data.overview_kpis(gold, T0 + timedelta(seconds=10), 5).freshness_s == 0.0
+    parts = data.gold_parts(gold)
+    assert data.overview_kpis(parts, T0 + timedelta(seconds=10), 5).freshness_s == 0.0
+
+
+def test_parts_of_files_combine_to_the_parts_of_all_rows():
+    rows = _gold(
+        [
+            (T0 - timedelta(minutes=m), f"d{m % 4}", "t" if m % 2 else "q", "S" if m % 4 else "R",
+             10 + m, 20.0 + m if m % 2 else None, None if m % 2 else 500.0 + m,
+             T0 - timedelta(minutes=m) + timedelta(seconds=40))
+            for m in range(40)
+        ]
+    )  # fmt: skip
+    files = [rows.slice(0, 13), rows.slice(13, 14), rows.slice(27, 13)]
+    order = list(data.CUBE_KEYS)
+
+    def in_range(frame: pl.DataFrame, start, end) -> pl.DataFrame:
+        keep = [pl.col("window_start") >= start]
+        if end is not None:
+            keep.append(pl.col("window_start") < end)
+        return frame.filter(*keep)
+
+    for start, end, now in (
+        # live: no end, the files' parts are of all their rows
+        (T0 - timedelta(minutes=25), None, T0),
+        # pinned clock: parts are built from the range's rows
+        (T0 - timedelta(minutes=25), T0 - timedelta(minutes=5), T0 - timedelta(minutes=5)),
+    ):
+        parts = [data.gold_parts(f if end is None else in_range(f, start, end)) for f in files]
+        combined = data.combine_parts(parts, start, end)
+        direct = data.gold_parts(in_range(rows, start, end))
+        assert combined.cube.sort(order).equals(
+            direct.cube.select(combined.cube.columns).sort(order)
+        )
+        assert combined.devices.sort("device_id").equals(direct.devices.sort("device_id"))
+        assert data.overview_kpis(combined, now, 10) == data.overview_kpis(direct, now, 10)
 
 
 def test_alerts_with_recovery_and_summary():
