@@ -66,8 +66,9 @@ def _spawn(name: str, args: list[str], env: dict[str, str], logs: Path) -> Child
 
 def _stop_child(child: Child) -> None:
     if child.proc.poll() is None:
+        # The child alone: it stops what it started (PySpark shuts its JVM down itself).
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.proc.pid, signal.SIGTERM)
+            child.proc.send_signal(signal.SIGTERM)
         try:
             child.proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:

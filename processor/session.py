@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -47,6 +49,9 @@ def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> S
     Raises:
         ConnectorJarsMissingError: the Delta classes cannot be loaded.
     """
+    if settings.master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
+        # Python workers must see this interpreter's packages (pandas, pyarrow).
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = SparkSession.builder.appName(app_name)
     if settings.master:
         builder = builder.master(settings.master)
