@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import time
+import types
 from dataclasses import asdict, fields
 from pathlib import Path
 from types import FrameType
@@ -168,8 +169,16 @@ def run_workers(
     ]
     try:
         t0 = time.monotonic()
-        for p in procs:
-            p.start()
+        # A spawned child re-runs the parent's __main__ unless told otherwise; the workers
+        # need nothing from it (e.g. a test runner's or an app's script), so hide it.
+        main_module = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            if main_module is not None:
+                sys.modules["__main__"] = main_module
         while any(p.is_alive() for p in procs):
             procs[0].join(progress_s) if procs[0].is_alive() else time.sleep(progress_s)
             if any(p.is_alive() for p in procs):
