@@ -12,8 +12,12 @@ RUN /opt/venv/bin/pip install --constraint infra/docker/constraints.txt ".[dashb
     && /opt/venv/bin/pip uninstall --yes iot-pulse
 
 FROM python:3.11.13-slim-bookworm
+# /data/lake owned by the app user, as in the processor image: whichever container mounts
+# the shared named volume first initializes it with this ownership.
 RUN groupadd --system --gid 10001 app \
-    && useradd --system --uid 10001 --gid app --create-home --home-dir /home/app app
+    && useradd --system --uid 10001 --gid app --create-home --home-dir /home/app app \
+    && mkdir -p /data/lake \
+    && chown -R app:app /data
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
 COPY common common
