@@ -1,0 +1,107 @@
+"""Command line: ``python -m loadtest verify ...`` and ``python -m loadtest run ...``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from common.settings import LakeSettings, add_settings_arguments, load_settings
+from loadtest.lake import LakeReadError, read_lake, read_truth
+from loadtest.report import verify_markdown
+from loadtest.settings import LoadtestSettings
+from loadtest.verify import VerifyConfig, interval_seconds, verify
+
+
+def _verify(args: argparse.Namespace) -> int:
+    try:
+        watermark_s = interval_seconds(args.watermark)
+    except ValueError as exc:
+        print(f"error: --watermark: {exc}", file=sys.stderr)
+        return 2
+    root = args.lake_root or LakeSettings().root
+    try:
+        truth = read_truth(Path(args.manifest))
+        lake = read_lake(root)
+    except LakeReadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = verify(truth, lake, VerifyConfig(watermark_s, args.slack_s, args.strict))
+    print(result.summary())
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "verify.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
+        (out / "verify.md").write_text(verify_markdown(result))
+        print(f"written: {out / 'verify.json'}, {out / 'verify.md'}")
+    return 0 if result.ok else 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    from loadtest.run import LoadtestError, run_loadtest
+
+    try:
+        settings = load_settings(LoadtestSettings, args)
+    except (ValidationError, ValueError, FileNotFoundError) as exc:
+        print(f"error: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    try:
+        outcome = run_loadtest(settings)
+    except LoadtestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(outcome.summary)
+    print(f"report: {outcome.out_dir / 'report.md'}")
+    return 0 if outcome.passed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run ``verify`` or a load test.
+
+    Returns:
+        0 when verify or the load test passed; 1 when it failed (loss, duplicates, a
+        criterion missed, or a part of the pipeline did not run); 2 on bad input.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest", description="Verify the Delta tables; load-test the pipeline."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    v = sub.add_parser(
+        "verify",
+        help="check the Delta tables against a producer manifest",
+        description="Check the Delta tables against the producer's manifest. Exit 0: nothing "
+        "lost or duplicated; 1: something was; 2: the inputs could not be read.",
+    )
+    v.add_argument("--manifest", required=True, help="the producer's manifest (JSON lines)")
+    v.add_argument("--lake-root", help="the lake (default IOT_LAKE_ROOT, else .local/lake)")
+    v.add_argument(
+        "--watermark", default="2 minutes", help="the processor's watermark (default 2 minutes)"
+    )
+    v.add_argument(
+        "--slack-s",
+        type=float,
+        default=None,
+        help="lateness beyond the watermark where drop and keep are both right "
+        "(default: from the silver batch intervals, at least 30 s)",
+    )
+    v.add_argument(
+        "--strict", action="store_true", help="also fail on quarantine or sequence mismatches"
+    )
+    v.add_argument("--out", help="folder for verify.json and verify.md")
+    r = sub.add_parser(
+        "run",
+        help="run a load test and verify it",
+        description="Run a rate profile through producer, broker and processor, then verify "
+        "and write the report. Exit 0 when every criterion passed.",
+    )
+    r.add_argument("--config", help="TOML settings file ([loadtest] and [kafka] tables)")
+    add_settings_arguments(r, LoadtestSettings)
+    args = parser.parse_args(argv)
+    return _verify(args) if args.command == "verify" else _run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

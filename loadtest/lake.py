@@ -1,0 +1,99 @@
+"""Thin I/O for ``verify``: the manifest file and the Delta tables (delta-rs, no JVM)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from loadtest.truth import Truth, truth_from_manifest
+from loadtest.verify import LakeFrames
+from producer.manifest import read_manifest
+
+COLUMNS = {
+    "bronze/events": ["value", "partition", "offset", "kafka_timestamp", "ingest_time"],
+    "silver/events": [
+        "event_id", "device_id", "seq", "event_time", "partition", "offset",
+        "kafka_timestamp", "ingest_time", "processed_time",
+    ],
+    "silver/quarantine": ["reason", "raw", "event_id", "partition", "offset"],
+    "ops/pipeline_metrics": [
+        "query_name", "timestamp", "batch_duration_ms", "num_input_rows",
+        "rows_dropped_by_watermark",
+    ],
+}  # fmt: skip
+
+
+class LakeReadError(RuntimeError):
+    """A table or the manifest could not be read."""
+
+
+def table_uri(root: str, name: str) -> str:
+    """Location of table ``name`` under the lake root (as ``LakeSettings.table``)."""
+    return f"{root.rstrip('/')}/{name}"
+
+
+def read_table(root: str, name: str, *, required: bool = True) -> pl.DataFrame:
+    """One table's ``COLUMNS`` as a frame.
+
+    Args:
+        root: The lake root (folder or URI).
+        name: e.g. ``"silver/events"``.
+        required: Raise when the table does not exist; else return an empty frame.
+
+    Raises:
+        LakeReadError: The table is missing (and required) or lacks a column.
+    """
+    uri = table_uri(root, name)
+    try:
+        table = DeltaTable(uri)
+    except TableNotFoundError as exc:
+        if not required:
+            return pl.DataFrame(schema={c: pl.Null for c in COLUMNS[name]})
+        raise LakeReadError(
+            f"no Delta table at {uri}: has the processor run against this lake?"
+        ) from exc
+    names = {f.name for f in table.schema().fields}
+    lacking = [c for c in COLUMNS[name] if c not in names]
+    if lacking:
+        raise LakeReadError(f"{uri} lacks the columns {', '.join(lacking)} (see docs/tables.md)")
+    return pl.from_arrow(table.to_pyarrow_table(columns=COLUMNS[name]))  # type: ignore[return-value]
+
+
+def read_lake(root: str) -> LakeFrames:
+    """The four tables ``verify`` reads (``ops/pipeline_metrics`` may be absent)."""
+    metrics = read_table(root, "ops/pipeline_metrics", required=False)
+    if metrics.schema.get("timestamp") == pl.Null:
+        metrics = pl.DataFrame(
+            schema={
+                "query_name": pl.String,
+                "timestamp": pl.Datetime("us", "UTC"),
+                "batch_duration_ms": pl.Int64,
+                "num_input_rows": pl.Int64,
+                "rows_dropped_by_watermark": pl.Int64,
+            }
+        )
+    return LakeFrames(
+        bronze=read_table(root, "bronze/events"),
+        silver=read_table(root, "silver/events"),
+        quarantine=read_table(root, "silver/quarantine"),
+        metrics=metrics,
+    )
+
+
+def read_truth(path: Path) -> Truth:
+    """The producer's manifest file as a ``Truth``.
+
+    Raises:
+        LakeReadError: The file is missing or not a manifest.
+    """
+    if not path.is_file():
+        raise LakeReadError(
+            f"no manifest at {path}: run the producer with --manifest-path (docs/manifest.md)"
+        )
+    try:
+        return truth_from_manifest(read_manifest(path))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LakeReadError(f"{path} is not a readable producer manifest: {exc}") from exc

@@ -1,0 +1,334 @@
+"""verify on a synthetic manifest and tiny Delta tables written by delta-rs (no Spark).
+
+Two devices on two partitions. Times are seconds after T0; every expected figure
+below is worked out by hand from the rows this file writes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from loadtest.__main__ import main
+from loadtest.lake import read_lake, read_truth
+from loadtest.verify import VerifyConfig, interval_seconds, verify
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+DEVICES = {"dev-00000": 0, "dev-00001": 1}  # device -> partition
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def eid(device: str, seq: int) -> str:
+    return f"{device[-1]}0000000-0000-4000-8000-{seq:012d}"
+
+
+def payload(device: str, seq: int, t: float) -> bytes:
+    return json.dumps(
+        {"event_id": eid(device, seq), "device_id": device, "seq": seq,
+         "event_time": at(t).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+         "schema_version": 1, "status": "online", "temperature_c": 21.5},
+        separators=(",", ":"),
+    ).encode()  # fmt: skip
+
+
+@dataclass
+class Run:
+    """What a run sent (manifest) and what the tables hold, before writing."""
+
+    sends: dict[str, list[tuple[int, float, float]]]  # device -> (seq, event t, kafka t) in order
+    faults: list[dict] = field(default_factory=list)
+    extra_bronze: list[tuple[str, bytes, float]] = field(default_factory=list)  # device, raw, t
+    not_in_silver: set[str] = field(default_factory=set)
+    quarantine: list[tuple[str, str | None, bytes, str]] = field(default_factory=list)
+    processed: dict[int, float] = field(default_factory=dict)  # seq -> silver batch start
+    metrics: list[tuple[str, float, int, int]] = field(default_factory=list)
+    start_time: str | None = None
+
+    def write(
+        self, tmp: Path, *, lose: str | None = None, duplicate: str | None = None
+    ) -> tuple[Path, Path]:
+        tmp.mkdir(parents=True, exist_ok=True)
+        manifest = tmp / "manifest.jsonl"
+        lines = [{"type": "header", "manifest_version": 1,
+                  "run": {"seed": 1, "fleet_size": 2, "start_time": self.start_time, "replay": None},
+                  "totals": {"messages_sent": 0, "messages_failed": 0}}]  # fmt: skip
+        for device, sends in self.sends.items():
+            lines.append({"type": "device", "device_id": device, "acked": len(sends),
+                          "seqs": [s for s, _, _ in sends],
+                          "event_ids": [eid(device, s) for s, _, _ in sends]})  # fmt: skip
+        lines += [{"type": "fault", **f} for f in self.faults]
+        manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+        bronze: list[dict] = []
+        silver: list[dict] = []
+        offsets = dict.fromkeys(DEVICES.values(), 0)
+        rows: list[tuple[str, bytes, float, int | None, float | None]] = []
+        for device, sends in self.sends.items():
+            for seq, t, kt in sends:
+                rows.append((device, payload(device, seq, t), kt, seq, t))
+        rows += [(d, raw, kt, None, None) for d, raw, kt in self.extra_bronze]
+        for device, raw, kt, seq, t in sorted(rows, key=lambda r: r[2]):
+            p = DEVICES[device]
+            off = offsets[p]
+            offsets[p] += 1
+            if seq is not None and eid(device, seq) == lose:
+                continue  # acknowledged, never reached bronze
+            bronze.append({"value": raw, "partition": p, "offset": off,
+                           "kafka_timestamp": at(kt), "ingest_time": at(kt + 0.9)})  # fmt: skip
+            if seq is None or eid(device, seq) in self.not_in_silver:
+                continue
+            if any(r["event_id"] == eid(device, seq) for r in silver):
+                continue  # the resend of a duplicate: silver deduplicates it
+            row = {"event_id": eid(device, seq), "device_id": device, "seq": seq,
+                   "event_time": at(t), "partition": p, "offset": off, "kafka_timestamp": at(kt),
+                   "ingest_time": at(kt + 0.9), "processed_time": at(self.processed[seq])}  # fmt: skip
+            silver.append(row)
+            if eid(device, seq) == duplicate:
+                silver.append(dict(row))
+        lake = tmp / "lake"
+        ts = pa.timestamp("us", tz="UTC")
+        write_deltalake(str(lake / "bronze/events"), pa.Table.from_pylist(bronze, pa.schema(
+            [("value", pa.binary()), ("partition", pa.int32()), ("offset", pa.int64()),
+             ("kafka_timestamp", ts), ("ingest_time", ts)])))  # fmt: skip
+        write_deltalake(str(lake / "silver/events"), pa.Table.from_pylist(silver, pa.schema(
+            [("event_id", pa.string()), ("device_id", pa.string()), ("seq", pa.int64()),
+             ("event_time", ts), ("partition", pa.int32()), ("offset", pa.int64()),
+             ("kafka_timestamp", ts), ("ingest_time", ts), ("processed_time", ts)])))  # fmt: skip
+        quarantine = []
+        for device, qid, raw, reason in self.quarantine:
+            b = next(r for r in bronze if r["value"] == raw)
+            quarantine.append({"reason": reason, "raw": raw.decode(), "event_id": qid,
+                               "device_id": device, "partition": b["partition"],
+                               "offset": b["offset"]})  # fmt: skip
+        write_deltalake(str(lake / "silver/quarantine"), pa.Table.from_pylist(quarantine, pa.schema(
+            [("reason", pa.string()), ("raw", pa.string()), ("event_id", pa.string()),
+             ("device_id", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])))  # fmt: skip
+        metrics = [{"query_name": q, "timestamp": at(s), "batch_duration_ms": ms,
+                    "num_input_rows": n, "rows_dropped_by_watermark": 0}
+                   for q, s, ms, n in self.metrics]  # fmt: skip
+        write_deltalake(str(lake / "ops/pipeline_metrics"), pa.Table.from_pylist(metrics, pa.schema(
+            [("query_name", pa.string()), ("timestamp", ts), ("batch_duration_ms", pa.int64()),
+             ("num_input_rows", pa.int64()), ("rows_dropped_by_watermark", pa.int64())])))  # fmt: skip
+        return manifest, lake
+
+
+def clean_run() -> Run:
+    """Seq k of each device at t = 10k s, in Kafka 0.1 s later; silver batches at 33 and 53 s."""
+    sends = {d: [(k, 10.0 * k, 10.0 * k + 0.1) for k in range(1, 6)] for d in DEVICES}
+    return Run(
+        sends=sends,
+        processed={1: 33.0, 2: 33.0, 3: 33.0, 4: 53.0, 5: 53.0},
+        metrics=[
+            ("silver", 33.0, 1000, 6), ("silver", 53.0, 1000, 4),
+            ("gold_device_1m", 35.0, 500, 6), ("gold_device_1m", 54.5, 100, 0),
+            ("gold_device_1m", 55.0, 1000, 4),
+        ],
+    )  # fmt: skip
+
+
+def run_verify(tmp_path: Path, run: Run, **kw) -> object:
+    manifest, lake = run.write(tmp_path, **kw)
+    return verify(
+        read_truth(manifest), read_lake(str(lake)), VerifyConfig(watermark_s=10.0, slack_s=5.0)
+    )
+
+
+def test_clean_run_passes_with_exact_latencies(tmp_path: Path) -> None:
+    result = run_verify(tmp_path, clean_run())
+    assert result.ok, result.summary()
+    assert result.failures == [] and result.warnings == []
+    assert result.counts["acked"] == 10 and result.counts["bronze_rows"] == 10
+    assert result.loss["total"] == 0 and result.duplicates["silver_duplicated_ids"] == 0
+    assert result.sequence["expected"] == 0 and result.sequence["actual"] == 0
+    stages = result.latency["stages"]
+    assert result.latency["events"] == 10
+    assert stages["kafka"] == {"count": 10, "p50": 0.1, "p95": 0.1, "p99": 0.1, "max": 0.1}
+    assert stages["bronze"]["p50"] == 1.0
+    # silver: processed at 33 s (k = 1..3) or 53 s (k = 4, 5): 23, 13, 3, 13, 3 per device.
+    assert stages["silver"] == {"count": 10, "p50": 13.0, "p95": 23.0, "p99": 23.0, "max": 23.0}
+    # gold: silver batch ends 34 s -> gold batch 35 s ends 35.5 s; 54 s -> (54.5 s has no
+    # input) 55 s ends 56 s: 25.5, 15.5, 5.5, 16, 6 per device.
+    assert stages["gold"] == {"count": 10, "p50": 15.5, "p95": 25.5, "p99": 25.5, "max": 25.5}
+
+
+def test_one_lost_event_is_caught(tmp_path: Path) -> None:
+    lost = eid("dev-00001", 3)
+    result = run_verify(tmp_path, clean_run(), lose=lost)
+    assert not result.ok
+    assert result.loss["missing_from_bronze"] == 1 and result.loss["total"] == 1
+    assert result.loss["examples_missing_from_bronze"] == [
+        {"event_id": lost, "device_id": "dev-00001", "seq": 3}
+    ]
+    assert len(result.failures) == 1 and lost in result.failures[0]
+    assert result.duplicates["silver_duplicated_ids"] == 0
+
+
+def test_one_duplicated_event_is_caught(tmp_path: Path) -> None:
+    doubled = eid("dev-00000", 4)
+    result = run_verify(tmp_path, clean_run(), duplicate=doubled)
+    assert not result.ok
+    assert result.duplicates["silver_duplicated_ids"] == 1
+    assert result.duplicates["silver_extra_rows"] == 1
+    assert result.duplicates["examples"] == [{"event_id": doubled, "copies": 2}]
+    assert len(result.failures) == 1 and doubled in result.failures[0]
+    assert result.loss["total"] == 0
+
+
+def fault_run() -> Run:
+    """Injected faults the pipeline handles correctly: verify passes and counts each one.
+
+    dev-00000 sends 1, 2, 4, 5, then 3 late (event time 30 s, in Kafka at 50.2 s, when
+    the newest event time is 50 s: 20 s late, beyond watermark 10 + slack 5: dropped),
+    and 2 again (a duplicate). dev-00001 sends 1, 2, 4, 3 (out of order, 10 s late: kept),
+    5, then two malformed payloads (broken JSON, seq as "n/a") and an oversized one that
+    was never delivered.
+    """
+    broken = payload("dev-00001", 6, 60.0)[:40]
+    wrong = payload("dev-00001", 7, 70.0).replace(b'"seq":7', b'"seq":"n/a"')
+    run = Run(
+        sends={
+            "dev-00000": [(1, 10, 10.1), (2, 20, 20.1), (4, 40, 40.1), (5, 50, 50.1), (3, 30, 50.2)],
+            "dev-00001": [(1, 10, 10.1), (2, 20, 20.1), (4, 40, 40.1), (3, 30, 40.2), (5, 50, 50.1)],
+        },
+        faults=[
+            {"kind": "late", "device_id": "dev-00000", "event_id": eid("dev-00000", 3), "seq": 3,
+             "delay_s": 20.2},
+            {"kind": "duplicate", "device_id": "dev-00000", "event_id": eid("dev-00000", 2),
+             "seq": 2, "gap": 4, "copies_acked": 2},
+            {"kind": "out_of_order", "device_id": "dev-00001", "event_id": eid("dev-00001", 3),
+             "seq": 3, "overtaken_by": 1},
+            {"kind": "broken_json", "device_id": "dev-00001", "event_id": eid("dev-00001", 6),
+             "seq": 6, "expected_reason": "unparsable", "delivered": True},
+            {"kind": "wrong_type", "device_id": "dev-00001", "event_id": eid("dev-00001", 7),
+             "seq": 7, "field": "seq", "expected_reason": "wrong_type:seq", "delivered": True},
+            {"kind": "oversized", "device_id": "dev-00001", "event_id": eid("dev-00001", 8),
+             "seq": 8, "expected_reason": "rejected_too_large", "delivered": False},
+        ],
+        extra_bronze=[
+            ("dev-00000", payload("dev-00000", 2, 20), 51.0),
+            ("dev-00001", broken, 60.1),
+            ("dev-00001", wrong, 70.1),
+        ],
+        not_in_silver={eid("dev-00000", 3)},
+        quarantine=[
+            ("dev-00001", None, broken, "unparsable"),
+            ("dev-00001", eid("dev-00001", 7), wrong, "wrong_type:seq"),
+        ],
+        processed={1: 33.0, 2: 33.0, 3: 53.0, 4: 53.0, 5: 53.0},
+        metrics=[("silver", 33.0, 1000, 6), ("silver", 53.0, 1000, 6),
+                 ("gold_device_1m", 35.0, 500, 6), ("gold_device_1m", 55.0, 1000, 4)],
+    )  # fmt: skip
+    return run
+
+
+def test_injected_faults_are_accounted_for(tmp_path: Path) -> None:
+    result = run_verify(tmp_path, fault_run())
+    assert result.ok, result.summary()
+    assert result.warnings == []
+    assert result.counts["acked"] == 10 and result.counts["bronze_rows"] == 13
+    assert result.loss["total"] == 0
+    assert result.duplicates["bronze_injected_duplicates"] == 1
+    assert result.duplicates["bronze_unexpected_copies"] == 0
+    late = result.late
+    assert late["injected"] == late["injected_over_watermark"] == late["injected_dropped"] == 1
+    assert (late["dropped"], late["dropped_expected"], late["dropped_boundary"]) == (1, 1, 0)
+    assert late["examples_dropped"] == [
+        {"event_id": eid("dev-00000", 3), "device_id": "dev-00000", "seq": 3, "lateness_s": 20.0}
+    ]
+    assert late["kept_beyond"] == 0 and late["max_lateness_kept_s"] == 10.0
+    q = result.quarantine
+    assert q["ok"] and (q["expected"], q["quarantined"], q["not_delivered"]) == (2, 2, 1)
+    assert q["by_reason"] == {"unparsable": {"injected": 1, "quarantined": 1},
+                              "wrong_type:seq": {"injected": 1, "quarantined": 1}}  # fmt: skip
+    s = result.sequence
+    assert s["ok"] and (s["expected"], s["actual"]) == (2, 2)
+    assert s["injected"] == {"late": 1, "out_of_order": 1}
+    # Latency leaves out the late and out-of-order readings: 8 events.
+    assert result.latency["events"] == 8
+
+
+def test_a_drop_the_watermark_does_not_explain_is_a_loss(tmp_path: Path) -> None:
+    run = clean_run()
+    gone = eid("dev-00000", 2)
+    run.not_in_silver = {gone}
+    result = run_verify(tmp_path, run)
+    assert not result.ok
+    assert result.loss["dropped_unexplained"] == 1
+    assert result.loss["examples_dropped_unexplained"] == [
+        {"event_id": gone, "device_id": "dev-00000", "seq": 2, "lateness_s": 0.0}
+    ]
+
+
+def test_rows_silver_has_not_read_yet_are_pending(tmp_path: Path) -> None:
+    run = clean_run()
+    run.not_in_silver = {eid("dev-00001", 5)}  # the last offset of partition 1
+    result = run_verify(tmp_path, run)
+    assert not result.ok
+    assert result.loss["pending"] == 1 and result.loss["dropped_unexplained"] == 0
+    assert "not yet read by silver" in result.failures[0]
+
+
+def test_quarantine_and_sequence_mismatches_warn_or_fail_when_strict(tmp_path: Path) -> None:
+    run = fault_run()
+    run.quarantine = [run.quarantine[0]]  # the wrong-type payload was not quarantined
+    manifest, lake = run.write(tmp_path)
+    truth, frames = read_truth(manifest), read_lake(str(lake))
+    loose = verify(truth, frames, VerifyConfig(watermark_s=10.0, slack_s=5.0))
+    assert loose.ok and loose.quarantine["missing"] == 1
+    assert loose.quarantine["examples"][0]["expected_reason"] == "wrong_type:seq"
+    assert len(loose.warnings) == 1 and "1 missing" in loose.warnings[0]
+    strict = verify(truth, frames, VerifyConfig(watermark_s=10.0, slack_s=5.0, strict=True))
+    assert not strict.ok and strict.failures == loose.warnings
+
+
+def test_simulated_clock_runs_have_no_latency(tmp_path: Path) -> None:
+    run = clean_run()
+    run.start_time = "2026-01-01T00:00:00+00:00"
+    result = run_verify(tmp_path, run)
+    assert result.ok and result.latency["stages"] == {}
+    assert "simulated" in result.latency["note"]
+
+
+def test_cli_exit_codes_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest, lake = clean_run().write(tmp_path / "clean")
+    out = tmp_path / "out"
+    args = ["verify", "--manifest", str(manifest), "--lake-root", str(lake),
+            "--watermark", "10 seconds", "--slack-s", "5", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    report = json.loads((out / "verify.json").read_text())
+    assert report["ok"] is True and report["counts"]["acked"] == 10
+    assert (out / "verify.md").read_text().startswith("# verify: PASS")
+    assert "verify: PASS" in capsys.readouterr().out
+
+    manifest, lake = clean_run().write(tmp_path / "dup", duplicate=eid("dev-00000", 1))
+    assert main(["verify", "--manifest", str(manifest), "--lake-root", str(lake)]) == 1
+    assert "duplicated in silver" in capsys.readouterr().out
+    assert (
+        main(["verify", "--manifest", str(tmp_path / "none.jsonl"), "--lake-root", str(lake)]) == 2
+    )
+    assert "no manifest" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("2 minutes", 120.0), ("5 seconds", 5.0), ("1 minute 30 seconds", 90.0),
+     ("interval 500 milliseconds", 0.5), ("1 hour", 3600.0)],
+)  # fmt: skip
+def test_interval_seconds(text: str, seconds: float) -> None:
+    assert interval_seconds(text) == seconds
+
+
+def test_interval_seconds_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="cannot read the interval"):
+        interval_seconds("soon")
+    with pytest.raises(ValueError, match="unknown unit"):
+        interval_seconds("2 fortnights")
