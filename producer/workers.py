@@ -179,9 +179,11 @@ def run_workers(
         finally:
             if main_module is not None:
                 sys.modules["__main__"] = main_module
+        next_progress = t0 + progress_s
         while any(p.is_alive() for p in procs):
-            procs[0].join(progress_s) if procs[0].is_alive() else time.sleep(progress_s)
-            if any(p.is_alive() for p in procs):
+            next(p for p in procs if p.is_alive()).join(0.1)
+            if time.monotonic() >= next_progress and any(p.is_alive() for p in procs):
+                next_progress += progress_s
                 values = list(stats)
                 sent = sum(values[1::_STATS])
                 elapsed = time.monotonic() - t0
