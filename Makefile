@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: setup jars demo test lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
 
@@ -30,6 +31,11 @@ test: jars
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# Every benchmark under bench/, one after the other: each figure beside its target, all of
+# them in artifacts/bench-results.json. BENCH_ARGS="--only dashboard" runs one.
+bench: jars
+	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 broker-start: jars
 	$(PY) -m infra.broker start

@@ -1,0 +1,161 @@
+"""Run every benchmark under bench/, print each figure beside its target, save the results.
+
+Each ``bench/<name>.py`` (this file aside) prints what it measures and, as its last
+line, one JSON object of figures. This runner starts them one after the other (they
+are heavy; running them together would measure the contention), shows their output
+as it comes, parses that last line, and writes every figure, with the targets and
+whether each was met, to ``artifacts/bench-results.json`` (``--out``).
+
+Usage: ``python bench/run_all.py [--only dashboard] [--out FILE]``; ``make bench``.
+Exit code: 0 when every bench ran and met its targets, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import operator
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+
+# bench name -> (figure, comparison, target)
+TARGETS: dict[str, list[tuple[str, str, float]]] = {
+    "producer": [("events_per_s", ">=", 100_000), ("ratio", ">=", 0.5)],
+    "processor": [("events_per_s", ">=", 20_000), ("p95_latency_s", "<=", 10.0)],
+    "dashboard": [("overview_render_s", "<=", 0.5)],
+}
+_OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
+
+
+def discover() -> list[str]:
+    """Names of the benchmark scripts (``bench/*.py`` except this runner), sorted."""
+    return sorted(p.stem for p in BENCH.glob("*.py") if p.name != Path(__file__).name)
+
+
+def last_json(output: str) -> dict[str, Any] | None:
+    """The last non-empty line of ``output`` as a JSON object, or None if it is not one."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    if not lines:
+        return None
+    try:
+        value = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def check(name: str, figures: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of bench ``name`` against its figure (a missing figure fails)."""
+    out = []
+    for figure, op, target in TARGETS.get(name, []):
+        value = figures.get(figure)
+        met = isinstance(value, int | float) and _OPS[op](float(value), target)
+        out.append({"figure": figure, "value": value, "op": op, "target": target, "met": met})
+    return out
+
+
+def table(name: str, figures: dict[str, Any], checks: list[dict[str, Any]]) -> str:
+    """Every figure of one bench, its target beside it where it has one."""
+    by_figure = {c["figure"]: c for c in checks}
+    rows = [f"{name}:"]
+    for figure, value in figures.items():
+        shown = f"{value:,.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else value
+        c = by_figure.pop(figure, None)
+        if c is None:
+            rows.append(f"  {figure:<28} {shown}")
+        else:
+            verdict = "met" if c["met"] else "NOT MET"
+            rows.append(f"  {figure:<28} {shown}   target {c['op']} {c['target']:,g}: {verdict}")
+    for c in by_figure.values():
+        rows.append(f"  {c['figure']:<28} missing   target {c['op']} {c['target']:,g}: NOT MET")
+    return "\n".join(rows)
+
+
+def run_one(name: str, extra: list[str]) -> dict[str, Any]:
+    """Run ``bench/<name>.py``, echoing its output; return its figures and checks."""
+    print(f"=== bench/{name}.py", flush=True)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / f"{name}.py"), *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    captured = []
+    for line in proc.stdout:
+        captured.append(line)
+        print(f"  | {line}", end="", flush=True)
+    code = proc.wait()
+    figures = last_json("".join(captured)) if code == 0 else None
+    return {
+        "exit_code": code,
+        "seconds": round(time.monotonic() - t0, 1),
+        "figures": figures or {},
+        "checks": check(name, figures or {}),
+        "error": None
+        if figures is not None
+        else (f"exited with code {code}" if code else "the last line was not a JSON object"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks and write the results file."""
+    names = discover()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", choices=names, help="run only this bench")
+    parser.add_argument("--out", type=Path, default=ROOT / "artifacts" / "bench-results.json")
+    parser.add_argument(
+        "--args",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="extra arguments for one bench, e.g. --args 'processor=--events 100000'",
+    )
+    args = parser.parse_args(argv)
+    extra: dict[str, list[str]] = {}
+    for item in args.args:
+        name, _, rest = item.partition("=")
+        if name not in names:
+            parser.error(f"--args: no bench named {name!r} (have {', '.join(names)})")
+        extra[name] = rest.split()
+    started = datetime.now(UTC).isoformat()
+    results = {name: run_one(name, extra.get(name, [])) for name in args.only or names}
+    print("\n=== figures (target beside each)")
+    for name, res in results.items():
+        if res["error"]:
+            print(f"{name}: FAILED ({res['error']})")
+        else:
+            print(table(name, res["figures"], res["checks"]))
+    passed = all(not r["error"] and all(c["met"] for c in r["checks"]) for r in results.values())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "started_at": started,
+                "finished_at": datetime.now(UTC).isoformat(),
+                "cpus": os.cpu_count(),
+                "load_avg_1m": round(os.getloadavg()[0], 2),
+                "passed": passed,
+                "benches": results,
+            },
+            indent=2,
+        )
+    )
+    print(f"\n{'all targets met' if passed else 'NOT all targets met'}; results: {args.out}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,391 @@
+"""The load test: a rate profile through the whole pipeline, then ``verify`` and the report.
+
+1. The target: ``local`` starts a broker in the report folder and creates a fresh
+   topic (``local_sasl`` reaches the same broker through its Event Hubs-shaped
+   SASL_SSL listener); ``external`` uses the ``IOT_KAFKA_*`` settings as given
+   (Azure Event Hubs), whose topic must exist. Every path hands the processes the
+   same kind of settings, so the Event Hubs path is the local one with other values.
+2. The processor (``python -m processor run``, processing-time trigger) on a lake
+   in the report folder; the load starts once its Kafka source has fixed its
+   starting offsets (``latest`` for an external topic, which may hold old events).
+3. The producer (``python -m producer``) with the rate profile, writing its run
+   report and manifest.
+4. Wait until bronze holds what the broker acknowledged, silver has read all of it,
+   and gold has run a batch after silver's last commit; stop the processor.
+5. ``verify``, the criteria, and the pages: ``report.json``, ``report.md`` (+ SVG),
+   ``report.html``; and the producer-report-compatible JSON (with a ``loadtest``
+   part) where the dashboard's Load test page reads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import polars as pl
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from common.paths import PROJECT_ROOT, state_dir
+from common.settings import KafkaSettings
+from loadtest import report as pages
+from loadtest.lake import read_lake, read_truth, table_uri
+from loadtest.settings import LoadtestSettings
+from loadtest.verify import VerifyConfig, VerifyResult, interval_seconds, verify
+
+POLL_S = 3.0
+STOP_TIMEOUT_S = 90.0
+GOLD_WAIT_S = 120.0
+
+
+class LoadtestError(RuntimeError):
+    """The load test could not run (broker, processor or producer failed to start)."""
+
+
+@dataclass
+class Outcome:
+    """A finished load test."""
+
+    passed: bool
+    out_dir: Path
+    summary: str
+    report: dict[str, Any]
+    result: VerifyResult
+
+
+def kafka_env(kafka: KafkaSettings) -> dict[str, str]:
+    """The ``IOT_KAFKA_*`` variables that give a child process these Kafka settings."""
+    env = {
+        "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "IOT_KAFKA_TOPIC": kafka.topic,
+        "IOT_KAFKA_AUTH": kafka.auth,
+    }
+    if kafka.connection_string is not None:
+        env["IOT_KAFKA_CONNECTION_STRING"] = kafka.connection_string.get_secret_value()
+    if kafka.ssl_ca_location is not None:
+        env["IOT_KAFKA_SSL_CA_LOCATION"] = str(kafka.ssl_ca_location)
+    if kafka.entra_scope:
+        env["IOT_KAFKA_ENTRA_SCOPE"] = kafka.entra_scope
+    return env
+
+
+def child_env(base: dict[str, str], kafka: KafkaSettings, **extra: str) -> dict[str, str]:
+    """A child's environment: ours without other Kafka settings, plus these."""
+    env = {k: v for k, v in base.items() if not k.startswith("IOT_KAFKA_")}
+    return env | kafka_env(kafka) | {"PYTHONUNBUFFERED": "1"} | extra
+
+
+class _Child:
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.name, self.log = name, log
+        self._handle: IO[bytes] = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, *args], cwd=PROJECT_ROOT, env=env, stdout=self._handle,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise LoadtestError(
+                f"the {self.name} exited with code {self.proc.returncode}; its log "
+                f"({self.log}) ends:\n{self.tail()}"
+            )
+
+    def stop(self) -> int | None:
+        """SIGTERM the process (it stops its own JVM), then kill what is left of its group."""
+        if self._handle.closed:  # stopped and reaped already: its pid may belong to another
+            return self.proc.returncode
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(STOP_TIMEOUT_S)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        code = self.proc.wait()
+        self._handle.close()
+        return code
+
+
+def _rows(root: str, name: str, columns: list[str]) -> pl.DataFrame | None:
+    try:
+        return pl.from_arrow(DeltaTable(table_uri(root, name)).to_pyarrow_table(columns=columns))  # type: ignore[return-value]
+    except (TableNotFoundError, OSError):
+        return None
+
+
+def _last_commit(root: str, name: str) -> datetime | None:
+    try:
+        history = DeltaTable(table_uri(root, name)).history(1)
+    except (TableNotFoundError, OSError):
+        return None
+    return datetime.fromtimestamp(history[0]["timestamp"] / 1000, UTC) if history else None
+
+
+def drain_state(root: str) -> tuple[int, int, bool]:
+    """Bronze rows, silver + quarantine rows, and whether silver has read all of bronze."""
+    cols = ["partition", "offset"]
+    bronze = _rows(root, "bronze/events", cols)
+    frames = [_rows(root, n, cols) for n in ("silver/events", "silver/quarantine")]
+    if bronze is None or any(f is None for f in frames):
+        return 0, 0, False
+    seen = pl.concat([f for f in frames if f is not None])
+    ends = bronze.group_by("partition").agg(pl.col("offset").max().alias("end"))
+    read = seen.group_by("partition").agg(pl.col("offset").max().alias("read_to"))
+    joined = ends.join(read, on="partition", how="left")
+    caught_up = bool((joined["read_to"].fill_null(-1) >= joined["end"]).all())
+    return bronze.height, seen.height, caught_up
+
+
+def _expected_bronze(manifest: Path) -> int:
+    """Messages the broker holds: sent minus failed (header totals of the manifest)."""
+    with manifest.open("rb") as fh:
+        totals = orjson.loads(fh.readline())["totals"]
+    return int(totals["messages_sent"]) - int(totals["messages_failed"])
+
+
+def _gold_ran_after(root: str, when: datetime) -> bool:
+    metrics = _rows(root, "ops/pipeline_metrics", ["query_name", "timestamp", "num_input_rows"])
+    if metrics is None or metrics.is_empty():
+        return False
+    ts = metrics["timestamp"]
+    if isinstance(ts.dtype, pl.Datetime) and ts.dtype.time_zone is None:
+        metrics = metrics.with_columns(pl.col("timestamp").dt.replace_time_zone("UTC"))
+    return not metrics.filter(
+        (pl.col("query_name") == "gold_device_1m")
+        & (pl.col("timestamp") >= when)
+        & (pl.col("num_input_rows") > 0)
+    ).is_empty()
+
+
+def _warmed_up(root: str) -> bool:
+    """The processor finished its first (empty) silver and gold batches: queries compiled."""
+    metrics = _rows(root, "ops/pipeline_metrics", ["query_name"])
+    if metrics is None:
+        return False
+    return {"silver", "gold_device_1m"} <= set(metrics["query_name"].to_list())
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, child: _Child) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        child.check_alive()
+        if condition():
+            return True
+        time.sleep(POLL_S)
+    return False
+
+
+def run_loadtest(
+    settings: LoadtestSettings, *, say: Callable[[str], None] | None = None
+) -> Outcome:
+    """Run the load test the settings describe and write its report.
+
+    Raises:
+        LoadtestError: The broker, the processor or the producer could not run.
+    """
+    from infra import broker
+    from infra.jars import ensure_jars
+
+    say = say or (lambda msg: print(f"[loadtest] {msg}", file=sys.stderr, flush=True))
+    started = datetime.now(UTC)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    out = (settings.out_dir or state_dir() / "loadtest" / stamp).resolve()
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    lake = str(out / "lake")
+    broker_dir = out / "broker"
+    spark_jars = ensure_jars("spark", quiet=True)[0].parent
+    kafka = settings.kafka
+    if settings.target != "external":
+        ensure_jars("kafka", quiet=True)
+        say(f"starting a local broker in {broker_dir}")
+        info = broker.start(broker_dir, quiet=True)
+        topic = settings.topic or f"loadtest-{stamp.lower()}"
+        broker.ensure_topic(info.plaintext, topic, partitions=settings.partitions)
+        if settings.target == "local":
+            kafka = KafkaSettings(bootstrap_servers=info.plaintext, topic=topic, auth="none")
+        else:
+            kafka = KafkaSettings(
+                bootstrap_servers=info.sasl_ssl, topic=topic, auth="connection_string",
+                connection_string=info.connection_string(), ssl_ca_location=info.ca_file,
+            )  # fmt: skip
+    elif settings.topic:
+        kafka = kafka.model_copy(update={"topic": settings.topic})
+    processor = producer = None
+    try:
+        fleet = {"FLEET_SIZE": str(settings.fleet_size), "SEED": str(settings.seed)}
+        # An external topic may hold earlier events: read only this run's.
+        starting_offsets = "latest" if settings.target == "external" else "earliest"
+        env = child_env(
+            dict(os.environ),
+            kafka,
+            IOT_LAKE_ROOT=lake,
+            IOT_PROCESSOR_JARS_DIR=str(spark_jars),
+            IOT_PROCESSOR_TRIGGER="processing_time",
+            IOT_PROCESSOR_TRIGGER_INTERVAL=settings.trigger_interval,
+            IOT_PROCESSOR_WATERMARK=settings.watermark,
+            IOT_PROCESSOR_STARTING_OFFSETS=starting_offsets,
+            **{f"IOT_PROCESSOR_{k}": v for k, v in fleet.items()},
+        )
+        say(f"target {settings.target}: {kafka.bootstrap_servers}, topic {kafka.topic}")
+        say(f"starting the processor (log: {logs / 'processor.log'})")
+        processor = _Child("processor", ["-m", "processor", "run"], env, logs / "processor.log")
+        # Start the load once the Kafka source has fixed its starting offsets and the
+        # first (empty) batches ran: Spark's start-up is not the pipeline's latency.
+        offsets_fixed = Path(lake) / "_checkpoints" / "bronze" / "sources" / "0" / "0"
+        if not _wait(
+            lambda: offsets_fixed.exists() and _warmed_up(lake),
+            settings.startup_timeout_s,
+            processor,
+        ):
+            raise LoadtestError(
+                f"the processor did not start reading in {settings.startup_timeout_s:.0f} s; "
+                f"its log ({processor.log}) ends:\n{processor.tail()}"
+            )
+        manifest = out / "manifest.jsonl"
+        producer_report = out / "producer-report.json"
+        producer_env = env | {
+            "IOT_PRODUCER_RATE": str(settings.rate),
+            "IOT_PRODUCER_RATE_PROFILE": settings.rate_profile,
+            "IOT_PRODUCER_DURATION_S": str(settings.duration_s),
+            "IOT_PRODUCER_SCENARIO": settings.scenario,
+            "IOT_PRODUCER_MANIFEST_PATH": str(manifest),
+            "IOT_PRODUCER_REPORT_PATH": str(producer_report),
+            "IOT_PRODUCER_PROGRESS_S": "10",
+            **{f"IOT_PRODUCER_{k}": v for k, v in fleet.items()},
+        }
+        say(
+            f"producer: {settings.rate:,.0f} events/s ({settings.rate_profile}) for "
+            f"{settings.duration_s:g} s, {settings.fleet_size} devices, scenario "
+            f"{settings.scenario} (log: {logs / 'producer.log'})"
+        )
+        producer = _Child("producer", ["-m", "producer"], producer_env, logs / "producer.log")
+        try:
+            producer_code = producer.proc.wait(settings.duration_s + 180)
+        except subprocess.TimeoutExpired:
+            producer.stop()
+            raise LoadtestError(f"the producer did not finish; see {producer.log}") from None
+        producer.stop()
+        if not manifest.is_file() or not producer_report.is_file():
+            raise LoadtestError(
+                f"the producer exited with code {producer_code} without a report or manifest; "
+                f"its log ends:\n{producer.tail()}"
+            )
+        say(f"producer done (exit {producer_code}); waiting for the processor to catch up")
+        expected = _expected_bronze(manifest)
+        trigger_s = interval_seconds(settings.trigger_interval)
+        progress: list[tuple[int, int]] = []
+        changed = [time.monotonic()]
+
+        def drained() -> bool:
+            bronze_rows, seen_rows, caught_up = drain_state(lake)
+            if progress and progress[-1] != (bronze_rows, seen_rows):
+                changed[0] = time.monotonic()
+            progress.append((bronze_rows, seen_rows))
+            if bronze_rows < expected:
+                return False
+            # Caught up, or nothing moved for a while (the tail was dropped by the watermark).
+            return caught_up or time.monotonic() - changed[0] > max(20.0, 4 * trigger_s)
+
+        deadline = time.monotonic() + settings.drain_timeout_s
+        if not _wait(drained, settings.drain_timeout_s, processor):
+            say(f"not drained after {settings.drain_timeout_s:.0f} s; verifying what is there")
+        silver_commit = _last_commit(lake, "silver/events")
+        gold_wait = max(GOLD_WAIT_S, deadline - time.monotonic())
+        if silver_commit is not None and not _wait(
+            lambda: _gold_ran_after(lake, silver_commit), gold_wait, processor
+        ):
+            say("gold ran no batch after silver's last commit in time")
+        say("stopping the processor")
+        processor_code = processor.stop()
+        processor = None
+    finally:
+        for child in (producer, processor):
+            if child is not None:
+                child.stop()
+        if settings.target != "external" and not settings.keep_broker:
+            broker.stop(broker_dir)
+            shutil.rmtree(broker_dir, ignore_errors=True)
+
+    say("verifying the tables against the manifest")
+    producer_data = json.loads(producer_report.read_text())
+    result = verify(
+        read_truth(manifest),
+        read_lake(lake),
+        VerifyConfig(watermark_s=interval_seconds(settings.watermark)),
+    )
+    criteria = settings.criteria()
+    checks = pages.evaluate(criteria, producer_data, result)
+    passed = all(c.passed for c in checks)
+    producer_summary = _producer_summary(producer_data, producer.log if producer else None)
+    report = {
+        "passed": passed,
+        "criteria": pages.checks_as_dicts(checks),
+        "target": settings.target,
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "topic": kafka.topic,
+        "settings": settings.model_dump(mode="json", exclude={"kafka", "out_dir"}),
+        "started_at": started.isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "lake": lake,
+        "processor_exit_code": processor_code,
+        "producer_exit_code": producer_code,
+        "producer": producer_data,
+        "verify": result.to_dict(),
+    }
+    files = pages.write_pages(
+        out,
+        report=report,
+        checks=checks,
+        result=result,
+        producer_summary=producer_summary,
+        criteria=criteria,
+    )
+    (out / "verify.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    if settings.dashboard_report:
+        from dashboard.settings import DashboardSettings
+
+        path = DashboardSettings().report_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dashboard = producer_data | {
+            "loadtest": {"passed": passed, "criteria": report["criteria"],
+                         "report": str(out / "report.md"), "finished_at": report["finished_at"]}
+        }  # fmt: skip
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(dashboard, indent=2))
+        tmp.replace(path)
+        say(f"dashboard report: {path}")
+    text = pages.summary(checks, producer_summary, result)
+    say("report: " + ", ".join(str(f) for f in files))
+    return Outcome(passed=passed, out_dir=out, summary=text, report=report, result=result)
+
+
+def _producer_summary(data: dict[str, Any], log: Path | None) -> str:
+    """The producer's own closing summary (from its log), else one built from its report."""
+    if log is not None and log.is_file():
+        lines = log.read_text(errors="replace").splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith("sent ")), None)
+        if start is not None:
+            return "\n".join(lines[start:])
+    lat = data.get("ack_latency_ms") or {}
+    return (
+        f"sent {data.get('sent', 0):,}, acknowledged {data.get('acked', 0):,} in "
+        f"{data.get('duration_s', 0):.1f} s; achieved {data.get('achieved_rate', 0):,.0f}/s of "
+        f"{data.get('target_rate', 0):,.0f}/s; ack p95 {lat.get('p95', float('nan')):.1f} ms"
+    )

@@ -1,0 +1,190 @@
+"""Load-test criteria, pages, SVG plots, settings, child environments and the bench runner."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from common.settings import KafkaSettings
+from loadtest import svg
+from loadtest.report import Criteria, evaluate, summary, write_pages
+from loadtest.run import child_env, kafka_env
+from loadtest.settings import LoadtestSettings
+from loadtest.verify import VerifyResult
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def result(
+    *, lost: int = 0, dups: int = 0, unexpected_oos: int = 0, p95: float = 4.0
+) -> VerifyResult:
+    stage = {"count": 100, "p50": 2.0, "p95": p95, "p99": p95 + 1, "max": p95 + 2}
+    return VerifyResult(
+        counts={"acked": 100, "bronze_rows": 100, "silver_rows": 100, "quarantine_rows": 0},
+        loss={"total": lost, "missing_from_bronze": lost, "dropped_unexplained": 0,
+              "quarantined_valid": 0, "pending": 0},
+        duplicates={"silver_duplicated_ids": dups, "silver_extra_rows": dups,
+                    "bronze_unexpected_copies": 0},
+        late={"watermark_s": 120.0, "injected": 0, "injected_over_watermark": 0, "dropped": 0,
+              "dropped_expected": 0, "dropped_boundary": 0, "kept_beyond": 0,
+              "spark_rows_dropped": 0},
+        quarantine={"ok": True, "expected": 0, "quarantined": 0, "missing": 0,
+                    "misclassified": 0, "by_reason": {}},
+        sequence={"ok": unexpected_oos == 0, "expected": 0, "actual": unexpected_oos,
+                  "unexpected": unexpected_oos, "mismatched_devices": []},
+        latency={"events": 100, "stages": {"kafka": stage, "bronze": stage, "silver": stage,
+                                           "gold": stage}, "excluded": "x", "note": "y"},
+    )  # fmt: skip
+
+
+PRODUCER = {"target_rate": 2000.0, "acked_rate": 1850.0, "per_second": [2000, 1900],
+            "per_second_acked": [1990, 1900], "per_second_target": [2000.0, 2000.0]}  # fmt: skip
+
+
+def test_criteria_pass_at_the_defaults() -> None:
+    checks = evaluate(Criteria(), PRODUCER, result())
+    assert [(c.name, c.passed) for c in checks] == [
+        ("rate", True), ("latency", True), ("lost", True), ("duplicated", True),
+        ("out_of_sequence", True),
+    ]  # fmt: skip
+    assert checks[0].measured == "1,850/s acknowledged = 92.5%"
+    assert checks[1].target == "p95 event time -> gold <= 15 s"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "producer", "failed"),
+    [
+        ({"lost": 1}, PRODUCER, "lost"),
+        ({"dups": 1}, PRODUCER, "duplicated"),
+        ({"p95": 15.5}, PRODUCER, "latency"),
+        ({"unexpected_oos": 2}, PRODUCER, "out_of_sequence"),
+        ({}, PRODUCER | {"acked_rate": 1799.0}, "rate"),
+        ({}, PRODUCER | {"target_rate": 0.0}, "rate"),
+    ],
+)
+def test_each_criterion_fails_alone(kwargs: dict, producer: dict, failed: str) -> None:
+    checks = evaluate(Criteria(), producer, result(**kwargs))
+    assert [c.name for c in checks if not c.passed] == [failed]
+
+
+def test_latency_without_a_measure_fails() -> None:
+    r = result()
+    r.latency = {"events": 0, "stages": {}, "note": "simulated"}
+    latency = evaluate(Criteria(), PRODUCER, r)[1]
+    assert not latency.passed and latency.measured == "not measured"
+
+
+def test_pages_and_plots(tmp_path: Path) -> None:
+    checks = evaluate(Criteria(), PRODUCER, result(lost=1))
+    report = {"producer": PRODUCER, "target": "local", "started_at": "2026-03-01T12:00:00Z",
+              "settings": {"rate_profile": "constant", "rate": 2000.0, "duration_s": 120.0,
+                           "fleet_size": 100, "scenario": "clean"}}  # fmt: skip
+    files = write_pages(tmp_path, report=report, checks=checks, result=result(lost=1),
+                        producer_summary="sent 2 messages", criteria=Criteria())  # fmt: skip
+    assert sorted(f.name for f in files) == [
+        "latency.svg", "rate.svg", "report.html", "report.json", "report.md"
+    ]  # fmt: skip
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# Load test: FAIL")
+    assert "| lost | <= 0 | 1 | **FAIL** |" in md and "![rate.svg](rate.svg)" in md
+    assert json.loads((tmp_path / "report.json").read_text())["target"] == "local"
+    for name in ("rate.svg", "latency.svg"):
+        root = ET.fromstring((tmp_path / name).read_text())
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("<svg") == 2 and "Load test: FAIL" in html
+    text = summary(checks, "sent 2 messages", result(lost=1))
+    assert text.splitlines()[0] == "load test: FAIL"
+    assert "[FAIL] lost             1  (criterion: <= 0)" in text
+
+
+def test_line_chart_scales_points_to_the_plot() -> None:
+    out = svg.line_chart({"a": [0.0, 50.0, 100.0]}, title="t", x_label="x", y_label="y")
+    points = ET.fromstring(out).find("{http://www.w3.org/2000/svg}polyline").get("points")
+    # plot box: x from 60 to 640 - 130 = 510, y from 260 - 40 = 220 (0) up to 30 (100)
+    assert points == "60.0,220.0 285.0,125.0 510.0,30.0"
+
+
+def test_settings_defaults_are_the_issue_criteria(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("IOT_LOADTEST_RATE", "IOT_LOADTEST_DURATION_S"):
+        monkeypatch.delenv(key, raising=False)
+    s = LoadtestSettings(_env_file=None)
+    assert (s.rate, s.duration_s, s.target) == (2000.0, 120.0, "local")
+    assert s.criteria() == Criteria(0.9, 15.0, "gold", 0, 0, 0)
+    with pytest.raises(ValueError, match="cannot read the interval"):
+        LoadtestSettings(_env_file=None, watermark="later")
+
+
+def test_child_env_passes_kafka_settings_and_drops_others() -> None:
+    kafka = KafkaSettings(_env_file=None, bootstrap_servers="ns.servicebus.windows.net:9093",
+                          topic="hub", auth="connection_string",
+                          connection_string=SecretStr("Endpoint=sb://ns.servicebus.windows.net/;"
+                                                      "SharedAccessKeyName=k;SharedAccessKey=s"),
+                          ssl_ca_location=Path("/etc/ca.pem"))  # fmt: skip
+    env = child_env({"PATH": "/bin", "IOT_KAFKA_ENTRA_SCOPE": "old"}, kafka, IOT_LAKE_ROOT="/l")
+    assert env == {
+        "PATH": "/bin", "PYTHONUNBUFFERED": "1", "IOT_LAKE_ROOT": "/l",
+        "IOT_KAFKA_BOOTSTRAP_SERVERS": "ns.servicebus.windows.net:9093", "IOT_KAFKA_TOPIC": "hub",
+        "IOT_KAFKA_AUTH": "connection_string",
+        "IOT_KAFKA_CONNECTION_STRING": kafka.connection_string.get_secret_value(),
+        "IOT_KAFKA_SSL_CA_LOCATION": "/etc/ca.pem",
+    }  # fmt: skip
+    plain = kafka_env(KafkaSettings(_env_file=None, bootstrap_servers="127.0.0.1:9", topic="t"))
+    assert plain == {"IOT_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "IOT_KAFKA_TOPIC": "t",
+                     "IOT_KAFKA_AUTH": "none"}  # fmt: skip
+
+
+def _runner():
+    spec = importlib.util.spec_from_file_location("bench_run_all", ROOT / "bench" / "run_all.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_run_all"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_runner_parses_checks_and_tabulates() -> None:
+    r = _runner()
+    assert {"dashboard", "processor", "producer"} <= set(r.discover())
+    assert "run_all" not in r.discover()
+    assert r.last_json('progress\n{"a": 1}\n\n') == {"a": 1}
+    assert r.last_json("progress\nnot json\n") is None
+    assert r.last_json("[1, 2]") is None
+    checks = r.check("processor", {"events_per_s": 25000.0, "p95_latency_s": 12.5})
+    assert [(c["figure"], c["met"]) for c in checks] == [
+        ("events_per_s", True), ("p95_latency_s", False)
+    ]  # fmt: skip
+    text = r.table("processor", {"events_per_s": 25000.0, "latency_rate": 2000.0}, checks)
+    assert text.splitlines() == [
+        "processor:",
+        "  events_per_s                 25,000   target >= 20,000: met",
+        "  latency_rate                 2,000",
+        "  p95_latency_s                missing   target <= 10: NOT MET",
+    ]
+    assert r.check("producer", {"events_per_s": "fast"})[0]["met"] is False
+
+
+def test_bench_runner_end_to_end_on_a_fake_bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    r = _runner()
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "dashboard.py").write_text(
+        'print("rendering")\nprint(\'{"overview_render_s": 0.25}\')\n'
+    )
+    (bench / "broken.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.setattr(r, "BENCH", bench)
+    monkeypatch.setattr(r, "__file__", str(bench / "run_all.py"))
+    out = tmp_path / "results.json"
+    assert r.main(["--only", "dashboard", "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["passed"] is True
+    assert saved["benches"]["dashboard"]["figures"] == {"overview_render_s": 0.25}
+    assert "overview_render_s            0.25   target <= 0.5: met" in capsys.readouterr().out
+    assert r.main(["--out", str(out)]) == 1
+    assert json.loads(out.read_text())["benches"]["broken"]["error"] == "exited with code 3"
