@@ -1,8 +1,15 @@
-"""Load test: the producer's run report, target against achieved rate and ack latency."""
+"""Load test: the producer's run report, target against achieved rate and ack latency.
+
+After ``python -m loadtest run`` the report also holds the load test's verdict
+(``loadtest``: criteria, pass/fail, the full report's path), shown at the end.
+"""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import polars as pl
 import streamlit as st
@@ -19,6 +26,37 @@ st.caption(
     f"The producer's run report ({settings.report_path}), written when a producer run "
     "ends. The time range and scope filters do not apply."
 )
+
+
+def loadtest_part(path: Path) -> dict[str, Any] | None:
+    """The verdict ``python -m loadtest run`` adds to the report (``loadtest``), if any."""
+    try:
+        part = json.loads(path.read_text()).get("loadtest")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return part if isinstance(part, dict) and isinstance(part.get("criteria"), list) else None
+
+
+def render_verdict(part: dict[str, Any]) -> None:
+    """The load test's criteria (rate, latency, loss, duplicates, sequence) and verdict."""
+    st.subheader("Load test verdict")
+    failed = [str(c.get("name")) for c in part["criteria"] if not c.get("passed")]
+    if part.get("passed") and not failed:
+        st.success("Passed: every criterion met.", icon=":material/check_circle:")
+    else:
+        st.error(f"Failed: {', '.join(failed) or 'see the report'}.", icon=":material/error:")
+    st.dataframe(
+        pl.DataFrame(
+            {
+                "criterion": [str(c.get("name")) for c in part["criteria"]],
+                "target": [str(c.get("target")) for c in part["criteria"]],
+                "measured": [str(c.get("measured")) for c in part["criteria"]],
+                "result": ["pass" if c.get("passed") else "FAIL" for c in part["criteria"]],
+            }
+        ),
+        hide_index=True,
+    )
+    st.markdown(f"Full report (verify, latency per stage, plots): `{part.get('report', '')}`")
 
 
 def render(now: datetime) -> None:
@@ -71,6 +109,9 @@ def render(now: datetime) -> None:
         st.dataframe(errors, hide_index=True)
     else:
         st.success("No delivery errors.", icon=":material/check_circle:")
+    verdict = loadtest_part(settings.report_path)
+    if verdict is not None:
+        render_verdict(verdict)
 
 
 ui.live(view, render)
