@@ -8,6 +8,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pydantic import SecretStr
 
@@ -188,3 +189,25 @@ def test_bench_runner_end_to_end_on_a_fake_bench(tmp_path: Path, monkeypatch: py
     assert "overview_render_s            0.25   target <= 0.5: met" in capsys.readouterr().out
     assert r.main(["--out", str(out)]) == 1
     assert json.loads(out.read_text())["benches"]["broken"]["error"] == "exited with code 3"
+
+
+def test_drain_state_compares_what_silver_read_with_bronze(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+
+    from loadtest.run import drain_state
+
+    def table(name: str, rows: list[tuple[int, int]]) -> None:
+        write_deltalake(
+            str(tmp_path / name),
+            pa.table({"partition": [p for p, _ in rows], "offset": [o for _, o in rows]},
+                     schema=pa.schema([("partition", pa.int32()), ("offset", pa.int64())])),
+            mode="overwrite",
+        )  # fmt: skip
+
+    assert drain_state(str(tmp_path)) == (0, 0, False)
+    table("bronze/events", [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)])
+    table("silver/events", [(0, 0), (0, 2), (1, 0)])
+    table("silver/quarantine", [])
+    assert drain_state(str(tmp_path)) == (5, 3, False)  # partition 1 read up to offset 0 of 1
+    table("silver/quarantine", [(1, 1)])
+    assert drain_state(str(tmp_path)) == (5, 4, True)
