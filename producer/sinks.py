@@ -192,7 +192,10 @@ class KafkaSink:
         return left
 
     def close(self) -> None:
-        """Nothing to release beyond ``flush``."""
+        """Shut the client down (its threads stop reconnecting); call after ``flush``."""
+        close = getattr(self._producer, "close", None)  # confluent-kafka >= 2.x
+        if close is not None:
+            close()
 
 
 class FileSink:
