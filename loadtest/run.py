@@ -130,11 +130,16 @@ def _rows(root: str, name: str, columns: list[str]) -> pl.DataFrame | None:
 
 
 def _last_commit(root: str, name: str) -> datetime | None:
+    """Time of the table's last commit that added rows (None: none yet)."""
     try:
-        history = DeltaTable(table_uri(root, name)).history(1)
+        history = DeltaTable(table_uri(root, name)).history(50)
     except (TableNotFoundError, OSError):
         return None
-    return datetime.fromtimestamp(history[0]["timestamp"] / 1000, UTC) if history else None
+    for commit in history:
+        metrics = commit.get("operationMetrics") or {}
+        if int(metrics.get("numOutputRows", 0) or 0) > 0:
+            return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC)
+    return None
 
 
 def drain_state(root: str) -> tuple[int, int, bool]:
@@ -159,7 +164,8 @@ def _expected_bronze(manifest: Path) -> int:
     return int(totals["messages_sent"]) - int(totals["messages_failed"])
 
 
-def _gold_ran_after(root: str, when: datetime) -> bool:
+def _ran_after(root: str, query: str, when: datetime) -> bool:
+    """Whether ``query`` finished a batch with input that started at or after ``when``."""
     metrics = _rows(root, "ops/pipeline_metrics", ["query_name", "timestamp", "num_input_rows"])
     if metrics is None or metrics.is_empty():
         return False
@@ -167,7 +173,7 @@ def _gold_ran_after(root: str, when: datetime) -> bool:
     if isinstance(ts.dtype, pl.Datetime) and ts.dtype.time_zone is None:
         metrics = metrics.with_columns(pl.col("timestamp").dt.replace_time_zone("UTC"))
     return not metrics.filter(
-        (pl.col("query_name") == "gold_device_1m")
+        (pl.col("query_name") == query)
         & (pl.col("timestamp") >= when)
         & (pl.col("num_input_rows") > 0)
     ).is_empty()
@@ -289,19 +295,17 @@ def run_loadtest(
             )
         say(f"producer done (exit {producer_code}); waiting for the processor to catch up")
         expected = _expected_bronze(manifest)
-        trigger_s = interval_seconds(settings.trigger_interval)
-        progress: list[tuple[int, int]] = []
-        changed = [time.monotonic()]
 
         def drained() -> bool:
-            bronze_rows, seen_rows, caught_up = drain_state(lake)
-            if progress and progress[-1] != (bronze_rows, seen_rows):
-                changed[0] = time.monotonic()
-            progress.append((bronze_rows, seen_rows))
+            bronze_rows, _, caught_up = drain_state(lake)
             if bronze_rows < expected:
                 return False
-            # Caught up, or nothing moved for a while (the tail was dropped by the watermark).
-            return caught_up or time.monotonic() - changed[0] > max(20.0, 4 * trigger_s)
+            if caught_up:
+                return True
+            # Silver's rows stop short of bronze's last offsets when the watermark dropped
+            # the tail: then a silver batch that started after bronze's last commit read it.
+            bronze_commit = _last_commit(lake, "bronze/events")
+            return bronze_commit is not None and _ran_after(lake, "silver", bronze_commit)
 
         deadline = time.monotonic() + settings.drain_timeout_s
         if not _wait(drained, settings.drain_timeout_s, processor):
@@ -309,7 +313,7 @@ def run_loadtest(
         silver_commit = _last_commit(lake, "silver/events")
         gold_wait = max(GOLD_WAIT_S, deadline - time.monotonic())
         if silver_commit is not None and not _wait(
-            lambda: _gold_ran_after(lake, silver_commit), gold_wait, processor
+            lambda: _ran_after(lake, "gold_device_1m", silver_commit), gold_wait, processor
         ):
             say("gold ran no batch after silver's last commit in time")
         say("stopping the processor")

@@ -23,13 +23,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def result(
-    *, lost: int = 0, dups: int = 0, unexpected_oos: int = 0, p95: float = 4.0
+    *, lost: int = 0, dups: int = 0, unexpected_oos: int = 0, p95: float = 4.0, pending: int = 0
 ) -> VerifyResult:
     stage = {"count": 100, "p50": 2.0, "p95": p95, "p99": p95 + 1, "max": p95 + 2}
     return VerifyResult(
         counts={"acked": 100, "bronze_rows": 100, "silver_rows": 100, "quarantine_rows": 0},
-        loss={"total": lost, "missing_from_bronze": lost, "dropped_unexplained": 0,
-              "quarantined_valid": 0, "pending": 0},
+        loss={"total": lost + pending, "missing_from_bronze": lost, "dropped_unexplained": 0,
+              "quarantined_valid": 0, "pending": pending},
         duplicates={"silver_duplicated_ids": dups, "silver_extra_rows": dups,
                     "bronze_unexpected_copies": 0},
         late={"watermark_s": 120.0, "injected": 0, "injected_over_watermark": 0, "dropped": 0,
@@ -51,8 +51,8 @@ PRODUCER = {"target_rate": 2000.0, "acked_rate": 1850.0, "per_second": [2000, 19
 def test_criteria_pass_at_the_defaults() -> None:
     checks = evaluate(Criteria(), PRODUCER, result())
     assert [(c.name, c.passed) for c in checks] == [
-        ("rate", True), ("latency", True), ("lost", True), ("duplicated", True),
-        ("out_of_sequence", True),
+        ("rate", True), ("latency", True), ("lost", True), ("processed", True),
+        ("duplicated", True), ("out_of_sequence", True),
     ]  # fmt: skip
     assert checks[0].measured == "1,850/s acknowledged = 92.5%"
     assert checks[1].target == "p95 event time -> gold <= 15 s"
@@ -62,6 +62,7 @@ def test_criteria_pass_at_the_defaults() -> None:
     ("kwargs", "producer", "failed"),
     [
         ({"lost": 1}, PRODUCER, "lost"),
+        ({"pending": 3}, PRODUCER, "processed"),
         ({"dups": 1}, PRODUCER, "duplicated"),
         ({"p95": 15.5}, PRODUCER, "latency"),
         ({"unexpected_oos": 2}, PRODUCER, "out_of_sequence"),
