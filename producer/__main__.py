@@ -152,7 +152,11 @@ def run_one(
     """
     source = make_source(settings, worker=worker, workers=workers)
     sink = build_sink(settings, worker=worker, workers=workers, conf=conf)
-    manifest = Manifest(source.device_ids) if manifest_path is not None else None
+    manifest = (
+        Manifest(source.device_ids, uuid_ids=isinstance(source, SimulationSource))
+        if manifest_path is not None
+        else None
+    )
     profile: RateProfile = settings.profile()
     if workers > 1:
         profile = profile.scaled(1.0 / workers)

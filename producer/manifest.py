@@ -4,9 +4,10 @@ Format (JSON lines, documented in ``docs/manifest.md``): a ``header`` line, one
 ``device`` line per device with its acknowledged events in send order, then one
 line per ``anomaly``, ``fault`` and ``failed`` delivery.
 
-Memory: about 45 bytes per sent event (the ids are packed into long strings), so a
-run of ten million events holds about half a gigabyte; runs without a manifest
-path keep nothing.
+Memory: about 52 bytes per sent event (device index, seq and the id packed into
+long strings, in send order), so a run of ten million events holds about half a
+gigabyte; grouping by device happens once, when the file is written. Runs without
+a manifest path keep nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from producer.faults import Message
 
 MANIFEST_VERSION = 1
 _ID_LEN = 36  # a UUID's text
-_PACK_EVERY = 1 << 20  # ids pending before they are packed
 
 
 class Manifest:
@@ -36,31 +36,31 @@ class Manifest:
 
     """
 
-    def __init__(self, device_ids: list[str]) -> None:
-        """Start an empty manifest for the given devices (indexes as in the messages)."""
+    def __init__(self, device_ids: list[str], *, uuid_ids: bool = False) -> None:
+        """Start an empty manifest.
+
+        Args:
+            device_ids: Device id of each device index used in the messages (a replay
+                appends to the list as it meets new devices).
+            uuid_ids: Every event id is a 36-character UUID text (the simulator's), so
+                ids can be packed into long strings.
+
+        """
         self.device_ids = device_ids
-        self._seqs: list[array[int]] = []
-        self._ids: list[list[str]] = []
-        self._packed: list[list[str | list[str]]] = []
-        self._pending = 0
+        self.uuid_ids = uuid_ids
+        # Append-only, in send order; grouped by device only when written.
+        self._dev = array("q")
+        self._seq = array("q")
+        self._id_chunks: list[str | tuple[str, ...]] = []
         self._resends: Counter[str] = Counter()
         self._resends_failed: Counter[str] = Counter()
         self._failed_first: dict[str, str] = {}
         self._failed: list[dict[str, Any]] = []
         self.messages = 0
         self.unidentified = 0
-        self._grow()
-
-    def _grow(self) -> None:
-        while len(self._seqs) < len(self.device_ids):
-            self._seqs.append(array("q"))
-            self._ids.append([])
-            self._packed.append([])
 
     def record(self, msgs: Sequence[Message]) -> None:
         """Note messages handed to the sink (their fate comes through ``failed``)."""
-        if len(self._seqs) < len(self.device_ids):
-            self._grow()
         plain = [m for m in msgs if m[5] is None]
         if len(plain) != len(msgs):
             for m in msgs:
@@ -68,38 +68,21 @@ class Manifest:
                     self._resends[m[4]] += 1
                 elif m[5] == "raw":
                     self.unidentified += 1
-        n = len(plain)
-        if n:
-            seqs, ids = self._seqs, self._ids
-            _, _, devices, seq_nos, event_ids, _ = zip(*plain, strict=True)
-            for i, seq, eid in zip(devices, seq_nos, event_ids, strict=True):
-                seqs[i].append(seq)
-                ids[i].append(eid)
         self.messages += len(msgs)
-        self._pending += n
-        if self._pending >= _PACK_EVERY:
-            self._pack()
+        if not plain:
+            return
+        _, _, devices, seqs, event_ids, _ = zip(*plain, strict=True)
+        self._dev.extend(devices)
+        self._seq.extend(seqs)
+        self._id_chunks.append("".join(event_ids) if self.uuid_ids else event_ids)
 
-    def _pack(self) -> None:
-        """Join pending UUID texts into one string per device (other ids stay a list)."""
-        for i, ids in enumerate(self._ids):
-            if not ids:
-                continue
-            if all(len(x) == _ID_LEN for x in ids):
-                self._packed[i].append("".join(ids))
-            else:
-                self._packed[i].append(list(ids))
-            ids.clear()
-        self._pending = 0
-
-    def _unpacked(self, i: int) -> list[str]:
-        out: list[str] = []
-        for chunk in self._packed[i]:
+    def _ids(self) -> Iterator[str]:
+        for chunk in self._id_chunks:
             if isinstance(chunk, str):
-                out += [chunk[j : j + _ID_LEN] for j in range(0, len(chunk), _ID_LEN)]
+                for j in range(0, len(chunk), _ID_LEN):
+                    yield chunk[j : j + _ID_LEN]
             else:
-                out += chunk
-        return out
+                yield from chunk
 
     def failed(self, value: bytes | None, tag: Any, error: str) -> None:
         """Note a message the sink could not deliver.
@@ -135,14 +118,25 @@ class Manifest:
 
     def device_lines(self, max_seqs: Sequence[int] | None = None) -> Iterator[dict[str, Any]]:
         """Per-device lines: acknowledged ``seqs`` and ``event_ids``, in send order."""
-        self._pack()
+        rows: list[list[int]] = [[] for _ in self.device_ids]
+        for j, i in enumerate(self._dev):
+            rows[i].append(j)
+        if self.uuid_ids:
+            text = "".join(self._id_chunks)  # type: ignore[arg-type]
+
+            def id_at(j: int) -> str:
+                return text[j * _ID_LEN : (j + 1) * _ID_LEN]
+        else:
+            flat = list(self._ids())
+            id_at = flat.__getitem__
+        seq = self._seq
         for i, device_id in enumerate(self.device_ids):
-            ids = self._unpacked(i) if i < len(self._packed) else []
-            seqs = self._seqs[i].tolist() if i < len(self._seqs) else []
+            ids = [id_at(j) for j in rows[i]]
+            seqs = [seq[j] for j in rows[i]]
             if self._failed_first:
-                keep = [j for j, eid in enumerate(ids) if self._acked(eid)]
-                ids = [ids[j] for j in keep]
-                seqs = [seqs[j] for j in keep]
+                keep = [n for n, eid in enumerate(ids) if self._acked(eid)]
+                ids = [ids[n] for n in keep]
+                seqs = [seqs[n] for n in keep]
             line: dict[str, Any] = {"type": "device", "device_id": device_id, "acked": len(ids)}
             if max_seqs is not None:
                 line["last_seq"] = max_seqs[i]
@@ -165,7 +159,7 @@ class Manifest:
 
     def totals(self, faults: Sequence[dict[str, Any]], anomalies: Sequence[dict[str, Any]]) -> dict:
         """Counts for the header."""
-        acked_events = sum(len(s) for s in self._seqs) - sum(  # fmt: skip
+        acked_events = len(self._seq) - sum(  # fmt: skip
             1 for eid in self._failed_first if not self._acked(eid)
         )
         return {

@@ -20,7 +20,7 @@ def _msg(device: int, seq: int, tag=None, device_id: str | None = None):
 
 
 def test_failures_and_resends(tmp_path):
-    m = Manifest(["d0", "d1"])
+    m = Manifest(["d0", "d1"], uuid_ids=True)
     bad = {"kind": "oversized", "device_id": "d1", "event_id": _eid(1003), "seq": 3}
     msgs = [_msg(0, 1), _msg(1, 1), _msg(0, 2), _msg(1, 2), _msg(0, 3), _msg(0, 1, "duplicate"),
             _msg(1, 2, "duplicate"), (b"k", b"x" * 10, 1, 3, _eid(1003), bad), _msg(1, 4)]  # fmt: skip
@@ -78,11 +78,13 @@ def test_merge_orders_devices_and_sums_totals(tmp_path):
     assert read_manifest(merged)["devices"]["dev-00003"]["seqs"] == [1, 2]
 
 
-def test_ids_of_any_width_survive_packing(tmp_path):
-    m = Manifest(["a"])
-    m.record([(b"", b"{}", 0, 1, "short", None), (b"", b"{}", 0, 2, "x" * 40, None)])
-    m._pack()
-    m.record([(b"", b"{}", 0, 3, _eid(5), None)])
+def test_ids_of_any_width_survive_when_not_uuids(tmp_path):
+    m = Manifest(["a", "b"])
+    m.record([(b"", b"{}", 0, 1, "short", None), (b"", b"{}", 1, 1, "y" * 37, None)])
+    m.record([(b"", b"{}", 0, 2, "x" * 35, None), (b"", b"{}", 0, 3, _eid(5), None)])
     path = tmp_path / "m.jsonl"
     m.write(path, {})
-    assert read_manifest(path)["devices"]["a"]["event_ids"] == ["short", "x" * 40, _eid(5)]
+    devices = read_manifest(path)["devices"]
+    assert devices["a"]["event_ids"] == ["short", "x" * 35, _eid(5)]
+    assert devices["a"]["seqs"] == [1, 2, 3]
+    assert devices["b"]["event_ids"] == ["y" * 37]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+import random
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -16,6 +18,7 @@ from producer.signals import (
     TimeFormatter,
     generate,
     reference_generate,
+    round3,
     simulated_clock,
     to_micros,
 )
@@ -88,3 +91,17 @@ def test_time_formatter_matches_the_contract():
         t += timedelta(microseconds=1234)
     before_epoch = datetime(1969, 12, 31, 23, 59, 59, 500000, tzinfo=UTC)
     assert fmt(to_micros(before_epoch)) == "1969-12-31T23:59:59.500Z"
+
+
+def test_round3_is_round_to_three_places_exactly():
+    rng = random.Random(7)
+    values = [rng.uniform(-1000.0, 100000.0) for _ in range(200000)]
+    values += [rng.uniform(-2.0, 2.0) for _ in range(100000)]
+    # Ties and their neighbours: k/1000 + 0.0005 and the doubles either side.
+    for k in range(-3000, 300000, 7):
+        tie = k / 1000 + 0.0005
+        values += [tie, math.nextafter(tie, math.inf), math.nextafter(tie, -math.inf)]
+    values += [0.0, -0.0, -0.0004, 0.0004, -0.0005, 0.0005, 1e6, 999999.9995, 123.4565]
+    for x in values:
+        got, want = round3(x), round(x, 3)
+        assert got == want and math.copysign(1, got) == math.copysign(1, want), x
