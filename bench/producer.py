@@ -12,7 +12,7 @@ The last line printed is one JSON object::
 
     {"events_per_s": ..., "kcat_events_per_s": ..., "ratio": ..., ...}
 
-Usage: ``python bench/producer.py [--count 1000000] [--workers 2] [--rounds 2]``
+Usage: ``python bench/producer.py [--count 1000000] [--workers 2] [--rounds 3]``
 (kcat: ``apt-get install kcat``).
 """
 
@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--fleet-size", type=int, default=1000)
     parser.add_argument("--linger-ms", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--warmup", type=int, default=200_000, help="readings of a warm-up round (0: none)"
     )
