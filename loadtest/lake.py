@@ -63,7 +63,7 @@ def read_table(root: str, name: str, *, required: bool = True) -> pl.DataFrame:
 
 
 def read_lake(root: str) -> LakeFrames:
-    """The four tables ``verify`` reads (``ops/pipeline_metrics`` may be absent)."""
+    """The tables ``verify`` reads (``ops/pipeline_metrics`` may be absent) and silver's commits."""
     metrics = read_table(root, "ops/pipeline_metrics", required=False)
     if metrics.schema.get("timestamp") == pl.Null:
         metrics = pl.DataFrame(
@@ -80,6 +80,18 @@ def read_lake(root: str) -> LakeFrames:
         silver=read_table(root, "silver/events"),
         quarantine=read_table(root, "silver/quarantine"),
         metrics=metrics,
+        silver_commits=commit_times(root, "silver/events"),
+    )
+
+
+def commit_times(root: str, name: str) -> pl.DataFrame:
+    """``committed``: the time of every commit of a table (its Delta history), oldest first."""
+    history = DeltaTable(table_uri(root, name)).history()
+    stamps = sorted(int(c["timestamp"]) for c in history if "timestamp" in c)
+    return pl.DataFrame({"committed": stamps}, schema={"committed": pl.Int64}).select(
+        pl.from_epoch("committed", time_unit="ms")
+        .dt.replace_time_zone("UTC")
+        .cast(pl.Datetime("us", "UTC"))
     )
 
 

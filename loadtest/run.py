@@ -345,6 +345,7 @@ def run_loadtest(
         "bootstrap_servers": kafka.bootstrap_servers,
         "topic": kafka.topic,
         "settings": settings.model_dump(mode="json", exclude={"kafka", "out_dir"}),
+        "processor_settings": {k: v for k, v in env.items() if k.startswith("IOT_PROCESSOR_")},
         "started_at": started.isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),
         "lake": lake,

@@ -26,8 +26,9 @@ What is checked, and how (``docs/loadtest.md`` has the long form):
 * **Latency** (wall-clock runs only; injected late/out-of-order readings and skewed
   clocks left out): ``event_time`` to ``kafka_timestamp`` (in the broker), to bronze's
   ``ingest_time``, to silver's ``processed_time``, and to gold: the end of the first
-  ``gold_device_1m`` batch that started after the event's silver batch ended (both
-  from ``ops/pipeline_metrics``): an upper bound on when gold showed it.
+  ``gold_device_1m`` batch with input (``ops/pipeline_metrics``) that started after the
+  silver commit holding the event (``silver/events``' history): an upper bound on when
+  gold showed it.
 """
 
 from __future__ import annotations
@@ -98,12 +99,16 @@ class LakeFrames:
         quarantine: ``reason``, ``raw``, ``event_id``, ``partition``, ``offset``.
         metrics: ``ops/pipeline_metrics``: ``query_name``, ``timestamp``,
             ``batch_duration_ms``, ``num_input_rows``, ``rows_dropped_by_watermark``.
+        silver_commits: ``committed``: the times of ``silver/events``' commits (its
+            Delta history), when silver's rows became visible; None or empty: the
+            end of the silver batch (from the metrics) stands in.
     """
 
     bronze: pl.DataFrame
     silver: pl.DataFrame
     quarantine: pl.DataFrame
     metrics: pl.DataFrame
+    silver_commits: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -407,9 +412,19 @@ def check_quarantine(
 
 
 def check_latency(
-    truth: Truth, silver: pl.DataFrame, metrics: pl.DataFrame, exclude: set[str]
+    truth: Truth,
+    silver: pl.DataFrame,
+    metrics: pl.DataFrame,
+    exclude: set[str],
+    commits: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """Percentiles of event time to each stage (see the module docstring)."""
+    """Percentiles of event time to each stage (see the module docstring).
+
+    An event is visible in silver from the first ``silver/events`` commit at or after
+    its ``processed_time`` (its batch's start; batches commit in turn), else from the
+    end of its silver batch; it is in gold by the end of the first ``gold_device_1m``
+    batch with input that started after that.
+    """
     if not truth.wall_clock:
         return {"events": 0, "stages": {}, "note": "not measured: the run's event times were "
                 "simulated (start_time or replay), not the wall clock"}  # fmt: skip
@@ -438,26 +453,39 @@ def check_latency(
         for name in ("silver", "gold_device_1m")
     }
     rows = rows.sort("processed_time")
-    note = (
-        "gold: end of the first gold_device_1m batch that started after the event's silver "
-        "batch ended (ops/pipeline_metrics): an upper bound"
-    )
-    if batches["silver"].is_empty() or batches["gold_device_1m"].is_empty():
-        rows = rows.with_columns(pl.lit(None, dtype=UTC_US).alias("gold_time"))
-        note = "gold: not measured (no silver or gold_device_1m batches in ops/pipeline_metrics)"
-    else:
-        silver_end = rows.join_asof(
-            batches["silver"].select("start", pl.col("end").alias("silver_end")),
+    if commits is not None and not commits.is_empty():
+        rows = rows.join_asof(
+            _utc(commits, "committed").select(pl.col("committed").alias("visible")).sort("visible"),
+            left_on="processed_time",
+            right_on="visible",
+            strategy="forward",
+        )
+        visible = "the silver commit that holds it"
+    elif not batches["silver"].is_empty():
+        rows = rows.join_asof(
+            batches["silver"].select("start", pl.col("end").alias("visible")),
             left_on="processed_time",
             right_on="start",
             strategy="backward",
-        ).sort("silver_end")
-        gold = batches["gold_device_1m"].filter(pl.col("num_input_rows") > 0)
-        rows = silver_end.join_asof(
+        )
+        visible = "the end of its silver batch"
+    else:
+        rows = rows.with_columns(pl.lit(None, dtype=UTC_US).alias("visible"))
+        visible = ""
+    gold = batches["gold_device_1m"].filter(pl.col("num_input_rows") > 0)
+    if gold.is_empty() or not visible:
+        rows = rows.with_columns(pl.lit(None, dtype=UTC_US).alias("gold_time"))
+        note = "gold: not measured (no silver commits or gold_device_1m batches to go by)"
+    else:
+        rows = rows.sort("visible").join_asof(
             gold.select(pl.col("start").alias("gold_start"), pl.col("end").alias("gold_time")),
-            left_on="silver_end",
+            left_on="visible",
             right_on="gold_start",
             strategy="forward",
+        )
+        note = (
+            f"gold: the end of the first gold_device_1m batch with input that started after "
+            f"{visible} (ops/pipeline_metrics): an upper bound"
         )
     lat = rows.select(
         secs(pl.col("kafka_timestamp")).alias("kafka"),
@@ -603,7 +631,9 @@ def verify(truth: Truth, lake: LakeFrames, cfg: VerifyConfig | None = None) -> V
         bronze.select("event_id", "lateness_s"),
         wm + slack,
     )
-    latency = check_latency(truth, silver, metrics, truth.fault_ids(*DELAYED_KINDS))
+    latency = check_latency(
+        truth, silver, metrics, truth.fault_ids(*DELAYED_KINDS), lake.silver_commits
+    )
     in_manifest = silver.join(expected.select("event_id"), on="event_id", how="semi").height
     result_counts = {
         "acked": expected.height,

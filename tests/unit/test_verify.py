@@ -7,17 +7,18 @@ below is worked out by hand from the rows this file writes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
 from loadtest.__main__ import main
 from loadtest.lake import read_lake, read_truth
-from loadtest.verify import VerifyConfig, interval_seconds, verify
+from loadtest.verify import LakeFrames, VerifyConfig, interval_seconds, verify
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 DEVICES = {"dev-00000": 0, "dev-00001": 1}  # device -> partition
@@ -51,6 +52,7 @@ class Run:
     quarantine: list[tuple[str, str | None, bytes, str]] = field(default_factory=list)
     processed: dict[int, float] = field(default_factory=dict)  # seq -> silver batch start
     metrics: list[tuple[str, float, int, int]] = field(default_factory=list)
+    commits: list[float] = field(default_factory=list)  # silver/events commit times
     start_time: str | None = None
 
     def write(
@@ -127,19 +129,29 @@ def clean_run() -> Run:
     return Run(
         sends=sends,
         processed={1: 33.0, 2: 33.0, 3: 33.0, 4: 53.0, 5: 53.0},
+        # Silver batch 2 commits at 53.8 s but ends (status MERGE) at 55.2 s, after gold's
+        # batch at 55 s started: that gold batch holds it.
         metrics=[
-            ("silver", 33.0, 1000, 6), ("silver", 53.0, 1000, 4),
+            ("silver", 33.0, 1000, 6), ("silver", 53.0, 2200, 4),
             ("gold_device_1m", 35.0, 500, 6), ("gold_device_1m", 54.5, 100, 0),
             ("gold_device_1m", 55.0, 1000, 4),
         ],
+        commits=[33.8, 53.8],
     )  # fmt: skip
 
 
 def run_verify(tmp_path: Path, run: Run, **kw) -> object:
     manifest, lake = run.write(tmp_path, **kw)
     return verify(
-        read_truth(manifest), read_lake(str(lake)), VerifyConfig(watermark_s=10.0, slack_s=5.0)
+        read_truth(manifest), frames(lake, run), VerifyConfig(watermark_s=10.0, slack_s=5.0)
     )
+
+
+def frames(lake: Path, run: Run) -> LakeFrames:
+    """The tables as read, with silver's commit times those of the run (not the test's clock)."""
+    commits = pl.DataFrame({"committed": [at(t) for t in run.commits]},
+                           schema={"committed": pl.Datetime("us", "UTC")})  # fmt: skip
+    return replace(read_lake(str(lake)), silver_commits=commits)
 
 
 def test_clean_run_passes_with_exact_latencies(tmp_path: Path) -> None:
@@ -155,9 +167,23 @@ def test_clean_run_passes_with_exact_latencies(tmp_path: Path) -> None:
     assert stages["bronze"]["p50"] == 1.0
     # silver: processed at 33 s (k = 1..3) or 53 s (k = 4, 5): 23, 13, 3, 13, 3 per device.
     assert stages["silver"] == {"count": 10, "p50": 13.0, "p95": 23.0, "p99": 23.0, "max": 23.0}
-    # gold: silver batch ends 34 s -> gold batch 35 s ends 35.5 s; 54 s -> (54.5 s has no
+    # gold: silver commit 33.8 s -> gold batch 35 s ends 35.5 s; 53.8 s -> (54.5 s has no
     # input) 55 s ends 56 s: 25.5, 15.5, 5.5, 16, 6 per device.
     assert stages["gold"] == {"count": 10, "p50": 15.5, "p95": 25.5, "p99": 25.5, "max": 25.5}
+    assert result.latency["not_in_gold"] == 0
+
+
+def test_without_silver_commits_the_batch_end_stands_in(tmp_path: Path) -> None:
+    run = clean_run()
+    run.commits = []
+    result = run_verify(tmp_path, run)
+    # Batch 1 ends 34 s -> gold 35.5 s: 25.5, 15.5, 5.5; batch 2 ends 55.2 s, after the last
+    # gold batch with input started: not measured.
+    assert result.latency["stages"]["gold"] == {
+        "count": 6, "p50": 15.5, "p95": 25.5, "p99": 25.5, "max": 25.5
+    }  # fmt: skip
+    assert result.latency["not_in_gold"] == 4
+    assert "the end of its silver batch" in result.latency["note"]
 
 
 def test_one_lost_event_is_caught(tmp_path: Path) -> None:
@@ -226,6 +252,7 @@ def fault_run() -> Run:
         processed={1: 33.0, 2: 33.0, 3: 53.0, 4: 53.0, 5: 53.0},
         metrics=[("silver", 33.0, 1000, 6), ("silver", 53.0, 1000, 6),
                  ("gold_device_1m", 35.0, 500, 6), ("gold_device_1m", 55.0, 1000, 4)],
+        commits=[33.9, 53.9],
     )  # fmt: skip
     return run
 
@@ -281,12 +308,12 @@ def test_quarantine_and_sequence_mismatches_warn_or_fail_when_strict(tmp_path: P
     run = fault_run()
     run.quarantine = [run.quarantine[0]]  # the wrong-type payload was not quarantined
     manifest, lake = run.write(tmp_path)
-    truth, frames = read_truth(manifest), read_lake(str(lake))
-    loose = verify(truth, frames, VerifyConfig(watermark_s=10.0, slack_s=5.0))
+    truth, tables = read_truth(manifest), frames(lake, run)
+    loose = verify(truth, tables, VerifyConfig(watermark_s=10.0, slack_s=5.0))
     assert loose.ok and loose.quarantine["missing"] == 1
     assert loose.quarantine["examples"][0]["expected_reason"] == "wrong_type:seq"
     assert len(loose.warnings) == 1 and "1 missing" in loose.warnings[0]
-    strict = verify(truth, frames, VerifyConfig(watermark_s=10.0, slack_s=5.0, strict=True))
+    strict = verify(truth, tables, VerifyConfig(watermark_s=10.0, slack_s=5.0, strict=True))
     assert not strict.ok and strict.failures == loose.warnings
 
 
@@ -300,6 +327,7 @@ def test_simulated_clock_runs_have_no_latency(tmp_path: Path) -> None:
 
 def test_cli_exit_codes_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     manifest, lake = clean_run().write(tmp_path / "clean")
+    assert read_lake(str(lake)).silver_commits.height == 1  # the test wrote silver once
     out = tmp_path / "out"
     args = ["verify", "--manifest", str(manifest), "--lake-root", str(lake),
             "--watermark", "10 seconds", "--slack-s", "5", "--out", str(out)]  # fmt: skip
