@@ -1,0 +1,178 @@
+"""verify and loadtest on the real pipeline: producer -> broker -> processor -> Delta.
+
+1. A chaos-scenario run (duplicates, late and out-of-order readings, malformed
+   payloads, skewed clocks) processed with ``available_now``: verify passes and
+   accounts for every injected fault; then one bronze row deleted and one silver
+   row doubled with delta-rs, and verify catches each.
+2. ``python -m loadtest run`` for 20 s at 300 events/s through the broker's Event
+   Hubs-shaped SASL_SSL listener (``target=local_sasl``, the code path of a real
+   Event Hubs): it passes, with the latency bound loosened for a shared machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from infra.broker import ensure_topic
+from infra.jars import ensure_jars
+from loadtest.lake import read_lake, read_truth
+from loadtest.verify import VerifyConfig, verify
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET, SEED, COUNT = 20, 11, 4000
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    return env | {"PYTHONUNBUFFERED": "1"} | extra
+
+
+def _run(args: list[str], env: dict[str, str], log: Path, timeout: float) -> int:
+    with log.open("wb") as fh:
+        proc = subprocess.run(
+            [sys.executable, *args], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+    return proc.returncode
+
+
+@pytest.fixture(scope="module")
+def chaos_run(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Produce a chaos run with a manifest, process it with available_now."""
+    work = tmp_path_factory.mktemp("verify-chaos")
+    topic = "verify-chaos"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=3)
+    kafka = {"IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext, "IOT_KAFKA_TOPIC": topic}
+    manifest = work / "manifest.jsonl"
+    code = _run(
+        ["-m", "producer"],
+        _env(**kafka, IOT_PRODUCER_SCENARIO="chaos", IOT_PRODUCER_COUNT=str(COUNT),
+             IOT_PRODUCER_RATE="0", IOT_PRODUCER_FLEET_SIZE=str(FLEET),
+             IOT_PRODUCER_SEED=str(SEED), IOT_PRODUCER_START_TIME="2026-01-01T00:00:00Z",
+             IOT_PRODUCER_CLOCK_RATE="100", IOT_PRODUCER_MANIFEST_PATH=str(manifest)),
+        work / "producer.log",
+        300,
+    )  # fmt: skip
+    # Exit 1 is the oversized payloads the broker refused on purpose; the manifest says so.
+    assert code in (0, 1), (work / "producer.log").read_text()[-3000:]
+    lake = work / "lake"
+    code = _run(
+        ["-m", "processor", "run"],
+        _env(**kafka, IOT_LAKE_ROOT=str(lake), IOT_PROCESSOR_TRIGGER="available_now",
+             IOT_PROCESSOR_JARS_DIR=str(ensure_jars("spark", quiet=True)[0].parent),
+             IOT_PROCESSOR_FLEET_SIZE=str(FLEET), IOT_PROCESSOR_SEED=str(SEED),
+             IOT_PROCESSOR_SHUFFLE_PARTITIONS="2", IOT_PROCESSOR_DRIVER_MEMORY="1g"),
+        work / "processor.log",
+        900,
+    )  # fmt: skip
+    assert code == 0, (work / "processor.log").read_text()[-3000:]
+    return manifest, lake
+
+
+def _faults(manifest: Path) -> list[dict]:
+    lines = [json.loads(line) for line in manifest.read_text().splitlines()]
+    return [line for line in lines if line["type"] == "fault"]
+
+
+def test_verify_accounts_for_every_injected_fault(chaos_run: tuple[Path, Path]) -> None:
+    manifest, lake = chaos_run
+    truth = read_truth(manifest)
+    result = verify(truth, read_lake(str(lake)), VerifyConfig())
+    assert result.ok, result.summary()
+    assert result.warnings == [], result.summary()
+    faults = _faults(manifest)
+    kinds = Counter(f["kind"] for f in faults)
+    assert kinds["duplicate"] > 0 and kinds["late"] > 0 and kinds["out_of_order"] > 0
+    # One batch (available_now): the watermark drops nothing, so silver holds every reading.
+    assert result.counts["silver_rows"] == truth.events.height == result.counts["acked"]
+    assert result.late["dropped"] == 0 and result.late["injected"] == kinds["late"]
+    assert result.duplicates["bronze_injected_duplicates"] == kinds["duplicate"]
+    delivered = [
+        f for f in faults
+        if "expected_reason" in f and f.get("delivered") is not False
+        and f["expected_reason"] != "rejected_too_large"
+    ]  # fmt: skip
+    assert len(delivered) > 0
+    q = result.quarantine
+    assert q["expected"] == q["quarantined"] == len(delivered)
+    assert {r: v["injected"] for r, v in q["by_reason"].items()} == dict(
+        Counter(f["expected_reason"] for f in delivered)
+    )
+    assert q["rows_by_reason"] == dict(
+        sorted(Counter(f["expected_reason"] for f in delivered).items())
+    )
+    s = result.sequence
+    assert s["ok"] and s["expected"] == s["actual"] > 0
+    assert result.latency["stages"] == {}  # simulated clock
+
+
+def test_verify_catches_a_lost_and_a_duplicated_event(
+    chaos_run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    manifest, lake = chaos_run
+    truth = read_truth(manifest)
+    once = truth.events.filter(~truth.events["event_id"].is_in(list(truth.fault_ids("duplicate"))))
+    lost = once.row(10, named=True)
+    doubled = once.row(20, named=True)
+    silver = DeltaTable(str(lake / "silver/events"))
+    row = silver.to_pyarrow_table(filters=[("event_id", "=", doubled["event_id"])])
+    assert row.num_rows == 1
+    bronze = DeltaTable(str(lake / "bronze/events"))
+    copies = [
+        r for r in bronze.to_pyarrow_table(columns=["value", "partition", "offset"]).to_pylist()
+        if lost["event_id"].encode() in r["value"]
+    ]  # fmt: skip
+    assert len(copies) == 1
+    bronze.delete(f"`partition` = {copies[0]['partition']} AND `offset` = {copies[0]['offset']}")
+    write_deltalake(str(lake / "silver/events"), row, mode="append", schema_mode="merge")
+    result = verify(truth, read_lake(str(lake)), VerifyConfig())
+    assert not result.ok
+    assert result.loss["missing_from_bronze"] == 1
+    assert result.loss["examples_missing_from_bronze"][0]["event_id"] == lost["event_id"]
+    assert result.duplicates["silver_duplicated_ids"] == 1
+    assert result.duplicates["examples"] == [{"event_id": doubled["event_id"], "copies": 2}]
+    assert len(result.failures) == 2
+    assert code_of(manifest, lake, tmp_path) == 1
+
+
+def code_of(manifest: Path, lake: Path, out: Path) -> int:
+    return _run(
+        ["-m", "loadtest", "verify", "--manifest", str(manifest), "--lake-root", str(lake),
+         "--out", str(out)],
+        _env(), out / "verify.log", 300,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_short_loadtest_through_the_event_hubs_shaped_listener(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    code = _run(
+        ["-m", "loadtest", "run", "--target", "local_sasl", "--rate", "300", "--duration-s", "20",
+         "--fleet-size", "20", "--partitions", "2", "--out-dir", str(out),
+         "--no-dashboard-report", "--max-p95-latency-s", "600"],
+        _env(), tmp_path / "loadtest.log", 1500,
+    )  # fmt: skip
+    log = (tmp_path / "loadtest.log").read_text()
+    assert code == 0, log[-5000:]
+    assert "load test: PASS" in log and "verify: PASS" in log
+    report = json.loads((out / "report.json").read_text())
+    assert report["passed"] is True and report["target"] == "local_sasl"
+    assert [c["name"] for c in report["criteria"]] == [
+        "rate", "latency", "lost", "processed", "duplicated", "out_of_sequence"
+    ]  # fmt: skip
+    assert report["verify"]["counts"]["acked"] == report["producer"]["acked"] > 5000
+    assert report["verify"]["latency"]["stages"]["gold"]["count"] > 0
+    for name in ("report.md", "report.html", "rate.svg", "latency.svg", "manifest.jsonl"):
+        assert (out / name).is_file(), name
+    assert not (out / "broker").exists()
+    assert "SharedAccessKey=" not in log
