@@ -68,7 +68,12 @@ def table(name: str, figures: dict[str, Any], checks: list[dict[str, Any]]) -> s
     by_figure = {c["figure"]: c for c in checks}
     rows = [f"{name}:"]
     for figure, value in figures.items():
-        shown = f"{value:,.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else value
+        if isinstance(value, float):
+            shown = f"{value:,.3f}".rstrip("0").rstrip(".")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            shown = f"{value:,}"
+        else:
+            shown = value
         c = by_figure.pop(figure, None)
         if c is None:
             rows.append(f"  {figure:<28} {shown}")
