@@ -25,7 +25,8 @@ def to_bronze(kafka_df: DataFrame) -> DataFrame:
         kafka_df: Rows of Spark's Kafka source (``key``, ``value``, ``topic`` ...).
     """
     return kafka_df.select(
-        F.col("key").cast("string").alias("key"),
+        # Invalid UTF-8 would poison string columns for every reader: replace it (U+FFFD).
+        F.make_valid_utf8(F.col("key").cast("string")).alias("key"),
         F.col("value"),
         F.col("topic"),
         F.col("partition"),
@@ -97,31 +98,39 @@ def parse_events(bronze: DataFrame) -> DataFrame:
     Args:
         bronze: Rows of the bronze table (``value`` is the raw payload).
     """
-    raw_text = F.col("value").cast("string")
-    fields = F.from_json(raw_text, MapType(StringType(), StringType()))
-    parsed = bronze.select(
-        raw_text.alias("raw"), fields.alias("_f"), *[F.col(c) for c in KAFKA_META]
-    )
-    typed = {f.name: _typed(F.col("_f")[f.name], f.type) for f in FIELDS}
-    checks: list[Column] = [F.when(F.col("_f").isNull(), F.lit("unparsable"))]
+    # Three projections, so that each field is looked up and cast once: Spark keeps
+    # them apart because the later ones reuse non-trivial expressions.
+    raw_text = F.make_valid_utf8(F.col("value").cast("string"))
+    meta = [F.col(c) for c in KAFKA_META]
+    texts = bronze.select(
+        raw_text.alias("raw"), "value", *meta,
+        F.from_json(raw_text, MapType(StringType(), StringType())).alias("_f"),
+    ).select(
+        "raw", "value", *meta, F.col("_f").isNull().alias("_unparsable"),
+        *[F.col("_f")[f.name].alias(f"_t_{f.name}") for f in FIELDS],
+    )  # fmt: skip
+    typed = texts.select(
+        "raw", "value", *meta, "_unparsable",
+        *[F.col(f"_t_{f.name}").isNotNull().alias(f"_p_{f.name}") for f in FIELDS],
+        *[_typed(F.col(f"_t_{f.name}"), f.type).alias(f.name) for f in FIELDS],
+    )  # fmt: skip
+    checks: list[Column] = [F.when(F.col("_unparsable"), F.lit("unparsable"))]
     for f in FIELDS:
-        present = F.col("_f")[f.name].isNotNull()
+        present, value = F.col(f"_p_{f.name}"), F.col(f.name)
         if f.required:
             checks.append(F.when(~present, F.lit(f"missing_field:{f.name}")))
-        checks.append(F.when(present & typed[f.name].isNull(), F.lit(f"wrong_type:{f.name}")))
+        checks.append(F.when(present & value.isNull(), F.lit(f"wrong_type:{f.name}")))
     for f in FIELDS:
-        bounds = []
         if f.min is not None:
-            bounds.append(typed[f.name] < F.lit(f.min))
+            checks.append(F.when(F.col(f.name) < F.lit(f.min), F.lit(f"out_of_range:{f.name}")))
         if f.max is not None:
-            bounds.append(typed[f.name] > F.lit(f.max))
-        for cond in bounds:
-            checks.append(F.when(cond, F.lit(f"out_of_range:{f.name}")))
-    checks.append(F.when(~typed["status"].isin(*STATUSES), F.lit("out_of_range:status")))
-    return parsed.select(
-        *[typed[f.name].alias(f.name) for f in FIELDS],
+            checks.append(F.when(F.col(f.name) > F.lit(f.max), F.lit(f"out_of_range:{f.name}")))
+    checks.append(F.when(~F.col("status").isin(*STATUSES), F.lit("out_of_range:status")))
+    return typed.select(
+        *[f.name for f in FIELDS],
         F.coalesce(*checks).alias("reason"),
         "raw",
+        "value",
         *KAFKA_META,
     )
 
@@ -133,13 +142,16 @@ def valid_events(parsed: DataFrame) -> DataFrame:
 
 def silver_rows(enriched: DataFrame) -> DataFrame:
     """The valid rows of an enriched frame, shaped for the silver table."""
-    return valid_events(enriched).drop("reason", "raw")
+    return valid_events(enriched).drop("reason", "raw", "value")
 
 
 def invalid_events(parsed: DataFrame) -> DataFrame:
-    """Rows of ``parse_events`` that failed a check, shaped for the quarantine table."""
+    """Rows of ``parse_events`` that failed a check, shaped for the quarantine table.
+
+    ``raw`` is the payload as text (invalid UTF-8 replaced); ``value`` its exact bytes.
+    """
     return parsed.filter(F.col("reason").isNotNull()).select(
-        "reason", "raw", "event_id", "device_id", *KAFKA_META
+        "reason", "raw", "value", "event_id", "device_id", *KAFKA_META
     )
 
 
