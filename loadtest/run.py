@@ -261,7 +261,8 @@ def run_loadtest(
             processor,
         ):
             raise LoadtestError(
-                f"the processor did not start reading in {settings.startup_timeout_s:.0f} s; "
+                f"the processor did not fix its Kafka offsets and finish its first silver and "
+                f"gold batches in {settings.startup_timeout_s:.0f} s (--startup-timeout-s); "
                 f"its log ({processor.log}) ends:\n{processor.tail()}"
             )
         manifest = out / "manifest.jsonl"
