@@ -189,7 +189,7 @@ def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame
 
 def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Source -> bronze: the raw record and where it came from, appended."""
-    return sinks.append_stream(
+    return sinks.delta_stream(
         bronze_source(spark, s), t.bronze, s.lake.checkpoint("bronze"), "bronze", s
     )
 
@@ -201,15 +201,12 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     )
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        batch.persist()
-        try:
+        with sinks.persisted(batch):
             good = transforms.silver_rows(batch)
             sinks.idempotent_append(good, t.silver, f"{query_id}:silver", batch_id)
             bad = transforms.invalid_events(batch)
             sinks.idempotent_append(bad, t.quarantine, f"{query_id}:quarantine", batch_id)
             sinks.merge_latest(transforms.latest_status(good), t.device_status)
-        finally:
-            batch.unpersist()
 
     return sinks.foreach_batch_stream(frame, write, s.lake.checkpoint("silver"), "silver", s)
 
@@ -237,14 +234,14 @@ def start_site_type_10m(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
         _silver(spark, t), s.watermark, s.sliding_length, s.sliding_slide
     )
     name = "gold_site_type_10m"
-    return sinks.append_stream(df, t.site_type_10m, s.lake.checkpoint(name), name, s)
+    return sinks.delta_stream(df, t.site_type_10m, s.lake.checkpoint(name), name, s)
 
 
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Silver -> connectivity sessions per device, appended once closed."""
     df = transforms.device_sessions(_silver(spark, t), s.watermark, s.session_gap)
     name = "gold_device_sessions"
-    return sinks.append_stream(df, t.device_sessions, s.lake.checkpoint(name), name, s)
+    return sinks.delta_stream(df, t.device_sessions, s.lake.checkpoint(name), name, s)
 
 
 def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
@@ -252,14 +249,11 @@ def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     transitions = transforms.detect_alerts(_silver(spark, t), detector_config(s))
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        batch.persist()
-        try:
+        with sinks.persisted(batch):
             raised = transforms.raised_alerts(batch)
             sinks.idempotent_append(raised, t.alerts, f"{query_id}:alerts", batch_id)
             cleared = transforms.cleared_alerts(batch)
             sinks.idempotent_append(cleared, t.alert_clears, f"{query_id}:clears", batch_id)
-        finally:
-            batch.unpersist()
 
     return sinks.foreach_batch_stream(transitions, write, s.lake.checkpoint("alerts"), "alerts", s)
 
@@ -273,18 +267,19 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables)
         s.recovery_window,
     )
     name = "alert_recoveries"
-    return sinks.append_stream(df, t.alert_recoveries, s.lake.checkpoint(name), name, s)
+    return sinks.delta_stream(df, t.alert_recoveries, s.lake.checkpoint(name), name, s)
 
 
 def start_fleet_summary(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Silver -> per-type summary, rewritten whole every batch (complete mode)."""
     name = "fleet_summary"
-    return sinks.complete_stream(
+    return sinks.delta_stream(
         transforms.fleet_summary(_silver(spark, t)),
         t.fleet_summary,
         s.lake.checkpoint(name),
         name,
         s,
+        output_mode="complete",
     )
 
 

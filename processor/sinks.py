@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -30,17 +31,35 @@ def ensure_table(spark: SparkSession, path: str, empty: DataFrame) -> None:
         empty.limit(0).write.format("delta").mode("ignore").save(path)
 
 
-def append_stream(
-    df: DataFrame, path: str, checkpoint: str, name: str, settings: ProcessorSettings
+def delta_stream(
+    df: DataFrame,
+    path: str,
+    checkpoint: str,
+    name: str,
+    settings: ProcessorSettings,
+    output_mode: str = "append",
 ) -> StreamingQuery:
-    """Append a stream to a Delta table with its own checkpoint."""
+    """Write a stream to a Delta table with its own checkpoint (Delta's exactly-once sink).
+
+    ``append`` adds each batch's rows; ``complete`` rewrites the table every batch.
+    """
     writer = (
         df.writeStream.format("delta")
-        .outputMode("append")
+        .outputMode(output_mode)
         .option("checkpointLocation", checkpoint)
         .queryName(name)
     )
     return with_trigger(writer, settings).start(path)
+
+
+@contextmanager
+def persisted(batch: DataFrame) -> Iterator[DataFrame]:
+    """Cache a micro-batch while several writes read it."""
+    batch.persist()
+    try:
+        yield batch
+    finally:
+        batch.unpersist()
 
 
 class QueryId:
@@ -114,19 +133,6 @@ def foreach_batch_stream(
     query = with_trigger(writer, settings).start()
     qid.set(query.id)
     return query
-
-
-def complete_stream(
-    df: DataFrame, path: str, checkpoint: str, name: str, settings: ProcessorSettings
-) -> StreamingQuery:
-    """Rewrite a small aggregate table whole every batch (complete output mode)."""
-    writer = (
-        df.writeStream.format("delta")
-        .outputMode("complete")
-        .option("checkpointLocation", checkpoint)
-        .queryName(name)
-    )
-    return with_trigger(writer, settings).start(path)
 
 
 def merge_latest(df: DataFrame, path: str) -> None:

@@ -98,36 +98,26 @@ def parse_events(bronze: DataFrame) -> DataFrame:
     Args:
         bronze: Rows of the bronze table (``value`` is the raw payload).
     """
-    # Three projections, so that each field is looked up and cast once: Spark keeps
-    # them apart because the later ones reuse non-trivial expressions.
     raw_text = F.make_valid_utf8(F.col("value").cast("string"))
-    meta = [F.col(c) for c in KAFKA_META]
-    texts = bronze.select(
-        raw_text.alias("raw"), "value", *meta,
-        F.from_json(raw_text, MapType(StringType(), StringType())).alias("_f"),
-    ).select(
-        "raw", "value", *meta, F.col("_f").isNull().alias("_unparsable"),
-        *[F.col("_f")[f.name].alias(f"_t_{f.name}") for f in FIELDS],
-    )  # fmt: skip
-    typed = texts.select(
-        "raw", "value", *meta, "_unparsable",
-        *[F.col(f"_t_{f.name}").isNotNull().alias(f"_p_{f.name}") for f in FIELDS],
-        *[_typed(F.col(f"_t_{f.name}"), f.type).alias(f.name) for f in FIELDS],
-    )  # fmt: skip
-    checks: list[Column] = [F.when(F.col("_unparsable"), F.lit("unparsable"))]
+    fields = F.from_json(raw_text, MapType(StringType(), StringType()))
+    parsed = bronze.select(
+        raw_text.alias("raw"), "value", fields.alias("_f"), *[F.col(c) for c in KAFKA_META]
+    )
+    typed = {f.name: _typed(F.col("_f")[f.name], f.type) for f in FIELDS}
+    checks: list[Column] = [F.when(F.col("_f").isNull(), F.lit("unparsable"))]
     for f in FIELDS:
-        present, value = F.col(f"_p_{f.name}"), F.col(f.name)
+        present = F.col("_f")[f.name].isNotNull()
         if f.required:
             checks.append(F.when(~present, F.lit(f"missing_field:{f.name}")))
-        checks.append(F.when(present & value.isNull(), F.lit(f"wrong_type:{f.name}")))
+        checks.append(F.when(present & typed[f.name].isNull(), F.lit(f"wrong_type:{f.name}")))
     for f in FIELDS:
         if f.min is not None:
-            checks.append(F.when(F.col(f.name) < F.lit(f.min), F.lit(f"out_of_range:{f.name}")))
+            checks.append(F.when(typed[f.name] < F.lit(f.min), F.lit(f"out_of_range:{f.name}")))
         if f.max is not None:
-            checks.append(F.when(F.col(f.name) > F.lit(f.max), F.lit(f"out_of_range:{f.name}")))
-    checks.append(F.when(~F.col("status").isin(*STATUSES), F.lit("out_of_range:status")))
-    return typed.select(
-        *[f.name for f in FIELDS],
+            checks.append(F.when(typed[f.name] > F.lit(f.max), F.lit(f"out_of_range:{f.name}")))
+    checks.append(F.when(~typed["status"].isin(*STATUSES), F.lit("out_of_range:status")))
+    return parsed.select(
+        *[typed[f.name].alias(f.name) for f in FIELDS],
         F.coalesce(*checks).alias("reason"),
         "raw",
         "value",
