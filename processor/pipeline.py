@@ -19,6 +19,7 @@ fleet_summary          silver -> gold/fleet_summary                complete mode
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
@@ -288,8 +289,8 @@ Stage = Callable[[SparkSession, ProcessorSettings, Tables], StreamingQuery]
 STAGES: tuple[tuple[Stage, ...], ...] = (
     (start_bronze,),
     (start_silver,),
+    (start_gold_device_1m,),
     (
-        start_gold_device_1m,
         start_site_type_10m,
         start_device_sessions,
         start_alerts,
@@ -308,11 +309,28 @@ def run_available_now(spark: SparkSession, settings: ProcessorSettings) -> None:
             query.awaitTermination()
 
 
-def start_all(spark: SparkSession, settings: ProcessorSettings) -> list[StreamingQuery]:
-    """Start every stage as a continuous query (processing-time trigger)."""
+def start_all(
+    spark: SparkSession, settings: ProcessorSettings, first_batch_timeout_s: float = 300.0
+) -> list[StreamingQuery]:
+    """Start every stage as a continuous query (processing-time trigger).
+
+    Groups start one after the other, each once the previous group has finished its
+    first micro-batch: first batches are the expensive ones (planning, state stores,
+    Python workers), and on a small machine running them all at once delays the
+    first gold rows by minutes.
+    """
     tables = Tables.under(settings.lake)
     ensure_tables(spark, settings, tables)
-    return [stage(spark, settings, tables) for group in STAGES for stage in group]
+    queries: list[StreamingQuery] = []
+    for group in STAGES:
+        started = [stage(spark, settings, tables) for stage in group]
+        queries += started
+        deadline = time.monotonic() + first_batch_timeout_s
+        while time.monotonic() < deadline and any(
+            q.isActive and q.lastProgress is None for q in started
+        ):
+            time.sleep(0.5)
+    return queries
 
 
 def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: float = 168.0) -> None:

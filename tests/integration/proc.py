@@ -1,0 +1,92 @@
+"""Helpers to run the processor as its own process, as a user or a cluster would."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def processor_env(
+    broker_bootstrap: str, topic: str, lake: Path, jars_dir: Path, **extra: str
+) -> dict[str, str]:
+    """A clean environment for ``python -m processor`` (no inherited IOT_* settings)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    return (
+        env
+        | {
+            "IOT_KAFKA_BOOTSTRAP_SERVERS": broker_bootstrap,
+            "IOT_KAFKA_TOPIC": topic,
+            "IOT_LAKE_ROOT": str(lake),
+            "IOT_PROCESSOR_JARS_DIR": str(jars_dir),
+            "IOT_PROCESSOR_SHUFFLE_PARTITIONS": "2",
+            "IOT_PROCESSOR_DRIVER_MEMORY": "2g",
+            "PYTHONUNBUFFERED": "1",
+        }
+        | extra
+    )
+
+
+def start_processor(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start ``python -m processor run`` in its own process group, logging to ``log``."""
+    handle = log.open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "processor", "run"],
+        cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    """Signal the processor and everything it started (the JVM included)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    proc.wait(60)
+
+
+def stop_gracefully(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> int:
+    """SIGTERM the processor (not its JVM, which it shuts down itself); return its exit code."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout_s)
+    finally:
+        kill_group(proc)
+
+
+def table_rows(path: str | Path, columns: list[str] | None = None) -> list[dict]:
+    """Rows of a Delta table, or [] while it does not exist."""
+    try:
+        return DeltaTable(str(path)).to_pyarrow_table(columns=columns).to_pylist()
+    except TableNotFoundError:
+        return []
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    proc: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+) -> None:
+    """Poll ``condition`` until true; fail with ``what`` (and the log tail) on timeout or exit."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log else ""
+            raise AssertionError(
+                f"processor exited ({proc.returncode}) while waiting for {what}\n{tail}"
+            )
+        time.sleep(1.0)
+    tail = log.read_text(errors="replace")[-3000:] if log else ""
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tail}")
