@@ -24,7 +24,12 @@ from processor.detector import DetectorConfig, detect
 from producer.signals import generate, simulated_clock
 from tests.integration.proc import kill_group, processor_env, start_processor, table_rows, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(2400)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.heavy,
+    pytest.mark.timeout(2400),
+]
 
 TOPIC = "crash"
 EVENTS, FLEET, SEED = 200_000, 100, 11
