@@ -42,6 +42,15 @@ GLOBAL_PARAMS = ("range", "site", "type", "refresh", "paused")
 _KEPT = "_kept_"
 
 
+def alert_column_config() -> dict[str, object]:
+    """Column formats shared by every table of alerts (alerts page, device page)."""
+    return {
+        "event_time": st.column_config.DatetimeColumn("alert time", format="HH:mm:ss"),
+        "recovered_time": st.column_config.DatetimeColumn("recovered", format="HH:mm:ss"),
+        "time_to_recover_s": st.column_config.NumberColumn("time to recover (s)", format="%.1f"),
+    }
+
+
 @dataclass(frozen=True)
 class View:
     """Everything a page needs from the sidebar: settings, filters, refresh."""

@@ -151,13 +151,7 @@ def render(now: datetime) -> None:
                 "recovered_time", "time_to_recover_s",
             ),
             hide_index=True,
-            column_config={
-                "event_time": st.column_config.DatetimeColumn("alert time", format="HH:mm:ss"),
-                "recovered_time": st.column_config.DatetimeColumn("recovered", format="HH:mm:ss"),
-                "time_to_recover_s": st.column_config.NumberColumn(
-                    "time to recover (s)", format="%.1f"
-                ),
-            },
+            column_config=ui.alert_column_config(),
         )  # fmt: skip
 
     st.subheader("Connectivity sessions")
