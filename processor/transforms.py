@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType, StringType
+from pyspark.sql.types import MapType, StringType, StructField, StructType
 
-from common.contract import FIELDS, METRIC_NAMES, STATUSES
+from common.contract import FIELDS, METRIC_NAMES, STATUSES, Field
 from processor.detector import DetectorConfig, detect, dump_state, load_state
+from processor.schema import SPARK_TYPES
 
 KAFKA_META = ("topic", "partition", "offset", "kafka_timestamp", "ingest_time")
 CONTRACT_COLUMNS = tuple(f.name for f in FIELDS)
@@ -79,12 +80,42 @@ def rate_to_bronze(rate: DataFrame, fleet_size: int) -> DataFrame:
     )
 
 
-def _typed(raw: Column, spark_type: str) -> Column:
-    if spark_type == "timestamp":
-        return F.try_to_timestamp(raw)
-    if spark_type == "string":
-        return raw
-    return raw.try_cast(spark_type)
+CORRUPT = "_corrupt_record"
+# The contract's typed columns (all nullable: presence is checked, not assumed) plus
+# the column where Spark's permissive JSON parser flags a value it could not convert.
+_JSON_SCHEMA = StructType(
+    [StructField(f.name, SPARK_TYPES[f.type]) for f in FIELDS]
+    + [StructField(CORRUPT, StringType())]
+)
+_JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+
+
+def _in_range(value: Column, f: Field) -> Column:
+    """True when ``value`` is within the field's physical range (or the field is absent)."""
+    ok = F.lit(True)
+    if f.min is not None:
+        ok = ok & (value >= F.lit(f.min))
+    if f.max is not None:
+        ok = ok & (value <= F.lit(f.max))
+    return F.coalesce(ok, F.lit(True))
+
+
+def _reason(raw: Column, typed: Column) -> Column:
+    """Why a record failed: the first failed check, as a code (see ``parse_events``)."""
+    present = F.from_json(raw, MapType(StringType(), StringType()))
+    checks: list[Column] = [F.when(typed.isNull() | present.isNull(), F.lit("unparsable"))]
+    for f in FIELDS:
+        given = present[f.name].isNotNull()
+        if f.required:
+            checks.append(F.when(~given, F.lit(f"missing_field:{f.name}")))
+        checks.append(F.when(given & typed[f.name].isNull(), F.lit(f"wrong_type:{f.name}")))
+    for f in FIELDS:
+        if f.min is not None or f.max is not None:
+            checks.append(F.when(~_in_range(typed[f.name], f), F.lit(f"out_of_range:{f.name}")))
+    checks.append(F.when(~typed["status"].isin(*STATUSES), F.lit("out_of_range:status")))
+    # Spark flagged the record yet every field check passed (e.g. a repeated key).
+    checks.append(F.lit("unparsable"))
+    return F.coalesce(*checks)
 
 
 def parse_events(bronze: DataFrame) -> DataFrame:
@@ -93,32 +124,35 @@ def parse_events(bronze: DataFrame) -> DataFrame:
     Every bronze row comes out once, with the contract's typed columns, the raw
     payload, the Kafka metadata and ``reason``: null for a valid event, else the
     first failed check as a code: ``unparsable``, ``missing_field:<f>``,
-    ``wrong_type:<f>``, ``out_of_range:<f>``.
+    ``wrong_type:<f>`` (a value JSON-typed otherwise than the contract says, e.g. a
+    number sent as a string), ``out_of_range:<f>``.
+
+    Valid records cost one typed JSON parse and a few comparisons; the detailed
+    reason (a second, untyped parse and a check per field) is computed only for
+    the records that fail.
 
     Args:
         bronze: Rows of the bronze table (``value`` is the raw payload).
     """
     raw_text = F.make_valid_utf8(F.col("value").cast("string"))
-    fields = F.from_json(raw_text, MapType(StringType(), StringType()))
     parsed = bronze.select(
-        raw_text.alias("raw"), "value", fields.alias("_f"), *[F.col(c) for c in KAFKA_META]
+        raw_text.alias("raw"),
+        "value",
+        F.from_json(raw_text, _JSON_SCHEMA, _JSON_OPTIONS).alias("_t"),
+        *[F.col(c) for c in KAFKA_META],
     )
-    typed = {f.name: _typed(F.col("_f")[f.name], f.type) for f in FIELDS}
-    checks: list[Column] = [F.when(F.col("_f").isNull(), F.lit("unparsable"))]
+    typed = F.col("_t")
+    valid = typed.isNotNull() & typed[CORRUPT].isNull() & typed["status"].isin(*STATUSES)
     for f in FIELDS:
-        present = F.col("_f")[f.name].isNotNull()
         if f.required:
-            checks.append(F.when(~present, F.lit(f"missing_field:{f.name}")))
-        checks.append(F.when(present & typed[f.name].isNull(), F.lit(f"wrong_type:{f.name}")))
-    for f in FIELDS:
-        if f.min is not None:
-            checks.append(F.when(typed[f.name] < F.lit(f.min), F.lit(f"out_of_range:{f.name}")))
-        if f.max is not None:
-            checks.append(F.when(typed[f.name] > F.lit(f.max), F.lit(f"out_of_range:{f.name}")))
-    checks.append(F.when(~typed["status"].isin(*STATUSES), F.lit("out_of_range:status")))
+            valid = valid & typed[f.name].isNotNull()
+        if f.min is not None or f.max is not None:
+            valid = valid & _in_range(typed[f.name], f)
     return parsed.select(
         *[typed[f.name].alias(f.name) for f in FIELDS],
-        F.coalesce(*checks).alias("reason"),
+        F.when(valid, F.lit(None).cast("string"))
+        .otherwise(_reason(F.col("raw"), typed))
+        .alias("reason"),
         "raw",
         "value",
         *KAFKA_META,
