@@ -26,9 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from common.contract import FIELD_BY_NAME
 from common.fleet import Device
+from producer.readings import Readings
 from producer.sampling import Hits, episode_start_probability, sub_rng
+
+Events = Readings | list[dict[str, Any]]
 
 KINDS = ("spike", "stuck", "drift", "dropout")
 DRIFT_REACH = 1.5  # drift ends at baseline + 1.5 x (high threshold - baseline)
@@ -156,7 +161,7 @@ class AnomalyInjector:
             param = DRIFT_REACH * reach
         self._open.append(_Episode(kind, device, metric, k, k_end, param))
 
-    def _touch(self, ep: _Episode, k: int, event: dict[str, Any]) -> None:
+    def _touch(self, ep: _Episode, k: int, event: Any) -> None:
         """Bookkeeping of one covered reading."""
         ep.readings += 1
         rec = ep.record
@@ -183,14 +188,12 @@ class AnomalyInjector:
         rec["truncated"] = truncated
         self.records.append(rec)
 
-    def apply(
-        self, k0: int, events: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], list[int] | None]:
+    def apply(self, k0: int, events: Events) -> tuple[Events, list[int] | None]:
         """Inject the anomalies due in one batch.
 
         Args:
             k0: Stream index of ``events[0]``; the batch covers ``k0 .. k0 + len - 1``.
-            events: Readings from the simulator, edited in place.
+            events: Readings from the simulator (columns or event dicts), edited in place.
 
         Returns:
             The readings that survive dropout, and their stream indexes (``None`` when
@@ -239,11 +242,15 @@ class AnomalyInjector:
             self._spike(k % self._n, events[pos])
         if not dropped:
             return events, None
+        if isinstance(events, Readings):
+            keep = np.ones(n, dtype=bool)
+            keep[list(dropped)] = False
+            return events.select(keep), (np.flatnonzero(keep) + k0).tolist()
         kept = [e for pos, e in enumerate(events) if pos not in dropped]
         ks = [k0 + pos for pos in range(n) if pos not in dropped]
         return kept, ks
 
-    def _spike(self, device: int, event: dict[str, Any]) -> None:
+    def _spike(self, device: int, event: Any) -> None:
         metric = self._metric("spike", device)
         profile = self.fleet[device].kind.metrics[metric]
         rng = self._detail["spike"]

@@ -33,13 +33,15 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import cycle, islice
+from itertools import repeat
 from typing import Any
 
+import numpy as np
 import orjson
 
 from common.contract import METRIC_NAMES, REQUIRED
 from common.fleet import Device
+from producer.readings import Readings
 from producer.sampling import NEVER, Hits, sub_rng
 from producer.signals import Clock, TimeFormatter, to_micros
 
@@ -51,6 +53,7 @@ WRONG_TYPE_FIELDS = ("seq", "schema_version", "event_time", "battery_pct", *METR
 # tag is None for the first send of a valid reading, "duplicate" for a resend, or the
 # fault record of a malformed payload.
 Message = tuple[bytes, bytes, int, int, str, Any]
+Events = Readings | list[dict[str, Any]]
 
 
 def parse_delay(spec: str) -> Callable[[random.Random], float]:
@@ -189,6 +192,8 @@ class FaultInjector:
                 {"kind": "clock_skew", "device_id": self.fleet[i].device_id, "skew_s": seconds}
             )
         self._fmt = TimeFormatter()
+        self._skew_dev: np.ndarray | None = None
+        self._skew_off: np.ndarray | None = None
         self._emitted = 0  # readings seen (the index the per-reading rates apply to)
         self._held: list[tuple[int, int, Message, dict[str, Any] | None]] = []
         self._held_by_time: list[tuple[int, int, Message, dict[str, Any] | None]] = []
@@ -200,13 +205,11 @@ class FaultInjector:
         """Messages held back (late, out of order, resends) not yet released."""
         return len(self._held) + len(self._held_by_time)
 
-    def process(
-        self, events: list[dict[str, Any]], ks: Sequence[int] | None, k0: int
-    ) -> list[Message]:
+    def process(self, events: Events, ks: Sequence[int] | None, k0: int) -> list[Message]:
         """Turn one batch of readings into the messages to send now.
 
         Args:
-            events: Readings (after anomalies), in stream order.
+            events: Readings (after anomalies), in stream order: columns or event dicts.
             ks: Their stream indexes, or None for ``k0, k0 + 1, ...``.
             k0: Stream index of the first reading when ``ks`` is None.
 
@@ -218,10 +221,23 @@ class FaultInjector:
         nd = self._n
         if n == 0:
             return []
-        if self._skew_us:
-            self._apply_skew(events, ks, k0)
+        if isinstance(events, Readings):
+            if self._skew_us:
+                self._skew_columns(events)
+            payloads = events.encode()
+            seqs = events.seq.tolist()
+            eids = events.event_ids()
+            devs = events.dev.tolist()
+            event_at = events.event
+        else:
+            if self._skew_us:
+                self._apply_skew(events, ks, k0)
+            payloads = [orjson.dumps(ev) for ev in events]
+            seqs = [ev["seq"] for ev in events]
+            eids = [ev["event_id"] for ev in events]
+            devs = [k % nd for k in (ks if ks is not None else range(k0, k0 + n))]
+            event_at = events.__getitem__
         out: list[Message] = []
-        dumps = orjson.dumps
         keys = self._keys
         held = self._held
         e0 = self._emitted
@@ -237,25 +253,21 @@ class FaultInjector:
                 rel_pos = bisect.bisect_left(ks, release_at, pos)
             end = min(n, self._next_hit - e0, rel_pos)
             if end > pos:
-                if ks is None:
-                    idx = islice(cycle(range(nd)), (k0 + pos) % nd, (k0 + pos) % nd + end - pos)
-                else:
-                    idx = (k % nd for k in ks[pos:end])
-                out += [
-                    (keys[i], dumps(ev), i, ev["seq"], ev["event_id"], None)
-                    for ev, i in zip(events[pos:end], idx, strict=False)
-                ]
+                run = devs[pos:end]
+                out += zip(
+                    map(keys.__getitem__, run), payloads[pos:end], run, seqs[pos:end],
+                    eids[pos:end], repeat(None, end - pos), strict=True,
+                )  # fmt: skip
                 pos = end
                 if pos >= n:
                     break
             # One reading that is hit by a fault, or after which held messages are due.
             k = ks[pos] if ks is not None else k0 + pos
-            i = k % nd
-            ev = events[pos]
+            i = devs[pos]
             if e0 + pos == self._next_hit:
-                self._faulty(ev, k, i, e0 + pos, out)
+                self._faulty(event_at(pos), k, i, e0 + pos, out)
             else:
-                out.append((keys[i], dumps(ev), i, ev["seq"], ev["event_id"], None))
+                out.append((keys[i], payloads[pos], i, seqs[pos], eids[pos], None))
             if held and k >= held[0][0]:
                 self._release(k, out)
             pos += 1
@@ -264,6 +276,19 @@ class FaultInjector:
         if self._held_by_time:
             self._release_by_time(self.clock.micros(last_k), out)
         return out
+
+    def _skew_columns(self, events: Readings) -> None:
+        """Shift the event times of the skewed devices' readings (as ``_apply_skew``)."""
+        if self._skew_dev is None:
+            self._skew_dev = np.zeros(self._n, dtype=bool)
+            self._skew_off = np.zeros(self._n, dtype=np.int64)
+            for i, offset in self._skew_us.items():
+                self._skew_dev[i] = True
+                self._skew_off[i] = offset
+        hit = self._skew_dev[events.dev]
+        us = events.us[hit]
+        # The text is cut to milliseconds before the shift, as _apply_skew reads it back.
+        events.us[hit] = us - us % 1000 + self._skew_off[events.dev[hit]]
 
     def _apply_skew(self, events: list[dict[str, Any]], ks: Sequence[int] | None, k0: int) -> None:
         """Shift the event times of the skewed devices' readings."""

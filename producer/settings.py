@@ -79,7 +79,7 @@ class ProducerSettings(Settings):
         None, gt=0, description="Events per simulated second with start_time (default: rate)"
     )
     workers: int = Field(1, ge=1, le=64, description="Processes, each owning a slice of the fleet")
-    batch_size: int = Field(1024, ge=1, le=100_000, description="Readings made per step")
+    batch_size: int = Field(4096, ge=1, le=100_000, description="Readings made per step")
     replay: Path | None = Field(
         None, description="Publish this JSON-lines file verbatim instead of simulating"
     )

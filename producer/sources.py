@@ -93,7 +93,7 @@ class SimulationSource:
     def next_batch(self, n: int) -> list[Message]:
         """The messages of the next ``n`` readings (plus held-back ones now due)."""
         k0 = self.sim.k
-        events = self.sim.batch(n)
+        events = self.sim.columns(n)
         ks = None
         if self.anomalies is not None:
             events, ks = self.anomalies.apply(k0, events)

@@ -105,3 +105,16 @@ def test_round3_is_round_to_three_places_exactly():
     for x in values:
         got, want = round3(x), round(x, 3)
         assert got == want and math.copysign(1, got) == math.copysign(1, want), x
+
+
+def test_columns_encode_exactly_what_orjson_writes():
+    fleet = build_fleet(23, 4)
+    before_epoch = datetime(1969, 12, 31, 23, 59, 58, 999000, tzinfo=UTC)
+    sim = FleetSimulator(fleet, 4, simulated_clock(before_epoch, 7.0))
+    for size in (1, 50, 999, 4096):
+        readings = sim.columns(size)
+        # Edge values anomalies can write: signed zero, big, tiny, many digits.
+        for pos, value in ((0, -0.0), (-1, 12345678.125), (size // 2, 0.001), (size // 3, -7.5)):
+            readings.values[pos, 0] = value
+        want = [orjson.dumps(e) for e in readings.to_dicts()]
+        assert readings.encode() == want
