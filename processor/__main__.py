@@ -20,7 +20,10 @@ from processor.settings import ProcessorSettings
 def _run(settings: ProcessorSettings) -> int:
     spark = build_session(settings)
     listener = MetricsListener(
-        spark, Tables.under(settings.lake).pipeline_metrics, settings.metrics_flush_s
+        spark,
+        Tables.under(settings.lake).pipeline_metrics,
+        settings.metrics_flush_s,
+        log=settings.log_progress,
     )
     spark.streams.addListener(listener)
     if settings.trigger == "available_now":

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,27 +75,86 @@ def dump_state(state: Mapping[str, MetricState]) -> str:
     return json.dumps({m: vars(s) for m, s in state.items()}, separators=(",", ":"))
 
 
-def _transition(
-    reading: Mapping[str, Any], metric: str, kind: str, transition: str, aid: str, **extra: Any
-) -> dict[str, Any]:
-    return {
-        "transition": transition,
-        "alert_id": aid,
-        "device_id": reading["device_id"],
-        "device_type": reading.get("device_type"),
-        "site": reading.get("site"),
-        "metric": metric,
-        "kind": kind,
-        "value": float(reading[metric]),
-        "threshold": extra.get("threshold"),
-        "zscore": extra.get("zscore"),
-        "event_time": reading["event_time"],
-        "event_id": reading["event_id"],
-    }
-
-
 def _finite(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def detect_columns(
+    columns: Mapping[str, Sequence[Any]],
+    state: dict[str, MetricState],
+    config: DetectorConfig = DetectorConfig(),  # noqa: B008 - frozen, immutable default
+) -> list[dict[str, Any]]:
+    """Run one device's readings, given column-wise in event-time order, through the detector.
+
+    Args:
+        columns: Equal-length sequences: ``event_id``, ``device_id``, ``event_time``,
+            optionally ``device_type`` and ``site``, and per metric ``<metric>``,
+            ``<metric>_low`` and ``<metric>_high`` (missing or None/NaN where absent).
+        state: The device's state; updated in place.
+        config: Detector tuning.
+
+    Returns:
+        The ``raised`` and ``cleared`` transitions, in reading order (then metric order).
+    """
+    found: list[tuple[int, int, int, dict[str, Any]]] = []
+    n_rows = len(columns["event_id"])
+    nothing = [None] * n_rows
+
+    def emit(i: int, m: int, k: int, transition: str, aid: str, value: float, **extra: Any):
+        metric = METRIC_NAMES[m]
+        found.append(
+            (i, m, k, {
+                "transition": transition,
+                "alert_id": aid,
+                "device_id": columns["device_id"][i],
+                "device_type": columns.get("device_type", nothing)[i],
+                "site": columns.get("site", nothing)[i],
+                "metric": metric,
+                "kind": KINDS[k],
+                "value": float(value),
+                "threshold": extra.get("threshold"),
+                "zscore": extra.get("zscore"),
+                "event_time": columns["event_time"][i],
+                "event_id": columns["event_id"][i],
+            })
+        )  # fmt: skip
+
+    alpha, warmup, z_max = config.alpha, config.warmup, config.z_threshold
+    for m, metric in enumerate(METRIC_NAMES):
+        values = columns.get(metric)
+        if values is None or not any(_finite(v) for v in values):
+            continue
+        highs = columns.get(f"{metric}_high", nothing)
+        lows = columns.get(f"{metric}_low", nothing)
+        s = state.setdefault(metric, MetricState())
+        for i, (value, high, low) in enumerate(zip(values, highs, lows, strict=True)):
+            if not _finite(value):
+                continue
+            checks: list[tuple[int, bool, dict[str, float]]] = []
+            if _finite(high):
+                checks.append((0, value > high, {"threshold": float(high)}))
+            if _finite(low):
+                checks.append((1, value < low, {"threshold": float(low)}))
+            if s.n >= warmup and s.var > 0:
+                z = (value - s.mean) / math.sqrt(s.var)
+                checks.append((2, abs(z) > z_max, {"zscore": z}))
+            for k, breached, extra in checks:
+                kind = KINDS[k]
+                if breached and kind not in s.open:
+                    aid = alert_id(str(columns["event_id"][i]), metric, kind)
+                    s.open[kind] = aid
+                    emit(i, m, k, "raised", aid, value, **extra)
+                elif not breached and kind in s.open:
+                    emit(i, m, k, "cleared", s.open.pop(kind), value, **extra)
+            if s.n == 0:
+                s.mean = float(value)
+            else:
+                delta = value - s.mean
+                s.mean += alpha * delta
+                s.var = (1.0 - alpha) * (s.var + alpha * delta * delta)
+            s.n += 1
+    found.sort(key=lambda t: t[:3])
+    return [t[3] for t in found]
 
 
 def detect(
@@ -113,36 +172,8 @@ def detect(
     Returns:
         The ``raised`` and ``cleared`` transitions, in order.
     """
-    out: list[dict[str, Any]] = []
-    alpha = config.alpha
-    for r in readings:
-        for metric in METRIC_NAMES:
-            value = r.get(metric)
-            if not _finite(value):
-                continue
-            s = state.setdefault(metric, MetricState())
-            checks: dict[str, tuple[bool, dict[str, Any]]] = {}
-            high, low = r.get(f"{metric}_high"), r.get(f"{metric}_low")
-            if _finite(high):
-                checks["threshold_high"] = (value > high, {"threshold": float(high)})
-            if _finite(low):
-                checks["threshold_low"] = (value < low, {"threshold": float(low)})
-            if s.n >= config.warmup and s.var > 0:
-                z = (value - s.mean) / math.sqrt(s.var)
-                checks["zscore"] = (abs(z) > config.z_threshold, {"zscore": z})
-            for kind, (breached, extra) in checks.items():
-                if breached and kind not in s.open:
-                    aid = alert_id(str(r["event_id"]), metric, kind)
-                    s.open[kind] = aid
-                    out.append(_transition(r, metric, kind, "raised", aid, **extra))
-                elif not breached and kind in s.open:
-                    aid = s.open.pop(kind)
-                    out.append(_transition(r, metric, kind, "cleared", aid, **extra))
-            if s.n == 0:
-                s.mean = float(value)
-            else:
-                delta = value - s.mean
-                s.mean += alpha * delta
-                s.var = (1.0 - alpha) * (s.var + alpha * delta * delta)
-            s.n += 1
-    return out
+    rows = list(readings)
+    if not rows:
+        return []
+    names = {k for r in rows for k in r}
+    return detect_columns({k: [r.get(k) for r in rows] for k in names}, state, config)

@@ -8,6 +8,7 @@ to the Delta table every few seconds, so the listener never blocks the queries.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from datetime import UTC, datetime
 from typing import Any
@@ -67,17 +68,41 @@ def progress_row(progress: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def progress_line(progress: dict[str, Any]) -> str:
+    """One readable line for a query's progress: rows, rate and where the time went.
+
+    Args:
+        progress: ``StreamingQueryProgress`` as a dict (its JSON).
+    """
+    durations = progress.get("durationMs") or {}
+    total = int(durations.get("triggerExecution") or 0)
+    parts = sorted(
+        ((k, int(v)) for k, v in durations.items() if k != "triggerExecution" and v),
+        key=lambda kv: -kv[1],
+    )[:3]
+    rate = progress.get("processedRowsPerSecond") or 0.0
+    return (
+        f"[progress] {progress.get('name')} batch {progress.get('batchId')}: "
+        f"{int(progress.get('numInputRows') or 0):,} rows in {total:,} ms "
+        f"({rate:,.0f} rows/s; " + ", ".join(f"{k} {v:,}" for k, v in parts) + ")"
+    )
+
+
 class MetricsListener(StreamingQueryListener):
     """Queues a metrics row per progress event and flushes the queue to Delta."""
 
-    def __init__(self, spark: SparkSession, path: str, flush_s: float = 10.0):
+    def __init__(
+        self, spark: SparkSession, path: str, flush_s: float = 10.0, log: bool = False
+    ) -> None:
         """Start the flusher thread.
 
         Args:
             spark: The session that writes the table.
             path: Location of ``ops/pipeline_metrics``.
             flush_s: Seconds between appends.
+            log: Also print a line per micro-batch (``progress_line``) to stderr.
         """
+        self._log = log
         self._spark = spark
         self._path = path
         self._rows: list[dict[str, Any]] = []
@@ -92,7 +117,10 @@ class MetricsListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
         """Queue the progress as a row."""
-        row = progress_row(json.loads(event.progress.json))
+        progress = json.loads(event.progress.json)
+        if self._log and progress.get("numInputRows"):
+            print(progress_line(progress), file=sys.stderr, flush=True)
+        row = progress_row(progress)
         with self._lock:
             self._rows.append(row)
 

@@ -126,7 +126,9 @@ def silver_frame(bronze: DataFrame, devices: DataFrame, watermark: str) -> DataF
         transforms.deduplicate(transforms.valid_events(parsed), watermark), devices
     )
     invalid = parsed.filter(parsed["reason"].isNotNull())
-    return transforms.with_audit(valid).unionByName(invalid, allowMissingColumns=True)
+    # Silver keeps no payload: only quarantined rows carry raw text and bytes.
+    valid = transforms.with_audit(valid).drop("raw", "value")
+    return valid.unionByName(invalid, allowMissingColumns=True)
 
 
 def detector_config(settings: ProcessorSettings) -> DetectorConfig:

@@ -61,6 +61,9 @@ class ProcessorSettings(Settings):
     metrics_flush_s: float = Field(
         10.0, gt=0, description="Seconds between pipeline-metrics writes"
     )
+    log_progress: bool = Field(
+        False, description="Print a line per micro-batch that read rows (rows, time, where)"
+    )
     shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions")
     fleet_size: int = Field(100, ge=1, description="Devices in the dimension (as the producer)")
     seed: int = Field(42, description="Fleet seed (as the producer)")
