@@ -244,11 +244,12 @@ def run_loadtest(
             IOT_LAKE_ROOT=lake,
             IOT_PROCESSOR_JARS_DIR=str(spark_jars),
             IOT_PROCESSOR_TRIGGER="processing_time",
-            IOT_PROCESSOR_TRIGGER_INTERVAL=settings.trigger_interval,
             IOT_PROCESSOR_WATERMARK=settings.watermark,
             IOT_PROCESSOR_STARTING_OFFSETS=starting_offsets,
             **{f"IOT_PROCESSOR_{k}": v for k, v in fleet.items()},
         )
+        if settings.trigger_interval:
+            env["IOT_PROCESSOR_TRIGGER_INTERVAL"] = settings.trigger_interval
         say(f"target {settings.target}: {kafka.bootstrap_servers}, topic {kafka.topic}")
         say(f"starting the processor (log: {logs / 'processor.log'})")
         processor = _Child("processor", ["-m", "processor", "run"], env, logs / "processor.log")

@@ -34,8 +34,9 @@ def _run(settings: ProcessorSettings) -> int:
         return 0
     queries = start_all(spark, settings)
     print(
-        f"[processor] running {', '.join(q.name for q in queries)} every "
-        f"{settings.trigger_interval}; lake at {settings.lake.root}",
+        f"[processor] running {', '.join(q.name for q in queries)}: hot path every "
+        f"{settings.trigger_interval}, background every {settings.background_trigger_interval}; "
+        f"lake at {settings.lake.root}",
         file=sys.stderr,
         flush=True,
     )

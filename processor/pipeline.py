@@ -206,10 +206,14 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
         with sinks.persisted(batch):
             good = transforms.silver_rows(batch)
-            sinks.idempotent_append(good, t.silver, f"{query_id}:silver", batch_id)
             bad = transforms.invalid_events(batch)
-            sinks.idempotent_append(bad, t.quarantine, f"{query_id}:quarantine", batch_id)
-            sinks.merge_latest(transforms.latest_status(good), t.device_status)
+            sinks.run_concurrently(
+                lambda: sinks.idempotent_append(good, t.silver, f"{query_id}:silver", batch_id),
+                lambda: sinks.idempotent_append(
+                    bad, t.quarantine, f"{query_id}:quarantine", batch_id
+                ),
+                lambda: sinks.merge_latest(transforms.latest_status(good), t.device_status),
+            )
 
     return sinks.foreach_batch_stream(frame, write, s.lake.checkpoint("silver"), "silver", s)
 
@@ -237,14 +241,18 @@ def start_site_type_10m(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
         _silver(spark, t), s.watermark, s.sliding_length, s.sliding_slide
     )
     name = "gold_site_type_10m"
-    return sinks.delta_stream(df, t.site_type_10m, s.lake.checkpoint(name), name, s)
+    return sinks.delta_stream(
+        df, t.site_type_10m, s.lake.checkpoint(name), name, s, background=True
+    )
 
 
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Silver -> connectivity sessions per device, appended once closed."""
     df = transforms.device_sessions(_silver(spark, t), s.watermark, s.session_gap)
     name = "gold_device_sessions"
-    return sinks.delta_stream(df, t.device_sessions, s.lake.checkpoint(name), name, s)
+    return sinks.delta_stream(
+        df, t.device_sessions, s.lake.checkpoint(name), name, s, background=True
+    )
 
 
 def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
@@ -258,7 +266,9 @@ def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
             cleared = transforms.cleared_alerts(batch)
             sinks.idempotent_append(cleared, t.alert_clears, f"{query_id}:clears", batch_id)
 
-    return sinks.foreach_batch_stream(transitions, write, s.lake.checkpoint("alerts"), "alerts", s)
+    return sinks.foreach_batch_stream(
+        transitions, write, s.lake.checkpoint("alerts"), "alerts", s, background=True
+    )
 
 
 def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
@@ -270,7 +280,9 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables)
         s.recovery_window,
     )
     name = "alert_recoveries"
-    return sinks.delta_stream(df, t.alert_recoveries, s.lake.checkpoint(name), name, s)
+    return sinks.delta_stream(
+        df, t.alert_recoveries, s.lake.checkpoint(name), name, s, background=True
+    )
 
 
 def start_fleet_summary(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
@@ -283,6 +295,7 @@ def start_fleet_summary(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
         name,
         s,
         output_mode="complete",
+        background=True,
     )
 
 

@@ -82,6 +82,10 @@ def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> S
         "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "6",
         # Micro-batches are cached for one batch only: skip compressing the cache.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # Eight queries, Delta's own jobs and MERGEs generate a few hundred distinct
+        # classes; with the default cache of 100, every micro-batch recompiles them all
+        # (Janino, then the JIT again) and the processor spends its time compiling.
+        "spark.sql.codegen.cache.maxEntries": "2000",
         # Delta rebuilds its snapshot with 50 tasks by default: far too many on 2 cores.
         "spark.databricks.delta.snapshotPartitions": "2",
     }

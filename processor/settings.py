@@ -31,7 +31,17 @@ class ProcessorSettings(Settings):
     trigger: Literal["processing_time", "available_now"] = Field(
         "processing_time", description="Run continuously, or process what is there and stop"
     )
-    trigger_interval: str = Field("5 seconds", description="Micro-batch interval")
+    trigger_interval: str = Field(
+        "1 second",
+        description="Micro-batch interval of the hot path: bronze, silver and gold/device_1m",
+    )
+    background_trigger_interval: str = Field(
+        "15 seconds",
+        description=(
+            "Micro-batch interval of the other gold queries (sliding windows, sessions, "
+            "alerts, recoveries, fleet summary)"
+        ),
+    )
     source: Literal["kafka", "files", "rate"] = Field(
         "kafka",
         description="kafka (or Event Hubs), a JSON-lines landing folder, or Spark's rate source",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from delta.tables import DeltaTable
@@ -18,11 +19,20 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from processor.settings import ProcessorSettings
 
 
-def with_trigger(writer: DataStreamWriter, settings: ProcessorSettings) -> DataStreamWriter:
-    """Apply the configured trigger: ``availableNow`` or a processing-time interval."""
+def with_trigger(
+    writer: DataStreamWriter, settings: ProcessorSettings, background: bool = False
+) -> DataStreamWriter:
+    """Apply the configured trigger: ``availableNow`` or a processing-time interval.
+
+    Args:
+        writer: The stream's writer.
+        settings: Processor settings.
+        background: Use ``background_trigger_interval`` (queries off the hot path).
+    """
     if settings.trigger == "available_now":
         return writer.trigger(availableNow=True)
-    return writer.trigger(processingTime=settings.trigger_interval)
+    interval = settings.background_trigger_interval if background else settings.trigger_interval
+    return writer.trigger(processingTime=interval)
 
 
 def ensure_table(spark: SparkSession, path: str, empty: DataFrame) -> None:
@@ -38,10 +48,12 @@ def delta_stream(
     name: str,
     settings: ProcessorSettings,
     output_mode: str = "append",
+    background: bool = False,
 ) -> StreamingQuery:
     """Write a stream to a Delta table with its own checkpoint (Delta's exactly-once sink).
 
     ``append`` adds each batch's rows; ``complete`` rewrites the table every batch.
+    ``background`` selects the slower trigger of queries off the hot path.
     """
     writer = (
         df.writeStream.format("delta")
@@ -49,7 +61,7 @@ def delta_stream(
         .option("checkpointLocation", checkpoint)
         .queryName(name)
     )
-    return with_trigger(writer, settings).start(path)
+    return with_trigger(writer, settings, background).start(path)
 
 
 @contextmanager
@@ -60,6 +72,18 @@ def persisted(batch: DataFrame) -> Iterator[DataFrame]:
         yield batch
     finally:
         batch.unpersist()
+
+
+def run_concurrently(*writes: Callable[[], None]) -> None:
+    """Run independent writes (to different tables) as concurrent Spark jobs.
+
+    Each write's driver-side work (planning, the Delta log, the commit) overlaps
+    the others' tasks. Every write is idempotent, so a failure of one, which fails
+    the batch, is safe to replay whole.
+    """
+    with ThreadPoolExecutor(max_workers=len(writes), thread_name_prefix="batch-write") as pool:
+        for future in [pool.submit(w) for w in writes]:
+            future.result()
 
 
 class QueryId:
@@ -83,7 +107,12 @@ class QueryId:
 
 
 def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> None:
-    """Append a micro-batch exactly once: Delta skips a (txnAppId, txnVersion) it has seen."""
+    """Append a micro-batch exactly once: Delta skips a (txnAppId, txnVersion) it has seen.
+
+    An empty batch writes nothing (no empty commit): replaying it is empty too.
+    """
+    if df.isEmpty():
+        return
     (
         df.write.format("delta")
         .mode("append")
@@ -95,6 +124,8 @@ def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> N
 
 def merge_batch(df: DataFrame, path: str, keys: Sequence[str]) -> None:
     """Upsert a micro-batch on ``keys``: matching rows are replaced, new rows inserted."""
+    if df.isEmpty():
+        return
     target = DeltaTable.forPath(df.sparkSession, path)
     cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
     (
@@ -113,11 +144,12 @@ def foreach_batch_stream(
     name: str,
     settings: ProcessorSettings,
     output_mode: str = "append",
+    background: bool = False,
 ) -> StreamingQuery:
     """Run ``write(batch_df, batch_id, query_id)`` for every micro-batch.
 
     The query id comes from the checkpoint, so it is stable across restarts and
-    makes a fine ``txnAppId``.
+    makes a fine ``txnAppId``. ``background`` selects the slower trigger.
     """
     qid = QueryId()
 
@@ -130,13 +162,15 @@ def foreach_batch_stream(
         .option("checkpointLocation", checkpoint)
         .queryName(name)
     )
-    query = with_trigger(writer, settings).start()
+    query = with_trigger(writer, settings, background).start()
     qid.set(query.id)
     return query
 
 
 def merge_latest(df: DataFrame, path: str) -> None:
     """Upsert one row per device, keeping whichever of old and new is newer."""
+    if df.isEmpty():
+        return
     target = DeltaTable.forPath(df.sparkSession, path)
     newer = (
         "s.last_event_time > t.last_event_time"

@@ -66,9 +66,11 @@ def test_parse_valid_event_types_every_field(spark):
         (json.dumps(_event(humidity_pct={"value": 40})), "wrong_type:humidity_pct"),
         (json.dumps(_event(seq=10**22)), "wrong_type:seq"),
         (json.dumps(_event(status="exploded", seq="x")), "wrong_type:seq"),
-        ('{"event_id": "e1", "device_id": "dev-00000", "seq": 1, "schema_version": 1, '
-         '"status": "online", "event_time": "2026-01-01T00:00:10.000Z", "power_w": NaN}',
-         "out_of_range:power_w"),
+        (
+            '{"event_id": "e1", "device_id": "dev-00000", "seq": 1, "schema_version": 1, '
+            '"status": "online", "event_time": "2026-01-01T00:00:10.000Z", "power_w": NaN}',
+            "out_of_range:power_w",
+        ),
         (json.dumps(_event(temperature_c=900.0)), "out_of_range:temperature_c"),
         (json.dumps(_event(battery_pct=-1)), "out_of_range:battery_pct"),
         (json.dumps(_event(seq=0)), "out_of_range:seq"),
