@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import (
     BinaryType,
@@ -126,9 +127,11 @@ def silver_frame(bronze: DataFrame, devices: DataFrame, watermark: str) -> DataF
         transforms.deduplicate(transforms.valid_events(parsed), watermark), devices
     )
     invalid = parsed.filter(parsed["reason"].isNotNull())
-    # Silver keeps no payload: only quarantined rows carry raw text and bytes.
-    valid = transforms.with_audit(valid).drop("raw", "value")
-    return valid.unionByName(invalid, allowMissingColumns=True)
+    # Only rows bound for quarantine (here: unknown devices) keep their payload.
+    audited = transforms.with_audit(valid)
+    for payload in ("raw", "value"):
+        audited = audited.withColumn(payload, F.when(F.col("reason").isNotNull(), F.col(payload)))
+    return audited.unionByName(invalid, allowMissingColumns=True)
 
 
 def detector_config(settings: ProcessorSettings) -> DetectorConfig:
