@@ -18,6 +18,14 @@ from processor.settings import ProcessorSettings
 
 
 def _run(settings: ProcessorSettings) -> int:
+    stopping = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        stopping.set()
+
+    # Before anything starts: a SIGTERM during start-up must still stop cleanly.
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     spark = build_session(settings)
     listener = MetricsListener(
         spark,
@@ -32,21 +40,15 @@ def _run(settings: ProcessorSettings) -> int:
         print("[processor] all available data processed", file=sys.stderr, flush=True)
         spark.stop()
         return 0
-    queries = start_all(spark, settings)
-    print(
-        f"[processor] running {', '.join(q.name for q in queries)}: hot path every "
-        f"{settings.trigger_interval}, background every {settings.background_trigger_interval}; "
-        f"lake at {settings.lake.root}",
-        file=sys.stderr,
-        flush=True,
-    )
-    stopping = threading.Event()
-
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    queries = start_all(spark, settings, should_stop=stopping.is_set)
+    if not stopping.is_set():
+        print(
+            f"[processor] running {', '.join(q.name for q in queries)}: hot path every "
+            f"{settings.trigger_interval}, background every "
+            f"{settings.background_trigger_interval}; lake at {settings.lake.root}",
+            file=sys.stderr,
+            flush=True,
+        )
     while not stopping.is_set():
         for q in queries:
             if not q.isActive:

@@ -328,7 +328,10 @@ def run_available_now(spark: SparkSession, settings: ProcessorSettings) -> None:
 
 
 def start_all(
-    spark: SparkSession, settings: ProcessorSettings, first_batch_timeout_s: float = 300.0
+    spark: SparkSession,
+    settings: ProcessorSettings,
+    first_batch_timeout_s: float = 300.0,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> list[StreamingQuery]:
     """Start every stage as a continuous query (processing-time trigger).
 
@@ -336,16 +339,26 @@ def start_all(
     first micro-batch: first batches are the expensive ones (planning, state stores,
     Python workers), and on a small machine running them all at once delays the
     first gold rows by minutes.
+
+    Args:
+        spark: The session.
+        settings: Processor settings.
+        first_batch_timeout_s: Longest wait for a group's first batches.
+        should_stop: Polled while waiting; when true, return the queries started so far.
     """
     tables = Tables.under(settings.lake)
     ensure_tables(spark, settings, tables)
     queries: list[StreamingQuery] = []
     for group in STAGES:
+        if should_stop():
+            break
         started = [stage(spark, settings, tables) for stage in group]
         queries += started
         deadline = time.monotonic() + first_batch_timeout_s
-        while time.monotonic() < deadline and any(
-            q.isActive and q.lastProgress is None for q in started
+        while (
+            time.monotonic() < deadline
+            and not should_stop()
+            and any(q.isActive and q.lastProgress is None for q in started)
         ):
             time.sleep(0.5)
     return queries

@@ -21,7 +21,7 @@ from tests.integration.proc import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
+pytestmark = [pytest.mark.integration]
 
 TOPIC = "bad-input"
 
