@@ -7,7 +7,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup jars demo test test-heavy lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
+.PHONY: setup jars demo test lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
 
 setup: $(STAMP)
 
@@ -26,10 +26,7 @@ demo: jars
 	$(PY) -m infra.demo $(DEMO_ARGS)
 
 test: jars
-	$(PY) -m pytest -m "not heavy" $(PYTEST_ARGS)
-
-test-heavy: jars
-	$(PY) -m pytest -m heavy $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

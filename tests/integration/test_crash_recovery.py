@@ -27,8 +27,7 @@ from tests.integration.proc import kill_group, processor_env, start_processor, t
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
-    pytest.mark.heavy,
-    pytest.mark.timeout(2400),
+    pytest.mark.timeout(1800),
 ]
 
 TOPIC = "crash"

@@ -154,7 +154,6 @@ def code_of(manifest: Path, lake: Path, out: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.heavy
 def test_short_loadtest_through_the_event_hubs_shaped_listener(tmp_path: Path) -> None:
     out = tmp_path / "run"
     code = _run(
