@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -193,6 +194,7 @@ class EventView:
         r.values[p, r.layout.slots[r.dev[p]][key]] = value
 
 
+@dataclass(slots=True, eq=False)
 class Readings:
     """A batch of readings as columns (row ``pos`` is one reading, in stream order).
 
@@ -209,27 +211,14 @@ class Readings:
 
     """
 
-    __slots__ = ("layout", "dev", "seq", "us", "status", "eid", "battery", "values")
-
-    def __init__(
-        self,
-        layout: FleetLayout,
-        dev: np.ndarray,
-        seq: np.ndarray,
-        us: np.ndarray,
-        status: np.ndarray,
-        eid: np.ndarray,
-        battery: np.ndarray,
-        values: np.ndarray,
-    ) -> None:
-        self.layout = layout
-        self.dev = dev
-        self.seq = seq
-        self.us = us
-        self.status = status
-        self.eid = eid
-        self.battery = battery
-        self.values = values
+    layout: FleetLayout
+    dev: np.ndarray
+    seq: np.ndarray
+    us: np.ndarray
+    status: np.ndarray
+    eid: np.ndarray
+    battery: np.ndarray
+    values: np.ndarray
 
     def __len__(self) -> int:
         return len(self.dev)
