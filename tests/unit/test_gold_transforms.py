@@ -9,7 +9,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from common.contract import METRIC_NAMES
 from processor import transforms
-from processor.metrics import progress_row
+from processor.metrics import progress_line, progress_row
 
 
 def t(minute: int, second: int = 0) -> datetime:
@@ -122,4 +122,16 @@ def test_progress_row_reads_spark_progress_json():
         None,
         None,
         0,
+    )
+
+
+def test_progress_line_names_the_batch_and_its_three_biggest_costs():
+    progress = {
+        "name": "silver", "batchId": 7, "numInputRows": 12000, "processedRowsPerSecond": 6000.4,
+        "durationMs": {"triggerExecution": 2000, "addBatch": 1500, "queryPlanning": 300,
+                       "walCommit": 120, "latestOffset": 80, "getBatch": 0},
+    }  # fmt: skip
+    assert progress_line(progress) == (
+        "[progress] silver batch 7: 12,000 rows in 2,000 ms "
+        "(6,000 rows/s; addBatch 1,500, queryPlanning 300, walCommit 120)"
     )
