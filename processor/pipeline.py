@@ -230,7 +230,9 @@ def start_gold_device_1m(spark: SparkSession, s: ProcessorSettings, t: Tables) -
     aggregates = transforms.device_minute_aggregates(_silver(spark, t), s.watermark)
 
     def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
-        sinks.merge_batch(batch, t.gold_device_1m, KEYS["gold_device_1m"])
+        # Cached: the emptiness check and the MERGE must not each run the stateful plan.
+        with sinks.persisted(batch):
+            sinks.merge_batch(batch, t.gold_device_1m, KEYS["gold_device_1m"])
 
     name = "gold_device_1m"
     return sinks.foreach_batch_stream(

@@ -123,7 +123,10 @@ def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> N
 
 
 def merge_batch(df: DataFrame, path: str, keys: Sequence[str]) -> None:
-    """Upsert a micro-batch on ``keys``: matching rows are replaced, new rows inserted."""
+    """Upsert a micro-batch on ``keys``: matching rows are replaced, new rows inserted.
+
+    Persist a stateful query's batch first: the emptiness check reads it too.
+    """
     if df.isEmpty():
         return
     target = DeltaTable.forPath(df.sparkSession, path)
