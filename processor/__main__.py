@@ -23,9 +23,11 @@ def _run(settings: ProcessorSettings) -> int:
     def _stop(signum: int, _frame: FrameType | None) -> None:
         stopping.set()
 
-    # Before anything starts: a SIGTERM during start-up must still stop cleanly.
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    if settings.trigger == "processing_time":
+        # Before anything starts: a SIGTERM during start-up must still stop cleanly.
+        # (An available-now run keeps the default handlers: Ctrl-C interrupts it.)
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
     spark = build_session(settings)
     listener = MetricsListener(
         spark,

@@ -207,16 +207,13 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     )
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        with sinks.persisted(batch):
-            good = transforms.silver_rows(batch)
-            bad = transforms.invalid_events(batch)
-            sinks.run_concurrently(
-                lambda: sinks.idempotent_append(good, t.silver, f"{query_id}:silver", batch_id),
-                lambda: sinks.idempotent_append(
-                    bad, t.quarantine, f"{query_id}:quarantine", batch_id
-                ),
-                lambda: sinks.merge_latest(transforms.latest_status(good), t.device_status),
-            )
+        good = transforms.silver_rows(batch)
+        bad = transforms.invalid_events(batch)
+        sinks.run_concurrently(
+            lambda: sinks.idempotent_append(good, t.silver, f"{query_id}:silver", batch_id),
+            lambda: sinks.idempotent_append(bad, t.quarantine, f"{query_id}:quarantine", batch_id),
+            lambda: sinks.merge_latest(transforms.latest_status(good), t.device_status),
+        )
 
     return sinks.foreach_batch_stream(frame, write, s.lake.checkpoint("silver"), "silver", s)
 
@@ -230,9 +227,7 @@ def start_gold_device_1m(spark: SparkSession, s: ProcessorSettings, t: Tables) -
     aggregates = transforms.device_minute_aggregates(_silver(spark, t), s.watermark)
 
     def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
-        # Cached: the emptiness check and the MERGE must not each run the stateful plan.
-        with sinks.persisted(batch):
-            sinks.merge_batch(batch, t.gold_device_1m, KEYS["gold_device_1m"])
+        sinks.merge_batch(batch, t.gold_device_1m, KEYS["gold_device_1m"])
 
     name = "gold_device_1m"
     return sinks.foreach_batch_stream(
@@ -265,11 +260,10 @@ def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     transitions = transforms.detect_alerts(_silver(spark, t), detector_config(s))
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        with sinks.persisted(batch):
-            raised = transforms.raised_alerts(batch)
-            sinks.idempotent_append(raised, t.alerts, f"{query_id}:alerts", batch_id)
-            cleared = transforms.cleared_alerts(batch)
-            sinks.idempotent_append(cleared, t.alert_clears, f"{query_id}:clears", batch_id)
+        raised = transforms.raised_alerts(batch)
+        sinks.idempotent_append(raised, t.alerts, f"{query_id}:alerts", batch_id)
+        cleared = transforms.cleared_alerts(batch)
+        sinks.idempotent_append(cleared, t.alert_clears, f"{query_id}:clears", batch_id)
 
     return sinks.foreach_batch_stream(
         transitions, write, s.lake.checkpoint("alerts"), "alerts", s, background=True

@@ -123,10 +123,7 @@ def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> N
 
 
 def merge_batch(df: DataFrame, path: str, keys: Sequence[str]) -> None:
-    """Upsert a micro-batch on ``keys``: matching rows are replaced, new rows inserted.
-
-    Persist a stateful query's batch first: the emptiness check reads it too.
-    """
+    """Upsert a micro-batch on ``keys``: matching rows are replaced, new rows inserted."""
     if df.isEmpty():
         return
     target = DeltaTable.forPath(df.sparkSession, path)
@@ -151,13 +148,17 @@ def foreach_batch_stream(
 ) -> StreamingQuery:
     """Run ``write(batch_df, batch_id, query_id)`` for every micro-batch.
 
-    The query id comes from the checkpoint, so it is stable across restarts and
-    makes a fine ``txnAppId``. ``background`` selects the slower trigger.
+    The batch is cached while ``write`` runs. The query id comes from the checkpoint,
+    so it is stable across restarts and makes a fine ``txnAppId``. ``background``
+    selects the slower trigger.
     """
     qid = QueryId()
 
     def _run(batch: DataFrame, batch_id: int) -> None:
-        write(batch, batch_id, qid.get())
+        # Cached: every read of the batch (emptiness checks, several writes) must not
+        # run the streaming plan, stateful operators included, again.
+        with persisted(batch):
+            write(batch, batch_id, qid.get())
 
     writer = (
         df.writeStream.foreachBatch(_run)

@@ -11,9 +11,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType, StructField, StructType
 
-from common.contract import FIELDS, METRIC_NAMES, STATUSES, Field
+from common.contract import FIELDS, METRIC_NAMES, REQUIRED, STATUSES, Field
 from processor.detector import DetectorConfig, detect_columns, dump_state, load_state
-from processor.schema import SPARK_TYPES
+from processor.schema import EVENT_SCHEMA
 
 KAFKA_META = ("topic", "partition", "offset", "kafka_timestamp", "ingest_time")
 CONTRACT_COLUMNS = tuple(f.name for f in FIELDS)
@@ -84,7 +84,7 @@ CORRUPT = "_corrupt_record"
 # The contract's typed columns (all nullable: presence is checked, not assumed) plus
 # the column where Spark's permissive JSON parser flags a value it could not convert.
 _JSON_SCHEMA = StructType(
-    [StructField(f.name, SPARK_TYPES[f.type]) for f in FIELDS]
+    [StructField(f.name, f.dataType) for f in EVENT_SCHEMA.fields]
     + [StructField(CORRUPT, StringType())]
 )
 _JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
@@ -100,6 +100,16 @@ def _in_range(value: Column, f: Field) -> Column:
     return F.coalesce(ok, F.lit(True))
 
 
+def _range_checks(typed: Column) -> list[tuple[str, Column]]:
+    """``(reason, passes)`` for every range check: ranged numbers, then the status."""
+    checks = [
+        (f"out_of_range:{f.name}", _in_range(typed[f.name], f))
+        for f in FIELDS
+        if f.min is not None or f.max is not None
+    ]
+    return checks + [("out_of_range:status", typed["status"].isin(*STATUSES))]
+
+
 def _reason(raw: Column, typed: Column) -> Column:
     """Why a record failed: the first failed check, as a code (see ``parse_events``)."""
     present = F.from_json(raw, MapType(StringType(), StringType()))
@@ -109,10 +119,7 @@ def _reason(raw: Column, typed: Column) -> Column:
         if f.required:
             checks.append(F.when(~given, F.lit(f"missing_field:{f.name}")))
         checks.append(F.when(given & typed[f.name].isNull(), F.lit(f"wrong_type:{f.name}")))
-    for f in FIELDS:
-        if f.min is not None or f.max is not None:
-            checks.append(F.when(~_in_range(typed[f.name], f), F.lit(f"out_of_range:{f.name}")))
-    checks.append(F.when(~typed["status"].isin(*STATUSES), F.lit("out_of_range:status")))
+    checks += [F.when(~passes, F.lit(reason)) for reason, passes in _range_checks(typed)]
     # Spark flagged the record yet every field check passed (e.g. a repeated key).
     checks.append(F.lit("unparsable"))
     return F.coalesce(*checks)
@@ -142,12 +149,11 @@ def parse_events(bronze: DataFrame) -> DataFrame:
         *[F.col(c) for c in KAFKA_META],
     )
     typed = F.col("_t")
-    valid = typed.isNotNull() & typed[CORRUPT].isNull() & typed["status"].isin(*STATUSES)
-    for f in FIELDS:
-        if f.required:
-            valid = valid & typed[f.name].isNotNull()
-        if f.min is not None or f.max is not None:
-            valid = valid & _in_range(typed[f.name], f)
+    valid = typed.isNotNull() & typed[CORRUPT].isNull()
+    for name in REQUIRED:
+        valid = valid & typed[name].isNotNull()
+    for _, passes in _range_checks(typed):
+        valid = valid & passes
     return parsed.select(
         *[typed[f.name].alias(f.name) for f in FIELDS],
         F.when(valid, F.lit(None).cast("string"))
