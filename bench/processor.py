@@ -84,10 +84,14 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+SETTINGS: dict[str, str] = {}  # --setting NAME=VALUE, passed as IOT_PROCESSOR_<NAME>
+
+
 def env_for(
     info: broker.BrokerInfo, topic: str, lake: Path, jars: Path, **extra: str
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    env |= {f"IOT_PROCESSOR_{k.upper()}": v for k, v in SETTINGS.items()}
     return env | {
         "IOT_KAFKA_BOOTSTRAP_SERVERS": info.plaintext, "IOT_KAFKA_TOPIC": topic,
         "IOT_LAKE_ROOT": str(lake), "IOT_PROCESSOR_JARS_DIR": str(jars),
@@ -140,7 +144,7 @@ def wait_until(what: str, done: Callable[[], bool], proc: subprocess.Popen, log:
 
 
 WARM_QUERIES = (
-    "bronze", "silver", "gold_device_1m", "gold_site_type_10m", "gold_device_sessions",
+    "bronze", "silver", "device_status", "gold_site_type_10m", "gold_device_sessions",
     "alerts", "fleet_summary",
 )  # fmt: skip
 
@@ -148,7 +152,21 @@ WARM_QUERIES = (
 def warmed_up(log: Path) -> bool:
     """Every query that reads events has logged a micro-batch with rows."""
     text = log.read_text(errors="replace")
-    return all(f"[progress] {q} batch" in text for q in WARM_QUERIES)
+    chosen = [q.strip() for q in SETTINGS.get("queries", "").split(",") if q.strip()]
+    return all(f"[progress] {q} batch" in text for q in WARM_QUERIES if not chosen or q in chosen)
+
+
+def group_cpu_s(session: int) -> float:
+    """CPU seconds (user + system) used so far by every live process of a session."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # field 6 of stat, counted after the name
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def throughput(
@@ -230,6 +248,7 @@ def latency(
         t_start = time.time()
         t_end = t_start + seconds
         say(f"warm; measuring events sent over the next {seconds:.0f} s")
+        cpu0 = group_cpu_s(proc.pid)
         seen_seq: dict[str, int] = {}
         latencies: list[float] = []
         deadline = t_end + 120
@@ -249,6 +268,7 @@ def latency(
             ):
                 break
             time.sleep(0.5)
+        cores = (group_cpu_s(proc.pid) - cpu0) / (time.time() - t_start)
         measured = sum(
             1 for events in list(sent.values()) for _, at in events if t_start <= at <= t_end
         )
@@ -264,7 +284,7 @@ def latency(
     pct = percentiles(latencies, (50, 95, 99))
     say(
         f"latency at {rate:,.0f} events/s over {len(latencies):,} events: "
-        f"p50 {pct['p50']:.2f} s, p95 {pct['p95']:.2f} s"
+        f"p50 {pct['p50']:.2f} s, p95 {pct['p95']:.2f} s; the processor used {cores:.2f} cores"
     )
     return {
         "latency_rate": rate,
@@ -272,6 +292,7 @@ def latency(
         "p95_latency_s": round(pct["p95"], 3),
         "latency_events": len(latencies),
         "latency_missing": missing,
+        "latency_processor_cores": round(cores, 2),
     }
 
 
@@ -286,7 +307,16 @@ def main() -> None:
     )
     ap.add_argument("--skip-latency", action="store_true", help="measure throughput only")
     ap.add_argument("--skip-throughput", action="store_true", help="measure latency only")
+    ap.add_argument(
+        "--setting", action="append", default=[], metavar="NAME=VALUE",
+        help="a processor setting for both runs, e.g. trigger_interval='2 seconds' (repeatable)",
+    )  # fmt: skip
     args = ap.parse_args()
+    for item in args.setting:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            ap.error(f"--setting takes NAME=VALUE, got {item!r}")
+        SETTINGS[name.strip()] = value
     jars = ensure_jars("spark")[0].parent
     with tempfile.TemporaryDirectory(prefix="bench-processor-") as tmp:
         work = args.work or Path(tmp)

@@ -63,7 +63,7 @@ def read_table(root: str, name: str, *, required: bool = True) -> pl.DataFrame:
 
 
 def read_lake(root: str) -> LakeFrames:
-    """The tables ``verify`` reads (``ops/pipeline_metrics`` may be absent) and silver's commits."""
+    """The tables ``verify`` reads (``ops/pipeline_metrics`` may be absent) and gold's commits."""
     metrics = read_table(root, "ops/pipeline_metrics", required=False)
     if metrics.schema.get("timestamp") == pl.Null:
         metrics = pl.DataFrame(
@@ -80,14 +80,27 @@ def read_lake(root: str) -> LakeFrames:
         silver=read_table(root, "silver/events"),
         quarantine=read_table(root, "silver/quarantine"),
         metrics=metrics,
-        silver_commits=commit_times(root, "silver/events"),
+        gold_commits=commit_times(root, "gold/device_1m", operations={"MERGE"}),
     )
 
 
-def commit_times(root: str, name: str) -> pl.DataFrame:
-    """``committed``: the time of every commit of a table (its Delta history), oldest first."""
-    history = DeltaTable(table_uri(root, name)).history()
-    stamps = sorted(int(c["timestamp"]) for c in history if "timestamp" in c)
+def commit_times(root: str, name: str, operations: set[str] | None = None) -> pl.DataFrame:
+    """``committed``: the time of every commit of a table (its Delta history), oldest first.
+
+    Args:
+        root: The lake root.
+        name: The table, e.g. ``gold/device_1m``.
+        operations: Keep only these operations (e.g. ``{"MERGE"}``); None: all.
+    """
+    try:
+        history = DeltaTable(table_uri(root, name)).history()
+    except (TableNotFoundError, OSError):
+        history = []
+    stamps = sorted(
+        int(c["timestamp"])
+        for c in history
+        if "timestamp" in c and (operations is None or c.get("operation") in operations)
+    )
     return pl.DataFrame({"committed": stamps}, schema={"committed": pl.Int64}).select(
         pl.from_epoch("committed", time_unit="ms")
         .dt.replace_time_zone("UTC")

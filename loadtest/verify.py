@@ -25,10 +25,11 @@ What is checked, and how (``docs/loadtest.md`` has the long form):
   broker and bronze kept the order the producer sent.
 * **Latency** (wall-clock runs only; injected late/out-of-order readings and skewed
   clocks left out): ``event_time`` to ``kafka_timestamp`` (in the broker), to bronze's
-  ``ingest_time``, to silver's ``processed_time``, and to gold: the end of the first
-  ``gold_device_1m`` batch with input (``ops/pipeline_metrics``) that started after the
-  silver commit holding the event (``silver/events``' history): an upper bound on when
-  gold showed it.
+  ``ingest_time``, to silver's ``processed_time``, and to gold: the first
+  ``gold/device_1m`` MERGE commit at or after that ``processed_time`` (its Delta
+  history). The silver micro-batch that appends an event also adds it to the
+  1-minute windows, and ``processed_time`` is when that batch began: that commit is
+  when gold showed it.
 """
 
 from __future__ import annotations
@@ -99,16 +100,15 @@ class LakeFrames:
         quarantine: ``reason``, ``raw``, ``event_id``, ``partition``, ``offset``.
         metrics: ``ops/pipeline_metrics``: ``query_name``, ``timestamp``,
             ``batch_duration_ms``, ``num_input_rows``, ``rows_dropped_by_watermark``.
-        silver_commits: ``committed``: the times of ``silver/events``' commits (its
-            Delta history), when silver's rows became visible; None or empty: the
-            end of the silver batch (from the metrics) stands in.
+        gold_commits: ``committed``: the times of ``gold/device_1m``'s MERGE commits
+            (its Delta history); None or empty: gold latency is not measured.
     """
 
     bronze: pl.DataFrame
     silver: pl.DataFrame
     quarantine: pl.DataFrame
     metrics: pl.DataFrame
-    silver_commits: pl.DataFrame | None = None
+    gold_commits: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -414,16 +414,13 @@ def check_quarantine(
 def check_latency(
     truth: Truth,
     silver: pl.DataFrame,
-    metrics: pl.DataFrame,
     exclude: set[str],
-    commits: pl.DataFrame | None = None,
+    gold_commits: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Percentiles of event time to each stage (see the module docstring).
 
-    An event is visible in silver from the first ``silver/events`` commit at or after
-    its ``processed_time`` (its batch's start; batches commit in turn), else from the
-    end of its silver batch; it is in gold by the end of the first ``gold_device_1m``
-    batch with input that started after that.
+    An event is in gold from the first ``gold/device_1m`` MERGE commit at or after
+    its ``processed_time``: the start of the silver batch that also added it to gold.
     """
     if not truth.wall_clock:
         return {"events": 0, "stages": {}, "note": "not measured: the run's event times were "
@@ -440,52 +437,20 @@ def check_latency(
     def secs(later: pl.Expr) -> pl.Expr:
         return (later - pl.col("event_time")).dt.total_microseconds() / 1e6
 
-    batches = {
-        name: metrics.filter(pl.col("query_name") == name)
-        .select(
-            pl.col("timestamp").alias("start"),
-            (pl.col("timestamp") + pl.duration(milliseconds=pl.col("batch_duration_ms"))).alias(
-                "end"
-            ),
-            "num_input_rows",
-        )
-        .sort("start")
-        for name in ("silver", "gold_device_1m")
-    }
     rows = rows.sort("processed_time")
-    if commits is not None and not commits.is_empty():
-        rows = rows.join_asof(
-            _utc(commits, "committed").select(pl.col("committed").alias("visible")).sort("visible"),
-            left_on="processed_time",
-            right_on="visible",
-            strategy="forward",
-        )
-        visible = "the silver commit that holds it"
-    elif not batches["silver"].is_empty():
-        rows = rows.join_asof(
-            batches["silver"].select("start", pl.col("end").alias("visible")),
-            left_on="processed_time",
-            right_on="start",
-            strategy="backward",
-        )
-        visible = "the end of its silver batch"
-    else:
-        rows = rows.with_columns(pl.lit(None, dtype=UTC_US).alias("visible"))
-        visible = ""
-    gold = batches["gold_device_1m"].filter(pl.col("num_input_rows") > 0)
-    if gold.is_empty() or not visible:
+    if gold_commits is None or gold_commits.is_empty():
         rows = rows.with_columns(pl.lit(None, dtype=UTC_US).alias("gold_time"))
-        note = "gold: not measured (no silver commits or gold_device_1m batches to go by)"
+        note = "gold: not measured (no gold/device_1m commits to go by)"
     else:
-        rows = rows.sort("visible").join_asof(
-            gold.select(pl.col("start").alias("gold_start"), pl.col("end").alias("gold_time")),
-            left_on="visible",
-            right_on="gold_start",
+        rows = rows.join_asof(
+            _utc(gold_commits, "committed").select(pl.col("committed").alias("gold_time")),
+            left_on="processed_time",
+            right_on="gold_time",
             strategy="forward",
         )
         note = (
-            f"gold: the end of the first gold_device_1m batch with input that started after "
-            f"{visible} (ops/pipeline_metrics): an upper bound"
+            "gold: the first gold/device_1m MERGE commit at or after the start of the "
+            "silver batch that wrote the event (which adds it to gold too)"
         )
     lat = rows.select(
         secs(pl.col("kafka_timestamp")).alias("kafka"),
@@ -631,9 +596,7 @@ def verify(truth: Truth, lake: LakeFrames, cfg: VerifyConfig | None = None) -> V
         bronze.select("event_id", "lateness_s"),
         wm + slack,
     )
-    latency = check_latency(
-        truth, silver, metrics, truth.fault_ids(*DELAYED_KINDS), lake.silver_commits
-    )
+    latency = check_latency(truth, silver, truth.fault_ids(*DELAYED_KINDS), lake.gold_commits)
     in_manifest = silver.join(expected.select("event_id"), on="event_id", how="semi").height
     result_counts = {
         "acked": expected.height,

@@ -15,6 +15,7 @@ from processor.metrics import MetricsListener
 from processor.pipeline import Tables, maintain, run_available_now, start_all, write_devices
 from processor.session import ConnectorJarsMissingError, build_session
 from processor.settings import ProcessorSettings
+from processor.sinks import TableSchemaError
 
 
 def _run(settings: ProcessorSettings) -> int:
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
             return 0
         return _run(settings)
-    except ConnectorJarsMissingError as exc:
+    except (ConnectorJarsMissingError, TableSchemaError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

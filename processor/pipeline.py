@@ -2,19 +2,27 @@
 
 Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``):
 
-=====================  ==========================================  ======================
+=====================  ==========================================  =========================
 query                  reads -> writes                             how
-=====================  ==========================================  ======================
-bronze                 Kafka / files / rate -> bronze/events       Delta sink, append
-silver                 bronze -> silver/events, silver/quarantine, foreachBatch: txn appends
-                       gold/device_status                          + MERGE (latest status)
-gold_device_1m         silver -> gold/device_1m                    update mode + MERGE
-gold_site_type_10m     silver -> gold/site_type_10m                append (final windows)
+=====================  ==========================================  =========================
+silver                 Kafka / files (or bronze) ->                foreachBatch: txn appends,
+                       silver/events, silver/quarantine,           and a txn MERGE that adds
+                       gold/device_1m                              the batch to its windows
+bronze                 Kafka / files / rate -> bronze/events       foreachBatch: txn append
+device_status          silver -> gold/device_status                foreachBatch: MERGE
+gold_site_type_10m     silver -> gold/site_type_10m                update mode + MERGE
 gold_device_sessions   silver -> gold/device_sessions              append (final sessions)
 alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, txn appends
 alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, append
 fleet_summary          silver -> gold/fleet_summary                complete mode
-=====================  ==========================================  ======================
+=====================  ==========================================  =========================
+
+The hot path is the silver query alone (``trigger_interval``): it reads the source
+itself, beside bronze, and each micro-batch lands in silver and in the 1-minute
+gold windows together, so an event reaches gold in one micro-batch
+(``silver_input="bronze"`` reads bronze instead, e.g. to rebuild silver from
+bronze's history). Every other query, bronze included, runs on
+``background_trigger_interval``.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from processor import sinks, sources, transforms
 from processor.detector import DetectorConfig
 from processor.metrics import METRICS_SCHEMA
 from processor.schema import DEVICE_SCHEMA
+from processor.session import BACKGROUND_POOL, HOT_POOL
 from processor.settings import ProcessorSettings
 
 KAFKA_SOURCE_SCHEMA = StructType(
@@ -57,6 +66,7 @@ KAFKA_SOURCE_SCHEMA = StructType(
 )
 KEYS = {
     "gold_device_1m": ("device_id", "window_start"),
+    "site_type_10m": ("site", "device_type", "window_start"),
     "device_status": ("device_id",),
 }
 
@@ -128,10 +138,23 @@ def silver_frame(bronze: DataFrame, devices: DataFrame, watermark: str) -> DataF
     )
     invalid = parsed.filter(parsed["reason"].isNotNull())
     # Only rows bound for quarantine (here: unknown devices) keep their payload.
-    audited = transforms.with_audit(valid)
     for payload in ("raw", "value"):
-        audited = audited.withColumn(payload, F.when(F.col("reason").isNotNull(), F.col(payload)))
-    return audited.unionByName(invalid, allowMissingColumns=True)
+        valid = valid.withColumn(payload, F.when(F.col("reason").isNotNull(), F.col(payload)))
+    return valid.unionByName(invalid, allowMissingColumns=True)
+
+
+def silver_out(batch: DataFrame) -> DataFrame:
+    """A batch of ``silver_frame``'s valid rows as written to silver, audit columns stamped.
+
+    The times are stamped here, on the cached batch, not in the streaming plan (see
+    ``transforms.to_bronze``).
+    """
+    return transforms.with_audit(transforms.silver_rows(batch))
+
+
+def quarantine_out(batch: DataFrame) -> DataFrame:
+    """A batch of ``silver_frame``'s invalid rows as written to quarantine."""
+    return transforms.stamp_ingest(transforms.invalid_events(batch))
 
 
 def detector_config(settings: ProcessorSettings) -> DetectorConfig:
@@ -151,7 +174,7 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings, tables: Tabl
         write_devices(spark, settings, tables.devices)
     bronze = transforms.to_bronze(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
     silver_all = silver_frame(bronze, sources.delta_table(spark, tables.devices), "1 minute")
-    silver = transforms.silver_rows(silver_all)
+    silver = silver_out(silver_all)
     transitions = spark.createDataFrame([], transforms.ALERT_TRANSITIONS_SCHEMA)
     alerts = transforms.raised_alerts(transitions)
     clears = transforms.cleared_alerts(transitions)
@@ -159,7 +182,7 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings, tables: Tabl
     empties = {
         tables.bronze: bronze,
         tables.silver: silver,
-        tables.quarantine: transforms.invalid_events(silver_all),
+        tables.quarantine: quarantine_out(silver_all),
         tables.device_status: transforms.latest_status(silver),
         tables.gold_device_1m: transforms.device_minute_aggregates(silver, "1 minute"),
         tables.site_type_10m: transforms.site_type_sliding(
@@ -178,41 +201,78 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings, tables: Tabl
         sinks.ensure_table(spark, path, empty)
 
 
-def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
-    """The raw stream, shaped as bronze rows, from the configured source."""
+def bronze_source(
+    spark: SparkSession, settings: ProcessorSettings, stamped: bool = True
+) -> DataFrame:
+    """The raw stream, shaped as bronze rows, from the configured source.
+
+    ``stamped=False`` leaves ``ingest_time`` null (see ``transforms.to_bronze``).
+    """
     if settings.source == "files":
         if not settings.landing_dir:
             raise ValueError("source=files needs IOT_PROCESSOR_LANDING_DIR")
         return transforms.lines_to_bronze(
-            sources.lines_stream(spark, settings.landing_dir, settings.max_files_per_trigger)
+            sources.lines_stream(spark, settings.landing_dir, settings.max_files_per_trigger),
+            stamped,
         )
     if settings.source == "rate":
         return transforms.rate_to_bronze(
             sources.rate_stream(spark, settings.rate_rows_per_second), settings.fleet_size
         )
-    return transforms.to_bronze(sources.kafka_stream(spark, settings))
+    return transforms.to_bronze(sources.kafka_stream(spark, settings), stamped)
+
+
+def silver_reads_bronze(settings: ProcessorSettings) -> bool:
+    """Whether silver reads the bronze table rather than the source itself.
+
+    The rate source is not replayable (its timestamps are the clock's), so two
+    queries reading it would disagree: with it, silver always reads bronze.
+    """
+    return settings.silver_input == "bronze" or settings.source == "rate"
 
 
 def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Source -> bronze: the raw record and where it came from, appended."""
-    return sinks.delta_stream(
-        bronze_source(spark, s), t.bronze, s.lake.checkpoint("bronze"), "bronze", s
+    return sinks.table_stream(
+        bronze_source(spark, s),
+        t.bronze,
+        s.lake.checkpoint("bronze"),
+        "bronze",
+        s,
+        background=not silver_reads_bronze(s),
     )
 
 
 def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Bronze -> silver, quarantine and latest device status, exactly once per batch."""
-    frame = silver_frame(
-        sources.delta_stream(spark, t.bronze), sources.delta_table(spark, t.devices), s.watermark
+    """Source (or bronze) -> silver, quarantine and the 1-minute windows, exactly once.
+
+    The batch's valid events are appended to silver and, aggregated per device and
+    minute, added to ``gold/device_1m`` by a MERGE that Delta applies once per batch.
+    """
+    from_bronze = silver_reads_bronze(s)
+    raw = (
+        sources.delta_stream(spark, t.bronze)
+        if from_bronze
+        else bronze_source(spark, s, stamped=False)
     )
+    frame = silver_frame(raw, sources.delta_table(spark, t.devices), s.watermark)
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        good = transforms.silver_rows(batch)
-        bad = transforms.invalid_events(batch)
+        good = silver_out(batch)
+        bad = quarantine_out(batch)
+        minutes = transforms.device_minute_aggregates(transforms.silver_rows(batch), s.watermark)
         sinks.run_concurrently(
+            batch.sparkSession,
             lambda: sinks.idempotent_append(good, t.silver, f"{query_id}:silver", batch_id),
             lambda: sinks.idempotent_append(bad, t.quarantine, f"{query_id}:quarantine", batch_id),
-            lambda: sinks.merge_latest(transforms.latest_status(good), t.device_status),
+            lambda: sinks.merge_batch(
+                minutes,
+                t.gold_device_1m,
+                KEYS["gold_device_1m"],
+                since="window_start",
+                update=transforms.combine_device_minutes(),
+                txn=(f"{query_id}:device_1m", batch_id),
+            ),
         )
 
     return sinks.foreach_batch_stream(frame, write, s.lake.checkpoint("silver"), "silver", s)
@@ -222,27 +282,31 @@ def _silver(spark: SparkSession, t: Tables) -> DataFrame:
     return sources.delta_stream(spark, t.silver)
 
 
-def start_gold_device_1m(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Silver -> 1-minute device aggregates, upserted as windows fill (update + MERGE)."""
-    aggregates = transforms.device_minute_aggregates(_silver(spark, t), s.watermark)
+def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
+    """Silver -> the newest reading per device, upserted (MERGE keeps the newer row)."""
 
     def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
-        sinks.merge_batch(batch, t.gold_device_1m, KEYS["gold_device_1m"])
+        sinks.merge_latest(transforms.latest_status(batch), t.device_status)
 
-    name = "gold_device_1m"
+    name = "device_status"
     return sinks.foreach_batch_stream(
-        aggregates, write, s.lake.checkpoint(name), name, s, output_mode="update"
+        _silver(spark, t), write, s.lake.checkpoint(name), name, s, background=True
     )
 
 
 def start_site_type_10m(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Silver -> sliding windows per site and type, appended once final."""
+    """Silver -> sliding windows per site and type, upserted as they fill (update + MERGE)."""
     df = transforms.site_type_sliding(
         _silver(spark, t), s.watermark, s.sliding_length, s.sliding_slide
     )
+
+    def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
+        # Update mode emits each changed window whole: replaying a batch rewrites the same rows.
+        sinks.merge_batch(batch, t.site_type_10m, KEYS["site_type_10m"], since="window_start")
+
     name = "gold_site_type_10m"
-    return sinks.delta_stream(
-        df, t.site_type_10m, s.lake.checkpoint(name), name, s, background=True
+    return sinks.foreach_batch_stream(
+        df, write, s.lake.checkpoint(name), name, s, output_mode="update", background=True
     )
 
 
@@ -250,7 +314,7 @@ def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) 
     """Silver -> connectivity sessions per device, appended once closed."""
     df = transforms.device_sessions(_silver(spark, t), s.watermark, s.session_gap)
     name = "gold_device_sessions"
-    return sinks.delta_stream(
+    return sinks.table_stream(
         df, t.device_sessions, s.lake.checkpoint(name), name, s, background=True
     )
 
@@ -279,7 +343,7 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables)
         s.recovery_window,
     )
     name = "alert_recoveries"
-    return sinks.delta_stream(
+    return sinks.table_stream(
         df, t.alert_recoveries, s.lake.checkpoint(name), name, s, background=True
     )
 
@@ -287,7 +351,7 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables)
 def start_fleet_summary(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Silver -> per-type summary, rewritten whole every batch (complete mode)."""
     name = "fleet_summary"
-    return sinks.delta_stream(
+    return sinks.table_stream(
         transforms.fleet_summary(_silver(spark, t)),
         t.fleet_summary,
         s.lake.checkpoint(name),
@@ -299,27 +363,60 @@ def start_fleet_summary(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
 
 
 Stage = Callable[[SparkSession, ProcessorSettings, Tables], StreamingQuery]
-# In dependency order: a stage reads only tables written by stages before it.
-STAGES: tuple[tuple[Stage, ...], ...] = (
-    (start_bronze,),
-    (start_silver,),
-    (start_gold_device_1m,),
-    (
-        start_site_type_10m,
-        start_device_sessions,
-        start_alerts,
-        start_fleet_summary,
-    ),
-    (start_alert_recoveries,),
-)
+QUERIES: dict[str, Stage] = {
+    "bronze": start_bronze,
+    "silver": start_silver,
+    "device_status": start_device_status,
+    "gold_site_type_10m": start_site_type_10m,
+    "gold_device_sessions": start_device_sessions,
+    "alerts": start_alerts,
+    "fleet_summary": start_fleet_summary,
+    "alert_recoveries": start_alert_recoveries,
+}
+_BACKGROUND = (
+    "device_status", "gold_site_type_10m", "gold_device_sessions", "alerts", "fleet_summary",
+)  # fmt: skip
+
+
+def stages(settings: ProcessorSettings) -> list[list[Stage]]:
+    """The queries to run, in groups in dependency order.
+
+    A group reads only what earlier groups write. The hot path starts first; bronze
+    is off it unless silver reads bronze. ``settings.queries``, when set, keeps only
+    the queries it names (the others may run in another process, or not at all).
+    """
+    if silver_reads_bronze(settings):
+        groups = [["bronze"], ["silver"], [*_BACKGROUND]]
+    else:
+        groups = [["silver"], ["bronze", *_BACKGROUND]]
+    groups.append(["alert_recoveries"])
+    wanted = settings.query_names()
+    chosen = [[QUERIES[q] for q in group if q in wanted] for group in groups]
+    return [group for group in chosen if group]
+
+
+def start_stage(
+    spark: SparkSession, stage: Stage, settings: ProcessorSettings, tables: Tables
+) -> StreamingQuery:
+    """Start one query in its scheduler pool: the hot path's, or the background one.
+
+    The query's thread, and so every job of its micro-batches, inherits the pool.
+    """
+    hot = stage is start_silver or (stage is start_bronze and silver_reads_bronze(settings))
+    sc = spark.sparkContext
+    sc.setLocalProperty("spark.scheduler.pool", HOT_POOL if hot else BACKGROUND_POOL)
+    try:
+        return stage(spark, settings, tables)
+    finally:
+        sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
 
 
 def run_available_now(spark: SparkSession, settings: ProcessorSettings) -> None:
     """Process everything available, stage after stage, then return."""
     tables = Tables.under(settings.lake)
     ensure_tables(spark, settings, tables)
-    for group in STAGES:
-        for query in [stage(spark, settings, tables) for stage in group]:
+    for group in stages(settings):
+        for query in [start_stage(spark, stage, settings, tables) for stage in group]:
             query.awaitTermination()
 
 
@@ -345,10 +442,10 @@ def start_all(
     tables = Tables.under(settings.lake)
     ensure_tables(spark, settings, tables)
     queries: list[StreamingQuery] = []
-    for group in STAGES:
+    for group in stages(settings):
         if should_stop():
             break
-        started = [stage(spark, settings, tables) for stage in group]
+        started = [start_stage(spark, stage, settings, tables) for stage in group]
         queries += started
         deadline = time.monotonic() + first_batch_timeout_s
         while (

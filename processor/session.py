@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -16,6 +18,30 @@ REQUIRED_JARS = (
     "spark-token-provider-kafka",
     "kafka-clients",
 )
+
+
+HOT_POOL, BACKGROUND_POOL = "hot", "background"
+# Fair scheduling between the hot path and the rest: the hot pool's pending tasks get
+# the cores first (minShare), the background queries take what is left.
+_POOLS_XML = f"""<?xml version="1.0"?>
+<allocations>
+  <pool name="{HOT_POOL}">
+    <schedulingMode>FIFO</schedulingMode><weight>4</weight><minShare>2</minShare>
+  </pool>
+  <pool name="{BACKGROUND_POOL}">
+    <schedulingMode>FAIR</schedulingMode><weight>1</weight><minShare>0</minShare>
+  </pool>
+</allocations>
+"""
+
+
+def scheduler_pools_file() -> str:
+    """Write the fair-scheduler pools (hot, background) to a temporary file; its path."""
+    fd, path = tempfile.mkstemp(prefix="iot-pulse-pools-", suffix=".xml")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(_POOLS_XML)
+    atexit.register(Path(path).unlink, missing_ok=True)
+    return path
 
 
 class ConnectorJarsMissingError(RuntimeError):
@@ -69,6 +95,8 @@ def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> S
         ),
         # Commit a small changelog per batch instead of uploading RocksDB snapshots.
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": scheduler_pools_file(),
         "spark.ui.enabled": str(settings.ui).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": settings.driver_memory,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from common.settings import KafkaSettings, LakeSettings, Settings
@@ -15,6 +15,13 @@ DEFAULT_PACKAGES = (
     f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION},"
     f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
 )
+
+
+# The streaming queries, by name (processor.pipeline.QUERIES starts them).
+QUERY_NAMES = (
+    "silver", "bronze", "device_status", "gold_site_type_10m", "gold_device_sessions",
+    "alerts", "fleet_summary", "alert_recoveries",
+)  # fmt: skip
 
 
 class ProcessorSettings(Settings):
@@ -33,13 +40,26 @@ class ProcessorSettings(Settings):
     )
     trigger_interval: str = Field(
         "1 second",
-        description="Micro-batch interval of the hot path: bronze, silver and gold/device_1m",
+        description="Micro-batch interval of the hot path: silver, quarantine and gold/device_1m",
     )
     background_trigger_interval: str = Field(
-        "15 seconds",
+        "1 minute",
         description=(
-            "Micro-batch interval of the other gold queries (sliding windows, sessions, "
-            "alerts, recoveries, fleet summary)"
+            "Micro-batch interval of every other query: bronze, device status, sliding "
+            "windows, sessions, alerts, recoveries, fleet summary"
+        ),
+    )
+    silver_input: Literal["source", "bronze"] = Field(
+        "source",
+        description=(
+            "Where silver reads raw records: the source itself, beside bronze (one hop "
+            "less to gold), or the bronze table (always so with source=rate)"
+        ),
+    )
+    queries: str = Field(
+        "",
+        description=(
+            "Comma-separated queries to run (default: all), e.g. bronze,silver; see docs/tables.md"
         ),
     )
     source: Literal["kafka", "files", "rate"] = Field(
@@ -74,10 +94,32 @@ class ProcessorSettings(Settings):
     log_progress: bool = Field(
         False, description="Print a line per micro-batch that read rows (rows, time, where)"
     )
-    shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions")
+    shuffle_partitions: int = Field(
+        2,
+        ge=1,
+        description=(
+            "spark.sql.shuffle.partitions: also each stateful query's state partitions, "
+            "fixed when its checkpoint is created; about the cores in use"
+        ),
+    )
     fleet_size: int = Field(100, ge=1, description="Devices in the dimension (as the producer)")
     seed: int = Field(42, description="Fleet seed (as the producer)")
     driver_memory: str = Field("2g", description="spark.driver.memory (local mode)")
     ui: bool = Field(False, description="Start the Spark UI")
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     lake: LakeSettings = Field(default_factory=LakeSettings)
+
+    @field_validator("queries")
+    @classmethod
+    def _known_queries(cls, value: str) -> str:
+        unknown = sorted({q.strip() for q in value.split(",") if q.strip()} - set(QUERY_NAMES))
+        if unknown:
+            raise ValueError(
+                f"unknown queries: {', '.join(unknown)}; choose from {', '.join(QUERY_NAMES)}"
+            )
+        return value
+
+    def query_names(self) -> list[str]:
+        """The queries to run: those named in ``queries``, else all."""
+        chosen = [q.strip() for q in self.queries.split(",") if q.strip()]
+        return chosen or list(QUERY_NAMES)

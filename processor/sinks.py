@@ -1,20 +1,23 @@
 """Where the processor writes: Delta tables, each write exactly-once.
 
-* Plain appends use Delta's streaming sink, which is idempotent per batch.
-* ``foreachBatch`` writers use ``txnAppId``/``txnVersion`` (appends) or a
-  MERGE on the table's keys (upserts), so a replayed batch changes nothing.
+* Every query writes in ``foreachBatch`` with ``txnAppId``/``txnVersion``
+  (appends, overwrites, and MERGEs that add to what is there) or a MERGE on the
+  table's keys that replaces rows (upserts), so a replayed batch changes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+from pyspark.util import inheritable_thread_target
 
 from processor.settings import ProcessorSettings
 
@@ -35,33 +38,30 @@ def with_trigger(
     return writer.trigger(processingTime=interval)
 
 
+class TableSchemaError(RuntimeError):
+    """An existing table's columns differ from those this version writes."""
+
+
 def ensure_table(spark: SparkSession, path: str, empty: DataFrame) -> None:
-    """Create an empty Delta table with ``empty``'s schema unless one exists at ``path``."""
+    """Create an empty Delta table with ``empty``'s schema unless one exists at ``path``.
+
+    Raises:
+        TableSchemaError: the existing table has other columns (written by another
+            version): the queries would fail on it, so say so before they start.
+    """
     if not DeltaTable.isDeltaTable(spark, path):
         empty.limit(0).write.format("delta").mode("ignore").save(path)
-
-
-def delta_stream(
-    df: DataFrame,
-    path: str,
-    checkpoint: str,
-    name: str,
-    settings: ProcessorSettings,
-    output_mode: str = "append",
-    background: bool = False,
-) -> StreamingQuery:
-    """Write a stream to a Delta table with its own checkpoint (Delta's exactly-once sink).
-
-    ``append`` adds each batch's rows; ``complete`` rewrites the table every batch.
-    ``background`` selects the slower trigger of queries off the hot path.
-    """
-    writer = (
-        df.writeStream.format("delta")
-        .outputMode(output_mode)
-        .option("checkpointLocation", checkpoint)
-        .queryName(name)
-    )
-    return with_trigger(writer, settings, background).start(path)
+        return
+    have = spark.read.format("delta").load(path).columns
+    if have != empty.columns:
+        missing = [c for c in empty.columns if c not in have]
+        extra = [c for c in have if c not in empty.columns]
+        raise TableSchemaError(
+            f"the table at {path} was written by another version of the processor "
+            f"(missing columns: {', '.join(missing) or 'none'}; unknown columns: "
+            f"{', '.join(extra) or 'none'}; or another column order). Point "
+            "IOT_LAKE_ROOT at a new folder, or delete the lake (tables and _checkpoints)."
+        )
 
 
 @contextmanager
@@ -74,15 +74,18 @@ def persisted(batch: DataFrame) -> Iterator[DataFrame]:
         batch.unpersist()
 
 
-def run_concurrently(*writes: Callable[[], None]) -> None:
+def run_concurrently(spark: SparkSession, *writes: Callable[[], None]) -> None:
     """Run independent writes (to different tables) as concurrent Spark jobs.
 
     Each write's driver-side work (planning, the Delta log, the commit) overlaps
     the others' tasks. Every write is idempotent, so a failure of one, which fails
-    the batch, is safe to replay whole.
+    the batch, is safe to replay whole. The threads inherit the caller's Spark
+    local properties (the query's job group, so that stopping the query cancels
+    them, and its scheduler pool).
     """
     with ThreadPoolExecutor(max_workers=len(writes), thread_name_prefix="batch-write") as pool:
-        for future in [pool.submit(w) for w in writes]:
+        inherit = inheritable_thread_target(spark)
+        for future in [pool.submit(inherit(w)) for w in writes]:
             future.result()
 
 
@@ -106,35 +109,103 @@ class QueryId:
         return self._id
 
 
-def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> None:
-    """Append a micro-batch exactly once: Delta skips a (txnAppId, txnVersion) it has seen.
+def idempotent_write(
+    df: DataFrame, path: str, app_id: str, batch_id: int, mode: str = "append"
+) -> None:
+    """Write a micro-batch exactly once: Delta skips a (txnAppId, txnVersion) it has seen.
 
     An empty batch writes nothing (no empty commit): replaying it is empty too.
+
+    Args:
+        df: The batch's rows.
+        path: The Delta table.
+        app_id: The writer's id (stable across restarts).
+        batch_id: The micro-batch id.
+        mode: ``append``, or ``overwrite`` to replace the table's rows.
     """
     if df.isEmpty():
         return
     (
         df.write.format("delta")
-        .mode("append")
+        .mode(mode)
         .option("txnAppId", app_id)
         .option("txnVersion", batch_id)
         .save(path)
     )
 
 
-def merge_batch(df: DataFrame, path: str, keys: Sequence[str]) -> None:
-    """Upsert a micro-batch on ``keys``: matching rows are replaced, new rows inserted."""
-    if df.isEmpty():
+def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> None:
+    """Append a micro-batch exactly once (see ``idempotent_write``)."""
+    idempotent_write(df, path, app_id, batch_id)
+
+
+# Delta's idempotent-DML session settings: a MERGE carrying an (app id, version)
+# that the table has already recorded is skipped.
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+
+
+@contextmanager
+def _dml_txn(spark: SparkSession, txn: tuple[str, int] | None) -> Iterator[None]:
+    """Tag the DML run inside with Delta's (txnAppId, txnVersion) session settings.
+
+    Writes that pass their own ``txnAppId``/``txnVersion`` options (such as
+    ``idempotent_append``) are unaffected: Delta prefers the writer's options.
+    """
+    if txn is None:
+        yield
+        return
+    spark.conf.set(TXN_APP_ID_CONF, txn[0])
+    spark.conf.set(TXN_VERSION_CONF, str(txn[1]))
+    try:
+        yield
+    finally:
+        spark.conf.unset(TXN_APP_ID_CONF)
+        spark.conf.unset(TXN_VERSION_CONF)
+
+
+def merge_batch(
+    df: DataFrame,
+    path: str,
+    keys: Sequence[str],
+    since: str | None = None,
+    update: Mapping[str, Column] | None = None,
+    txn: tuple[str, int] | None = None,
+) -> None:
+    """Upsert a micro-batch on ``keys``: matching rows are updated, new rows inserted.
+
+    Args:
+        df: The rows to upsert, at most one per key.
+        path: The Delta table.
+        keys: Columns that identify a row.
+        since: A timestamp key column (e.g. a window start) whose batch minimum
+            bounds the rows that can match; the MERGE then reads only files that
+            may hold values at or above it (Delta skips the rest by their statistics).
+        update: New values of a matched row's columns, as expressions over ``t``
+            (the stored row) and ``s`` (the batch's row); default: the batch's row.
+        txn: ``(app id, version)``: Delta skips the MERGE if the table has recorded
+            this version for this app id, which makes a non-idempotent update (such
+            as adding counts) exactly-once across replays.
+    """
+    cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+    if since is not None:
+        # Formatted and parsed back in the session's time zone: no Python conversion.
+        lowest = df.agg(F.date_format(F.min(since), "yyyy-MM-dd HH:mm:ss.SSSSSS")).first()[0]
+        if lowest is None:  # an empty batch
+            return
+        cond += f" AND t.`{since}` >= TIMESTAMP '{lowest}'"
+    elif df.isEmpty():
         return
     target = DeltaTable.forPath(df.sparkSession, path)
-    cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-    (
-        target.alias("t")
-        .merge(df.alias("s"), cond)
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    merge = target.alias("t").merge(df.alias("s"), cond)
+    merge = merge.whenMatchedUpdate(set=dict(update)) if update else merge.whenMatchedUpdateAll()
+    with _dml_txn(df.sparkSession, txn):
+        merge.whenNotMatchedInsertAll().execute()
+
+
+# Background queries run their micro-batches one at a time: together they then take
+# about one core at most, and the hot path keeps the other.
+_BACKGROUND_TURN = threading.Lock()
 
 
 def foreach_batch_stream(
@@ -145,20 +216,36 @@ def foreach_batch_stream(
     settings: ProcessorSettings,
     output_mode: str = "append",
     background: bool = False,
+    cache: bool = True,
 ) -> StreamingQuery:
     """Run ``write(batch_df, batch_id, query_id)`` for every micro-batch.
 
-    The batch is cached while ``write`` runs. The query id comes from the checkpoint,
-    so it is stable across restarts and makes a fine ``txnAppId``. ``background``
-    selects the slower trigger.
+    The query id comes from the checkpoint, so it is stable across restarts and
+    makes a fine ``txnAppId``.
+
+    Args:
+        df: The stream.
+        write: What to do with each micro-batch.
+        checkpoint: The query's checkpoint folder.
+        name: The query's name.
+        settings: Processor settings (the trigger).
+        output_mode: ``append``, ``update`` or ``complete``.
+        background: Off the hot path: the slower trigger, and micro-batches that wait
+            for their turn among the other background queries'.
+        cache: Cache the batch while ``write`` runs (for writes that read it more
+            than once).
     """
     qid = QueryId()
 
     def _run(batch: DataFrame, batch_id: int) -> None:
-        # Cached: every read of the batch (emptiness checks, several writes) must not
-        # run the streaming plan, stateful operators included, again.
-        with persisted(batch):
-            write(batch, batch_id, qid.get())
+        with _BACKGROUND_TURN if background else contextlib.nullcontext():
+            if not cache:
+                write(batch, batch_id, qid.get())
+                return
+            # Cached: every read of the batch (emptiness checks, several writes) must not
+            # run the streaming plan, stateful operators included, again.
+            with persisted(batch):
+                write(batch, batch_id, qid.get())
 
     writer = (
         df.writeStream.foreachBatch(_run)
@@ -169,6 +256,32 @@ def foreach_batch_stream(
     query = with_trigger(writer, settings, background).start()
     qid.set(query.id)
     return query
+
+
+def table_stream(
+    df: DataFrame,
+    path: str,
+    checkpoint: str,
+    name: str,
+    settings: ProcessorSettings,
+    output_mode: str = "append",
+    background: bool = False,
+) -> StreamingQuery:
+    """Write a stream to a Delta table, exactly once per micro-batch.
+
+    ``append`` adds each batch's rows, ``complete`` replaces the table with each
+    batch; both carry ``txnAppId``/``txnVersion``, so a replayed batch is skipped.
+    Unlike Delta's own streaming sink, the write runs in ``foreachBatch``, so a
+    background query takes its turn (see ``foreach_batch_stream``).
+    """
+    mode = "overwrite" if output_mode == "complete" else "append"
+
+    def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
+        idempotent_write(batch, path, query_id, batch_id, mode)
+
+    return foreach_batch_stream(
+        df, write, checkpoint, name, settings, output_mode, background, cache=False
+    )
 
 
 def merge_latest(df: DataFrame, path: str) -> None:

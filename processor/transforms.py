@@ -19,11 +19,21 @@ KAFKA_META = ("topic", "partition", "offset", "kafka_timestamp", "ingest_time")
 CONTRACT_COLUMNS = tuple(f.name for f in FIELDS)
 
 
-def to_bronze(kafka_df: DataFrame) -> DataFrame:
+def _ingest_time(stamped: bool) -> Column:
+    return (F.current_timestamp() if stamped else F.lit(None).cast("timestamp")).alias(
+        "ingest_time"
+    )
+
+
+def to_bronze(kafka_df: DataFrame, stamped: bool = True) -> DataFrame:
     """Keep the raw record and where it came from, plus the ingest time.
 
     Args:
         kafka_df: Rows of Spark's Kafka source (``key``, ``value``, ``topic`` ...).
+        stamped: False leaves ``ingest_time`` null for a later step to stamp
+            (``stamp_ingest``). The current time is a literal in generated code: in
+            the stage that parses JSON against the contract (a large class), it
+            would make Spark generate and compile that stage anew every micro-batch.
     """
     return kafka_df.select(
         # Invalid UTF-8 would poison string columns for every reader: replace it (U+FFFD).
@@ -33,15 +43,15 @@ def to_bronze(kafka_df: DataFrame) -> DataFrame:
         F.col("partition"),
         F.col("offset"),
         F.col("timestamp").alias("kafka_timestamp"),
-        F.current_timestamp().alias("ingest_time"),
+        _ingest_time(stamped),
     )
 
 
-def lines_to_bronze(lines: DataFrame) -> DataFrame:
+def lines_to_bronze(lines: DataFrame, stamped: bool = True) -> DataFrame:
     """Bronze rows from JSON-lines files (Spark's text source, with ``_metadata``).
 
     ``topic`` holds the file path and ``kafka_timestamp`` the file's modification
-    time; ``partition`` and ``offset`` are null.
+    time; ``partition`` and ``offset`` are null. ``stamped``: as in ``to_bronze``.
     """
     return lines.select(
         F.lit(None).cast("string").alias("key"),
@@ -50,7 +60,7 @@ def lines_to_bronze(lines: DataFrame) -> DataFrame:
         F.lit(None).cast("int").alias("partition"),
         F.lit(None).cast("long").alias("offset"),
         F.col("_metadata.file_modification_time").alias("kafka_timestamp"),
-        F.current_timestamp().alias("ingest_time"),
+        _ingest_time(stamped),
     )
 
 
@@ -217,26 +227,56 @@ def _seconds_between(later: Column, earlier: Column) -> Column:
     return (F.unix_micros(later) - F.unix_micros(earlier)) / F.lit(1e6)
 
 
-def with_audit(events: DataFrame) -> DataFrame:
-    """Add the processed time and the latencies between created, ingested and processed."""
-    processed = F.current_timestamp()
-    return events.withColumn("processed_time", processed).select(
-        "*",
-        _seconds_between(F.col("kafka_timestamp"), F.col("event_time")).alias("ingest_latency_s"),
-        _seconds_between(F.col("processed_time"), F.col("event_time")).alias("process_latency_s"),
+def stamp_ingest(rows: DataFrame, now: Column | None = None) -> DataFrame:
+    """Fill a null ``ingest_time`` (rows read straight from the source) with ``now``.
+
+    Args:
+        rows: Rows with an ``ingest_time`` column.
+        now: The time to stamp; default: the current time.
+    """
+    now = F.current_timestamp() if now is None else now
+    return rows.withColumn("ingest_time", F.coalesce(F.col("ingest_time"), now))
+
+
+def with_audit(events: DataFrame, now: Column | None = None) -> DataFrame:
+    """Stamp the ingest time if unset, add the processed time and the latencies between them.
+
+    Args:
+        events: Silver rows (``event_time``, ``kafka_timestamp``, ``ingest_time`` ...).
+        now: The processing time; default: the current time.
+    """
+    now = F.current_timestamp() if now is None else now
+    return (
+        stamp_ingest(events, now)
+        .withColumn("processed_time", now)
+        .select(
+            "*",
+            _seconds_between(F.col("kafka_timestamp"), F.col("event_time")).alias(
+                "ingest_latency_s"
+            ),
+            _seconds_between(F.col("processed_time"), F.col("event_time")).alias(
+                "process_latency_s"
+            ),
+        )
     )
 
 
 def device_minute_aggregates(silver: DataFrame, watermark: str) -> DataFrame:
-    """1-minute tumbling windows per device: count, min, avg and max of each metric.
+    """1-minute tumbling windows per device: events, then each metric's min, avg, max, count.
+
+    ``<metric>_count`` counts the readings that carried the metric, so that two
+    partial aggregates of the same window combine exactly (``combine_device_minutes``).
 
     Args:
         silver: Silver events (``event_time``, ``device_id``, metrics, dimension columns).
-        watermark: Event-time watermark delay, e.g. ``"2 minutes"``.
+        watermark: Event-time watermark delay, e.g. ``"2 minutes"`` (streams only).
     """
     aggs = {"events": F.count(F.lit(1))}
     for m in METRIC_NAMES:
-        aggs |= {f"{m}_min": F.min(m), f"{m}_avg": F.avg(m), f"{m}_max": F.max(m)}
+        aggs |= {
+            f"{m}_min": F.min(m), f"{m}_avg": F.avg(m), f"{m}_max": F.max(m),
+            f"{m}_count": F.count(m),
+        }  # fmt: skip
     aggs |= {"last_event_time": F.max("event_time"), "last_seq": F.max("seq")}
     return (
         silver.withWatermark("event_time", watermark)
@@ -251,6 +291,45 @@ def device_minute_aggregates(silver: DataFrame, watermark: str) -> DataFrame:
             *aggs,
         )
     )
+
+
+def combine_device_minutes(old: str = "t", new: str = "s") -> dict[str, Column]:
+    """How a stored 1-minute row absorbs a later partial row of the same device and window.
+
+    Counts add, minima and maxima keep the extreme, averages are weighted by their
+    counts: the result equals ``device_minute_aggregates`` over both rows' events.
+
+    Args:
+        old: Alias of the stored row (the MERGE target).
+        new: Alias of the partial row (the MERGE source).
+
+    Returns:
+        The value of every column that changes, for ``whenMatchedUpdate(set=...)``.
+    """
+
+    def o(c: str) -> Column:
+        return F.col(f"{old}.{c}")
+
+    def n(c: str) -> Column:
+        return F.col(f"{new}.{c}")
+
+    out = {"events": o("events") + n("events")}
+    for m in METRIC_NAMES:
+        count = o(f"{m}_count") + n(f"{m}_count")
+        total = F.coalesce(o(f"{m}_avg") * o(f"{m}_count"), F.lit(0.0)) + F.coalesce(
+            n(f"{m}_avg") * n(f"{m}_count"), F.lit(0.0)
+        )
+        out |= {
+            f"{m}_min": F.least(o(f"{m}_min"), n(f"{m}_min")),
+            f"{m}_avg": F.when(count > 0, total / count),
+            f"{m}_max": F.greatest(o(f"{m}_max"), n(f"{m}_max")),
+            f"{m}_count": count,
+        }
+    out |= {
+        "last_event_time": F.greatest(o("last_event_time"), n("last_event_time")),
+        "last_seq": F.greatest(o("last_seq"), n("last_seq")),
+    }
+    return out
 
 
 def site_type_sliding(silver: DataFrame, watermark: str, length: str, slide: str) -> DataFrame:

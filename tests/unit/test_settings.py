@@ -83,3 +83,28 @@ def test_boolean_flags_and_nested_lake_settings(clean_env):
     assert s.trigger == "available_now"
     assert s.lake.checkpoint("silver") == "/data/lake/_checkpoints/silver"
     assert s.lake.table("gold/device_1m") == "/data/lake/gold/device_1m"
+
+
+def test_queries_must_be_known_and_select_the_stages(clean_env):
+    from processor import pipeline
+    from processor.settings import QUERY_NAMES
+
+    assert set(pipeline.QUERIES) == set(QUERY_NAMES)
+    with pytest.raises(ValidationError, match="unknown queries: gold_device_1m"):
+        ProcessorSettings(queries="silver, gold_device_1m")
+
+    def names(settings: ProcessorSettings) -> list[list[str]]:
+        by_stage = {stage: name for name, stage in pipeline.QUERIES.items()}
+        return [[by_stage[s] for s in group] for group in pipeline.stages(settings)]
+
+    background = ["device_status", "gold_site_type_10m", "gold_device_sessions", "alerts",
+                  "fleet_summary"]  # fmt: skip
+    # Silver reads the source itself: the hot path starts first, bronze with the rest.
+    assert names(ProcessorSettings()) == [
+        ["silver"], ["bronze", *background], ["alert_recoveries"]
+    ]  # fmt: skip
+    # Silver reads bronze (asked for, or forced by the rate source): bronze comes first.
+    chained = [["bronze"], ["silver"], background, ["alert_recoveries"]]
+    assert names(ProcessorSettings(silver_input="bronze")) == chained
+    assert names(ProcessorSettings(source="rate")) == chained
+    assert names(ProcessorSettings(queries=" alerts,silver ")) == [["silver"], ["alerts"]]

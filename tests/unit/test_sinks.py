@@ -50,3 +50,75 @@ def test_merge_latest_keeps_the_newer_row_per_device(spark, tmp_path):
             Row(device_id="d3", last_event_time=t1, last_seq=1, status="online"),
         ],
     )
+
+
+def _silver(spark, rows):
+    """Silver-shaped rows (device, seconds after 00:00, seq, temperature, humidity)."""
+    from common.contract import METRIC_NAMES
+
+    schema = "event_time timestamp, device_id string, device_type string, site string, seq long, "
+    schema += ", ".join(f"{m} double" for m in METRIC_NAMES)
+    base = datetime(2026, 1, 1)
+    data = []
+    for device, secs, seq, temp, hum in rows:
+        metrics = {m: None for m in METRIC_NAMES} | {"temperature_c": temp, "humidity_pct": hum}
+        when = base.replace(minute=secs // 60, second=secs % 60)
+        data.append((when, device, "thermostat", "Oslo", seq, *metrics.values()))
+    return spark.createDataFrame(data, schema)
+
+
+def test_device_minutes_merged_batch_by_batch_equal_one_aggregation_once_each(spark, tmp_path):
+    from processor import transforms
+
+    path = str(tmp_path / "device_1m")
+    batch0 = _silver(spark, [("d1", 10, 1, 20.0, None), ("d1", 40, 2, 22.0, None),
+                             ("d2", 20, 1, 10.0, 50.0)])  # fmt: skip
+    batch1 = _silver(spark, [("d1", 65, 3, 30.0, None), ("d1", 50, 4, 18.0, None),
+                             ("d2", 30, 2, None, 70.0)])  # fmt: skip
+    sinks.ensure_table(spark, path, transforms.device_minute_aggregates(batch0, "1 minute"))
+
+    def add(batch, batch_id: int) -> None:
+        sinks.merge_batch(
+            transforms.device_minute_aggregates(batch, "1 minute"), path, ("device_id", "window_start"),
+            since="window_start", update=transforms.combine_device_minutes(), txn=("q", batch_id),
+        )  # fmt: skip
+
+    add(batch0, 0)
+    add(batch0, 0)  # a replayed batch: Delta skips the MERGE
+    add(batch1, 1)
+    assert _version(spark, path) == 2
+    gold = spark.read.format("delta").load(path)
+    t = datetime(2026, 1, 1)
+    cols = ["window_start", "device_id", "events", "temperature_c_min", "temperature_c_avg",
+            "temperature_c_max", "temperature_c_count", "humidity_pct_min", "humidity_pct_avg",
+            "humidity_pct_max", "humidity_pct_count", "last_event_time", "last_seq"]  # fmt: skip
+    expected = [
+        (t, "d1", 3, 18.0, 20.0, 22.0, 3, None, None, None, 0, t.replace(second=50), 4),
+        (t.replace(minute=1), "d1", 1, 30.0, 30.0, 30.0, 1, None, None, None, 0,
+         t.replace(minute=1, second=5), 3),
+        (t, "d2", 2, 10.0, 10.0, 10.0, 1, 50.0, 60.0, 70.0, 2, t.replace(second=30), 2),
+    ]  # fmt: skip
+    assertDataFrameEqual(
+        gold.select(*cols), [Row(**dict(zip(cols, r, strict=True))) for r in expected]
+    )
+    everything = transforms.device_minute_aggregates(batch0.unionByName(batch1), "1 minute")
+    assertDataFrameEqual(gold, everything.select(*gold.columns), rtol=1e-12)
+
+
+def test_concurrent_writes_inherit_the_callers_local_properties(spark):
+    import warnings
+
+    sc = spark.sparkContext
+    seen: list[str | None] = []
+    sc.setLocalProperty("spark.scheduler.pool", "hot")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            sinks.run_concurrently(
+                spark,
+                lambda: seen.append(sc.getLocalProperty("spark.scheduler.pool")),
+                lambda: seen.append(sc.getLocalProperty("spark.scheduler.pool")),
+            )
+    finally:
+        sc.setLocalProperty("spark.scheduler.pool", None)
+    assert seen == ["hot", "hot"]

@@ -141,17 +141,45 @@ def test_minute_windows_have_exact_boundaries_and_aggregates(spark):
         silver = silver.withColumn(metric, silver["temperature_c"] * 0 + None)
     out = transforms.device_minute_aggregates(silver, "1 minute").select(
         "device_id", "window_start", "window_end", "events", "temperature_c_min",
-        "temperature_c_avg", "temperature_c_max", "last_seq", "humidity_pct_avg",
+        "temperature_c_avg", "temperature_c_max", "temperature_c_count", "last_seq",
+        "humidity_pct_avg", "humidity_pct_count",
     )  # fmt: skip
     m = lambda minute: datetime(2026, 1, 1, 0, minute)  # noqa: E731
     assertDataFrameEqual(
         out,
         [
             Row(device_id="dev-1", window_start=m(0), window_end=m(1), events=2, temperature_c_min=10.0,
-                temperature_c_avg=15.0, temperature_c_max=20.0, last_seq=2, humidity_pct_avg=None),
+                temperature_c_avg=15.0, temperature_c_max=20.0, temperature_c_count=2, last_seq=2,
+                humidity_pct_avg=None, humidity_pct_count=0),
             Row(device_id="dev-1", window_start=m(1), window_end=m(2), events=1, temperature_c_min=30.0,
-                temperature_c_avg=30.0, temperature_c_max=30.0, last_seq=3, humidity_pct_avg=None),
+                temperature_c_avg=30.0, temperature_c_max=30.0, temperature_c_count=1, last_seq=3,
+                humidity_pct_avg=None, humidity_pct_count=0),
             Row(device_id="dev-2", window_start=m(0), window_end=m(1), events=1, temperature_c_min=5.0,
-                temperature_c_avg=5.0, temperature_c_max=5.0, last_seq=1, humidity_pct_avg=None),
+                temperature_c_avg=5.0, temperature_c_max=5.0, temperature_c_count=1, last_seq=1,
+                humidity_pct_avg=None, humidity_pct_count=0),
         ],
     )  # fmt: skip
+
+
+def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
+    from pyspark.sql import functions as F
+
+    rows = [(None, json.dumps(_event()).encode(), "t", 0, 0, datetime(2026, 1, 1, 0, 0, 11), 0)]
+    source = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
+    unstamped = transforms.to_bronze(source, stamped=False)
+    assert [r.ingest_time for r in unstamped.collect()] == [None]
+    parsed = transforms.parse_events(unstamped)
+    now = F.lit(datetime(2026, 1, 1, 0, 0, 14)).cast("timestamp")
+    audited = transforms.with_audit(parsed, now).select(
+        "ingest_time", "processed_time", "ingest_latency_s", "process_latency_s"
+    )
+    t = datetime(2026, 1, 1, 0, 0, 14)
+    # event_time 00:00:10, in Kafka at 00:00:11, processed at 00:00:14.
+    assertDataFrameEqual(
+        audited,
+        [Row(ingest_time=t, processed_time=t, ingest_latency_s=1.0, process_latency_s=4.0)],
+    )
+    # A row that bronze stamped keeps its own ingest time.
+    earlier = datetime(2026, 1, 1, 0, 0, 12)
+    stamped = parsed.withColumn("ingest_time", F.lit(earlier).cast("timestamp"))
+    assert [r.ingest_time for r in transforms.stamp_ingest(stamped, now).collect()] == [earlier]

@@ -52,7 +52,7 @@ class Run:
     quarantine: list[tuple[str, str | None, bytes, str]] = field(default_factory=list)
     processed: dict[int, float] = field(default_factory=dict)  # seq -> silver batch start
     metrics: list[tuple[str, float, int, int]] = field(default_factory=list)
-    commits: list[float] = field(default_factory=list)  # silver/events commit times
+    gold_commits: list[float] = field(default_factory=list)  # gold/device_1m MERGE times
     start_time: str | None = None
 
     def write(
@@ -129,14 +129,9 @@ def clean_run() -> Run:
     return Run(
         sends=sends,
         processed={1: 33.0, 2: 33.0, 3: 33.0, 4: 53.0, 5: 53.0},
-        # Silver batch 2 commits at 53.8 s but ends (status MERGE) at 55.2 s, after gold's
-        # batch at 55 s started: that gold batch holds it.
-        metrics=[
-            ("silver", 33.0, 1000, 6), ("silver", 53.0, 2200, 4),
-            ("gold_device_1m", 35.0, 500, 6), ("gold_device_1m", 54.5, 100, 0),
-            ("gold_device_1m", 55.0, 1000, 4),
-        ],
-        commits=[33.8, 53.8],
+        metrics=[("silver", 33.0, 1000, 6), ("silver", 53.0, 2200, 4)],
+        # The silver batch at 33 s adds its events to gold at 34.2 s; the one at 53 s at 54 s.
+        gold_commits=[34.2, 54.0],
     )  # fmt: skip
 
 
@@ -148,10 +143,10 @@ def run_verify(tmp_path: Path, run: Run, **kw) -> object:
 
 
 def frames(lake: Path, run: Run) -> LakeFrames:
-    """The tables as read, with silver's commit times those of the run (not the test's clock)."""
-    commits = pl.DataFrame({"committed": [at(t) for t in run.commits]},
+    """The tables as read, with gold's commit times those of the run (not the test's clock)."""
+    commits = pl.DataFrame({"committed": [at(t) for t in run.gold_commits]},
                            schema={"committed": pl.Datetime("us", "UTC")})  # fmt: skip
-    return replace(read_lake(str(lake)), silver_commits=commits)
+    return replace(read_lake(str(lake)), gold_commits=commits)
 
 
 def test_clean_run_passes_with_exact_latencies(tmp_path: Path) -> None:
@@ -167,23 +162,30 @@ def test_clean_run_passes_with_exact_latencies(tmp_path: Path) -> None:
     assert stages["bronze"]["p50"] == 1.0
     # silver: processed at 33 s (k = 1..3) or 53 s (k = 4, 5): 23, 13, 3, 13, 3 per device.
     assert stages["silver"] == {"count": 10, "p50": 13.0, "p95": 23.0, "p99": 23.0, "max": 23.0}
-    # gold: silver commit 33.8 s -> gold batch 35 s ends 35.5 s; 53.8 s -> (54.5 s has no
-    # input) 55 s ends 56 s: 25.5, 15.5, 5.5, 16, 6 per device.
-    assert stages["gold"] == {"count": 10, "p50": 15.5, "p95": 25.5, "p99": 25.5, "max": 25.5}
+    # gold: processed at 33 s -> gold commit 34.2 s; at 53 s -> 54 s: 24.2, 14.2, 4.2, 14, 4
+    # per device (nearest rank: p50 is the 5th of 10, p95 the 10th).
+    assert stages["gold"] == {"count": 10, "p50": 14.0, "p95": 24.2, "p99": 24.2, "max": 24.2}
     assert result.latency["not_in_gold"] == 0
 
 
-def test_without_silver_commits_the_batch_end_stands_in(tmp_path: Path) -> None:
+def test_events_after_the_last_gold_commit_are_not_in_gold(tmp_path: Path) -> None:
     run = clean_run()
-    run.commits = []
+    run.gold_commits = [34.2]
     result = run_verify(tmp_path, run)
-    # Batch 1 ends 34 s -> gold 35.5 s: 25.5, 15.5, 5.5; batch 2 ends 55.2 s, after the last
-    # gold batch with input started: not measured.
+    # Seq 4 and 5 (processed at 53 s) have no gold commit after them.
     assert result.latency["stages"]["gold"] == {
-        "count": 6, "p50": 15.5, "p95": 25.5, "p99": 25.5, "max": 25.5
+        "count": 6, "p50": 14.2, "p95": 24.2, "p99": 24.2, "max": 24.2
     }  # fmt: skip
     assert result.latency["not_in_gold"] == 4
-    assert "the end of its silver batch" in result.latency["note"]
+
+
+def test_without_gold_commits_gold_is_not_measured(tmp_path: Path) -> None:
+    run = clean_run()
+    run.gold_commits = []
+    result = run_verify(tmp_path, run)
+    assert result.latency["stages"]["gold"]["count"] == 0
+    assert result.latency["not_in_gold"] == 10
+    assert "not measured" in result.latency["note"]
 
 
 def test_one_lost_event_is_caught(tmp_path: Path) -> None:
@@ -250,9 +252,8 @@ def fault_run() -> Run:
             ("dev-00001", eid("dev-00001", 7), wrong, "wrong_type:seq"),
         ],
         processed={1: 33.0, 2: 33.0, 3: 53.0, 4: 53.0, 5: 53.0},
-        metrics=[("silver", 33.0, 1000, 6), ("silver", 53.0, 1000, 6),
-                 ("gold_device_1m", 35.0, 500, 6), ("gold_device_1m", 55.0, 1000, 4)],
-        commits=[33.9, 53.9],
+        metrics=[("silver", 33.0, 1000, 6), ("silver", 53.0, 1000, 6)],
+        gold_commits=[33.9, 53.9],
     )  # fmt: skip
     return run
 
@@ -327,7 +328,7 @@ def test_simulated_clock_runs_have_no_latency(tmp_path: Path) -> None:
 
 def test_cli_exit_codes_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     manifest, lake = clean_run().write(tmp_path / "clean")
-    assert read_lake(str(lake)).silver_commits.height == 1  # the test wrote silver once
+    assert read_lake(str(lake)).gold_commits.height == 0  # the test wrote no gold table
     out = tmp_path / "out"
     args = ["verify", "--manifest", str(manifest), "--lake-root", str(lake),
             "--watermark", "10 seconds", "--slack-s", "5", "--out", str(out)]  # fmt: skip
