@@ -405,10 +405,15 @@ def start_stage(
     hot = stage is start_silver or (stage is start_bronze and silver_reads_bronze(settings))
     sc = spark.sparkContext
     sc.setLocalProperty("spark.scheduler.pool", HOT_POOL if hot else BACKGROUND_POOL)
+    # A query copies the session's settings when it starts; a new checkpoint keeps the
+    # shuffle partitions (the state partitions) it starts with.
+    partitions = settings.shuffle_partitions if hot else settings.background_shuffle_partitions
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     try:
         return stage(spark, settings, tables)
     finally:
         sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+        spark.conf.set("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
 
 
 def run_available_now(spark: SparkSession, settings: ProcessorSettings) -> None:

@@ -102,6 +102,14 @@ class ProcessorSettings(Settings):
             "fixed when its checkpoint is created; about the cores in use"
         ),
     )
+    background_shuffle_partitions: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Shuffle (and state) partitions of the background queries: one keeps each of "
+            "their micro-batches to one core, leaving the other to the hot path"
+        ),
+    )
     fleet_size: int = Field(100, ge=1, description="Devices in the dimension (as the producer)")
     seed: int = Field(42, description="Fleet seed (as the producer)")
     driver_memory: str = Field("2g", description="spark.driver.memory (local mode)")
