@@ -24,9 +24,9 @@ What is checked, and how (``docs/loadtest.md`` has the long form):
   in the manifest's send order and in bronze's offset order: equal counts mean the
   broker and bronze kept the order the producer sent.
 * **Latency** (wall-clock runs only; injected late/out-of-order readings and skewed
-  clocks left out): ``event_time`` to ``kafka_timestamp`` (in the broker), to bronze's
-  ``ingest_time``, to silver's ``processed_time``, and to gold: the first
-  ``gold/device_1m`` MERGE commit at or after that ``processed_time`` (its Delta
+  clocks left out): ``event_time`` to ``kafka_timestamp`` (in the broker), to the
+  ``ingest_time`` of its bronze row, to silver's ``processed_time``, and to gold: the
+  first ``gold/device_1m`` MERGE commit at or after that ``processed_time`` (its Delta
   history). The silver micro-batch that appends an event also adds it to the
   1-minute windows, and ``processed_time`` is when that batch began: that commit is
   when gold showed it.
@@ -416,11 +416,14 @@ def check_latency(
     silver: pl.DataFrame,
     exclude: set[str],
     gold_commits: pl.DataFrame | None = None,
+    bronze: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Percentiles of event time to each stage (see the module docstring).
 
-    An event is in gold from the first ``gold/device_1m`` MERGE commit at or after
-    its ``processed_time``: the start of the silver batch that also added it to gold.
+    An event is in bronze at the ``ingest_time`` of its bronze row (matched by
+    partition and offset; without ``bronze``, silver's ``ingest_time`` stands in),
+    and in gold from the first ``gold/device_1m`` MERGE commit at or after its
+    ``processed_time``: the start of the silver batch that also added it to gold.
     """
     if not truth.wall_clock:
         return {"events": 0, "stages": {}, "note": "not measured: the run's event times were "
@@ -437,6 +440,13 @@ def check_latency(
     def secs(later: pl.Expr) -> pl.Expr:
         return (later - pl.col("event_time")).dt.total_microseconds() / 1e6
 
+    if bronze is not None:
+        # Silver may read the source itself, beside bronze: bronze's own stamp counts.
+        key = ["partition", "offset"]
+        stamps = bronze.select(*key, pl.col("ingest_time").alias("bronze_time")).unique(key)
+        rows = rows.with_columns(pl.col(key).cast(pl.Int64)).join(stamps, on=key, how="left")
+    else:
+        rows = rows.with_columns(pl.col("ingest_time").alias("bronze_time"))
     rows = rows.sort("processed_time")
     if gold_commits is None or gold_commits.is_empty():
         rows = rows.with_columns(pl.lit(None, dtype=UTC_US).alias("gold_time"))
@@ -454,7 +464,7 @@ def check_latency(
         )
     lat = rows.select(
         secs(pl.col("kafka_timestamp")).alias("kafka"),
-        secs(pl.col("ingest_time")).alias("bronze"),
+        secs(pl.col("bronze_time")).alias("bronze"),
         secs(pl.col("processed_time")).alias("silver"),
         secs(pl.col("gold_time")).alias("gold"),
     )
@@ -596,7 +606,9 @@ def verify(truth: Truth, lake: LakeFrames, cfg: VerifyConfig | None = None) -> V
         bronze.select("event_id", "lateness_s"),
         wm + slack,
     )
-    latency = check_latency(truth, silver, truth.fault_ids(*DELAYED_KINDS), lake.gold_commits)
+    latency = check_latency(
+        truth, silver, truth.fault_ids(*DELAYED_KINDS), lake.gold_commits, bronze
+    )
     in_manifest = silver.join(expected.select("event_id"), on="event_id", how="semi").height
     result_counts = {
         "acked": expected.height,

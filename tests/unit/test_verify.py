@@ -92,7 +92,9 @@ class Run:
                 continue  # the resend of a duplicate: silver deduplicates it
             row = {"event_id": eid(device, seq), "device_id": device, "seq": seq,
                    "event_time": at(t), "partition": p, "offset": off, "kafka_timestamp": at(kt),
-                   "ingest_time": at(kt + 0.9), "processed_time": at(self.processed[seq])}  # fmt: skip
+                   # Silver reads the source itself: its ingest time is its own batch's.
+                   "ingest_time": at(self.processed[seq]),
+                   "processed_time": at(self.processed[seq])}  # fmt: skip
             silver.append(row)
             if eid(device, seq) == duplicate:
                 silver.append(dict(row))
