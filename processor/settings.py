@@ -24,6 +24,11 @@ QUERY_NAMES = (
 )  # fmt: skip
 
 
+def _names(value: str) -> list[str]:
+    """The names in a comma-separated list, blanks left out."""
+    return [q.strip() for q in value.split(",") if q.strip()]
+
+
 class ProcessorSettings(Settings):
     """How the streaming job runs."""
 
@@ -120,7 +125,7 @@ class ProcessorSettings(Settings):
     @field_validator("queries")
     @classmethod
     def _known_queries(cls, value: str) -> str:
-        unknown = sorted({q.strip() for q in value.split(",") if q.strip()} - set(QUERY_NAMES))
+        unknown = sorted(set(_names(value)) - set(QUERY_NAMES))
         if unknown:
             raise ValueError(
                 f"unknown queries: {', '.join(unknown)}; choose from {', '.join(QUERY_NAMES)}"
@@ -129,5 +134,4 @@ class ProcessorSettings(Settings):
 
     def query_names(self) -> list[str]:
         """The queries to run: those named in ``queries``, else all."""
-        chosen = [q.strip() for q in self.queries.split(",") if q.strip()]
-        return chosen or list(QUERY_NAMES)
+        return _names(self.queries) or list(QUERY_NAMES)
