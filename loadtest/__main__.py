@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -22,6 +23,19 @@ def _verify(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --watermark: {exc}", file=sys.stderr)
         return 2
+    latency_from = None
+    if args.latency_from:
+        try:
+            latency_from = datetime.fromisoformat(args.latency_from)
+        except ValueError:
+            latency_from = None
+        if latency_from is None or latency_from.tzinfo is None:
+            print(
+                f"error: --latency-from: {args.latency_from!r} is not an ISO-8601 time with a "
+                "zone, e.g. 2026-03-01T12:00:00Z",
+                file=sys.stderr,
+            )
+            return 2
     root = args.lake_root or LakeSettings().root
     try:
         truth = read_truth(Path(args.manifest))
@@ -29,7 +43,7 @@ def _verify(args: argparse.Namespace) -> int:
     except LakeReadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    result = verify(truth, lake, VerifyConfig(watermark_s, args.slack_s, args.strict))
+    result = verify(truth, lake, VerifyConfig(watermark_s, args.slack_s, args.strict, latency_from))
     print(result.summary())
     if args.out:
         out = Path(args.out)
@@ -89,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     v.add_argument(
         "--strict", action="store_true", help="also fail on quarantine or sequence mismatches"
+    )
+    v.add_argument(
+        "--latency-from",
+        help="measure latency only for readings created at or after this ISO-8601 time "
+        "(e.g. the end of a warm-up); loss and duplicates still cover every reading",
     )
     v.add_argument("--out", help="folder for verify.json and verify.md")
     r = sub.add_parser(

@@ -183,6 +183,11 @@ def charts(producer: dict[str, Any], result: VerifyResult, criteria: Criteria) -
     return out
 
 
+def _warmup(settings: dict[str, Any]) -> str:
+    warmup = settings.get("warmup_s") or 0
+    return f" (after a {warmup:g} s warm-up, left out of the latency figures)" if warmup else ""
+
+
 def write_pages(
     out: Path,
     *,
@@ -216,7 +221,8 @@ def write_pages(
         f"# Load test: {'PASS' if passed else 'FAIL'}",
         "",
         f"Target: {report['target']}, {report['settings']['rate_profile']} at "
-        f"{report['settings']['rate']:,.0f} events/s for {report['settings']['duration_s']:g} s, "
+        f"{report['settings']['rate']:,.0f} events/s for {report['settings']['duration_s']:g} s"
+        f"{_warmup(report['settings'])}, "
         f"{report['settings']['fleet_size']} devices, scenario {report['settings']['scenario']}; "
         f"started {report['started_at']}.",
         "",

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -196,6 +196,14 @@ def gold_holds_silver(root: str) -> bool:
     return int(gold["events"].sum() or 0) == silver.height
 
 
+def measured_from(producer_report: dict[str, Any], warmup_s: float) -> datetime | None:
+    """Start of the measured window: the producer's start plus the warm-up (None: none)."""
+    if not warmup_s:
+        return None
+    started = datetime.fromisoformat(producer_report["started_at"])
+    return started + timedelta(seconds=warmup_s)
+
+
 def _wait(condition: Callable[[], bool], timeout_s: float, child: _Child) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -280,21 +288,22 @@ def run_loadtest(
         producer_env = env | {
             "IOT_PRODUCER_RATE": str(settings.rate),
             "IOT_PRODUCER_RATE_PROFILE": settings.rate_profile,
-            "IOT_PRODUCER_DURATION_S": str(settings.duration_s),
+            "IOT_PRODUCER_DURATION_S": str(settings.warmup_s + settings.duration_s),
             "IOT_PRODUCER_SCENARIO": settings.scenario,
             "IOT_PRODUCER_MANIFEST_PATH": str(manifest),
             "IOT_PRODUCER_REPORT_PATH": str(producer_report),
             "IOT_PRODUCER_PROGRESS_S": "10",
             **{f"IOT_PRODUCER_{k}": v for k, v in fleet.items()},
         }
+        warmup = f" after a {settings.warmup_s:g} s warm-up" if settings.warmup_s else ""
         say(
             f"producer: {settings.rate:,.0f} events/s ({settings.rate_profile}) for "
-            f"{settings.duration_s:g} s, {settings.fleet_size} devices, scenario "
+            f"{settings.duration_s:g} s{warmup}, {settings.fleet_size} devices, scenario "
             f"{settings.scenario} (log: {logs / 'producer.log'})"
         )
         producer = _Child("producer", ["-m", "producer"], producer_env, logs / "producer.log")
         try:
-            producer_code = producer.proc.wait(settings.duration_s + 180)
+            producer_code = producer.proc.wait(settings.warmup_s + settings.duration_s + 180)
         except subprocess.TimeoutExpired:
             producer.stop()
             raise LoadtestError(f"the producer did not finish; see {producer.log}") from None
@@ -340,7 +349,10 @@ def run_loadtest(
     result = verify(
         read_truth(manifest),
         read_lake(lake),
-        VerifyConfig(watermark_s=interval_seconds(settings.watermark)),
+        VerifyConfig(
+            watermark_s=interval_seconds(settings.watermark),
+            latency_from=measured_from(producer_data, settings.warmup_s),
+        ),
     )
     criteria = settings.criteria()
     checks = pages.evaluate(criteria, producer_data, result)

@@ -26,7 +26,16 @@ class LoadtestSettings(Settings):
     )
     rate: float = Field(2000.0, gt=0, description="Target events/s")
     rate_profile: str = Field("constant", description="The producer's rate profile")
-    duration_s: float = Field(120.0, gt=0, description="Seconds the producer sends")
+    duration_s: float = Field(
+        120.0, gt=0, description="Seconds the producer sends in the measured window"
+    )
+    warmup_s: float = Field(
+        60.0,
+        ge=0,
+        description="Seconds the producer sends at the target rate before the measured window "
+        "(JIT and the processor's first stateful batches); their readings count for loss and "
+        "duplicates, not for latency. The rate profile spans warm-up and window together",
+    )
     fleet_size: int = Field(100, ge=1, description="Simulated devices")
     seed: int = Field(42, description="Fleet and stream seed")
     scenario: Literal["clean", "realistic", "chaos"] = Field(

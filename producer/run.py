@@ -20,6 +20,10 @@ from producer.sources import Source
 
 MAX_LAG_S = 2.0  # behind the target by more than this much work: forgive the rest
 MAX_SLEEP_S = 0.05
+# At a set rate, send at most one batch per this many seconds of the target (or per
+# ``batch_size`` readings): a batch per reading costs a vectorized step each, and at
+# a few thousand readings/s that alone would keep a core busy.
+MIN_STEP_S = 0.01
 
 
 @dataclass
@@ -242,13 +246,16 @@ def run(
                 n = batch_size
             else:
                 due = cumulative(elapsed) - forgiven - c.sent
-                if due < 1.0:
+                r = profile.rate_at(elapsed)
+                step = min(max(1.0, r * MIN_STEP_S), batch_size)
+                if count is not None:
+                    step = max(1.0, min(step, count - source.generated))
+                if due < step:
                     sink.poll()
-                    r = profile.rate_at(elapsed)
-                    wait = (1.0 - due) / r if r > 0 else MAX_SLEEP_S
+                    wait = (step - due) / r if r > 0 else MAX_SLEEP_S
                     time.sleep(min(max(wait, 0.0002), MAX_SLEEP_S))
                     continue
-                lag_cap = max(profile.rate_at(elapsed) * MAX_LAG_S, batch_size)
+                lag_cap = max(r * MAX_LAG_S, batch_size)
                 if due > lag_cap:
                     forgiven += due - lag_cap
                     due = lag_cap

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import sys
 import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ from pydantic import SecretStr
 from common.settings import KafkaSettings
 from loadtest import svg
 from loadtest.report import Criteria, evaluate, summary, write_pages
-from loadtest.run import child_env, kafka_env
+from loadtest.run import child_env, kafka_env, measured_from
 from loadtest.settings import LoadtestSettings
 from loadtest.verify import VerifyResult
 
@@ -106,6 +107,20 @@ def test_pages_and_plots(tmp_path: Path) -> None:
     assert "[FAIL] lost             1  (criterion: <= 0)" in text
 
 
+def test_the_measured_window_starts_after_the_warm_up(tmp_path: Path) -> None:
+    producer = {"started_at": "2026-03-01T12:00:00.250000+00:00"}
+    assert measured_from(producer, 60.0) == datetime(2026, 3, 1, 12, 1, 0, 250000, tzinfo=UTC)
+    assert measured_from(producer, 0.0) is None
+    report = {"producer": PRODUCER, "target": "local", "started_at": "2026-03-01T12:00:00Z",
+              "settings": {"rate_profile": "constant", "rate": 2000.0, "duration_s": 120.0,
+                           "warmup_s": 60.0, "fleet_size": 100, "scenario": "clean"}}  # fmt: skip
+    write_pages(tmp_path, report=report, checks=evaluate(Criteria(), PRODUCER, result()),
+                result=result(), producer_summary="", criteria=Criteria())  # fmt: skip
+    assert "2,000 events/s for 120 s (after a 60 s warm-up, left out of the latency figures), " in (
+        (tmp_path / "report.md").read_text()
+    )
+
+
 def test_line_chart_scales_points_to_the_plot() -> None:
     out = svg.line_chart({"a": [0.0, 50.0, 100.0]}, title="t", x_label="x", y_label="y")
     points = ET.fromstring(out).find("{http://www.w3.org/2000/svg}polyline").get("points")
@@ -114,10 +129,10 @@ def test_line_chart_scales_points_to_the_plot() -> None:
 
 
 def test_settings_defaults_are_the_issue_criteria(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("IOT_LOADTEST_RATE", "IOT_LOADTEST_DURATION_S"):
+    for key in ("IOT_LOADTEST_RATE", "IOT_LOADTEST_DURATION_S", "IOT_LOADTEST_WARMUP_S"):
         monkeypatch.delenv(key, raising=False)
     s = LoadtestSettings(_env_file=None)
-    assert (s.rate, s.duration_s, s.target) == (2000.0, 120.0, "local")
+    assert (s.rate, s.duration_s, s.warmup_s, s.target) == (2000.0, 120.0, 60.0, "local")
     assert s.criteria() == Criteria(0.9, 15.0, "gold", 0, 0, 0)
     with pytest.raises(ValueError, match="cannot read the interval"):
         LoadtestSettings(_env_file=None, watermark="later")

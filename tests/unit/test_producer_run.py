@@ -217,3 +217,57 @@ def test_clean_defaults_send_exactly_what_generate_gives(capsysbinary):
         )
     ]
     assert capsysbinary.readouterr().out.splitlines() == want
+
+
+class _CountingSource:
+    """Readings as plain messages; remembers the size of every batch asked for."""
+
+    device_ids = ["dev-00000"]
+
+    def __init__(self) -> None:
+        self.generated = 0
+        self.batches: list[int] = []
+
+    def next_batch(self, n: int) -> list:
+        self.batches.append(n)
+        msgs = [(b"k", b"{}", 0, self.generated + i, "", None) for i in range(n)]
+        self.generated += n
+        return msgs
+
+    def drain(self) -> list:
+        return []
+
+
+class _NullSink:
+    def __init__(self) -> None:
+        self.acked, self.errors, self.latencies_s, self.failures = 0, Counter(), [], []
+
+    def send_batch(self, msgs) -> None:
+        self.acked += len(msgs)
+
+    def poll(self) -> None:
+        pass
+
+    def flush(self, timeout_s: float) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_set_rate_is_sent_in_batches_of_about_ten_milliseconds():
+    from producer.rate import parse_profile
+    from producer.run import run
+
+    source, sink = _CountingSource(), _NullSink()
+    report = run(source, sink, profile=parse_profile("constant", 2000.0), duration_s=1.0,
+                 show_progress=False, install_signal_handlers=False)  # fmt: skip
+    # 2,000 readings/s in steps of 10 ms: batches of about 20, not one reading per batch.
+    assert abs(report.sent - 2000) <= 40
+    assert len(source.batches) <= 110
+    assert sorted(source.batches)[len(source.batches) // 2] >= 19
+    # A count that is not a multiple of the step still ends exactly.
+    source = _CountingSource()
+    report = run(source, _NullSink(), profile=parse_profile("constant", 2000.0), count=1005,
+                 show_progress=False, install_signal_handlers=False)  # fmt: skip
+    assert report.readings == report.sent == 1005 and report.stopped_by == "count"

@@ -190,6 +190,20 @@ def test_without_gold_commits_gold_is_not_measured(tmp_path: Path) -> None:
     assert "not measured" in result.latency["note"]
 
 
+def test_latency_from_leaves_the_warm_up_out_of_latency_only(tmp_path: Path) -> None:
+    manifest, lake = clean_run().write(tmp_path)
+    cfg = VerifyConfig(watermark_s=10.0, slack_s=5.0, latency_from=at(30.0))
+    result = verify(read_truth(manifest), frames(lake, clean_run()), cfg)
+    assert result.ok and result.counts["acked"] == 10  # loss and duplicates: every reading
+    # Seq 3..5 (t = 30, 40, 50 s) per device. Silver: 33-30, 53-40, 53-50 = 3, 13, 3.
+    # Gold: 34.2-30, 54-40, 54-50 = 4.2, 14, 4; six values, nearest rank: p50 the 4th, p95 the 6th.
+    assert result.latency["events"] == 6
+    stages = result.latency["stages"]
+    assert stages["silver"] == {"count": 6, "p50": 3.0, "p95": 13.0, "p99": 13.0, "max": 13.0}
+    assert stages["gold"] == {"count": 6, "p50": 4.2, "p95": 14.0, "p99": 14.0, "max": 14.0}
+    assert "2026-03-01T12:00:30+00:00 (warm-up)" in result.latency["excluded"]
+
+
 def test_one_lost_event_is_caught(tmp_path: Path) -> None:
     lost = eid("dev-00001", 3)
     result = run_verify(tmp_path, clean_run(), lose=lost)
@@ -347,6 +361,14 @@ def test_cli_exit_codes_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[
         main(["verify", "--manifest", str(tmp_path / "none.jsonl"), "--lake-root", str(lake)]) == 2
     )
     assert "no manifest" in capsys.readouterr().err
+
+    manifest, lake = clean_run().write(tmp_path / "warm")
+    args = ["verify", "--manifest", str(manifest), "--lake-root", str(lake),
+            "--watermark", "10 seconds", "--slack-s", "5", "--out", str(out)]  # fmt: skip
+    assert main([*args, "--latency-from", at(30.0).strftime("%Y-%m-%dT%H:%M:%SZ")]) == 0
+    assert json.loads((out / "verify.json").read_text())["latency"]["events"] == 6
+    assert main([*args, "--latency-from", "2026-03-01T12:00:30"]) == 2
+    assert "is not an ISO-8601 time with a zone" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
