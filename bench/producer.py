@@ -8,9 +8,16 @@ second topic with the same client settings (acks=all, idempotence, linger.ms),
 then stops the broker. A warm-up round (not counted) warms the broker's JVM; then
 each side runs ``--rounds`` times and the best round counts.
 
+A third side measures the producer's ceiling on this machine: the same file sent by
+the producer's own ``KafkaSink`` (confluent-kafka) in ``--workers`` processes, with
+no simulation, faults or manifest. ``client_ratio`` is that against kcat (what the
+Python client can reach at all); ``share_of_client`` is the full-realism producer
+against it (what simulation, faults and the manifest cost).
+
 The last line printed is one JSON object::
 
-    {"events_per_s": ..., "kcat_events_per_s": ..., "ratio": ..., ...}
+    {"events_per_s": ..., "kcat_events_per_s": ..., "ratio": ...,
+     "client_events_per_s": ..., "client_ratio": ..., "share_of_client": ..., ...}
 
 Usage: ``python bench/producer.py [--count 1000000] [--workers 2] [--rounds 3]``
 (kcat: ``apt-get install kcat``).
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
 import shutil
 import subprocess
@@ -28,11 +36,14 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infra import broker  # noqa: E402
+
+BATCH = 4096  # messages per send_batch in the client baseline (the producer's default batch)
 
 
 def run_producer(bootstrap: str, topic: str, args: argparse.Namespace, work: Path) -> dict:
@@ -95,6 +106,66 @@ def run_kcat(bootstrap: str, topic: str, path: Path, args: argparse.Namespace) -
     return time.perf_counter() - t0
 
 
+def _client_worker(
+    bootstrap: str, topic: str, lines: list[bytes], linger_ms: int, ready: Any, go: Any, out: Any
+) -> None:
+    """One process of the client baseline: ``KafkaSink`` with pre-encoded messages."""
+    from common.kafka import librdkafka_config
+    from common.settings import KafkaSettings
+    from producer.sinks import KafkaSink
+
+    kafka = KafkaSettings(_env_file=None, bootstrap_servers=bootstrap, topic=topic, auth="none")
+    conf = librdkafka_config(kafka, "producer") | {"linger.ms": linger_ms}
+    sink = KafkaSink(conf, topic)
+    msgs = []
+    for line in lines:
+        key, _, value = line.partition(b"\t")
+        msgs.append((key, value, -1, 0, "", None))
+    ready.set()
+    go.wait()
+    t0 = time.perf_counter()
+    for at in range(0, len(msgs), BATCH):
+        sink.send_batch(msgs[at : at + BATCH])
+        sink.poll()
+    left = sink.flush(60)
+    out.put((sink.acked, time.perf_counter() - t0, left))
+    sink.close()
+
+
+def run_client(bootstrap: str, topic: str, path: Path, args: argparse.Namespace) -> float:
+    """The transport alone: the same file through ``KafkaSink`` in ``--workers`` processes.
+
+    No simulation, faults or manifest: what the producer's Kafka path costs in Python
+    (confluent-kafka), the ceiling of the producer on this machine. Returns events/s.
+    """
+    ctx = mp.get_context("spawn")
+    lines = path.read_bytes().splitlines()
+    go, out = ctx.Event(), ctx.Queue()
+    procs, readies = [], []
+    for w in range(args.workers):
+        ready = ctx.Event()
+        share = lines[w :: args.workers]
+        procs.append(ctx.Process(
+            target=_client_worker,
+            args=(bootstrap, topic, share, args.linger_ms, ready, go, out),
+        ))  # fmt: skip
+        readies.append(ready)
+    for p in procs:
+        p.start()
+    for ready in readies:
+        ready.wait(120)
+    t0 = time.perf_counter()
+    go.set()
+    results = [out.get(timeout=900) for _ in procs]
+    seconds = time.perf_counter() - t0
+    for p in procs:
+        p.join(30)
+    acked = sum(r[0] for r in results)
+    if acked != len(lines) or any(r[2] for r in results):
+        raise SystemExit(f"the client baseline delivered {acked:,} of {len(lines):,} messages")
+    return len(lines) / seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1_000_000, help="readings per round")
@@ -113,7 +184,7 @@ def main() -> None:
     info = broker.start(work / "broker", quiet=True)
     try:
         bootstrap = info.plaintext
-        ours, theirs = [], []
+        ours, theirs, client = [], [], []
         if args.warmup:  # warm the broker's JVM up; not counted
             warm = argparse.Namespace(**vars(args) | {"count": args.warmup})
             broker.ensure_topic(bootstrap, "bench-warmup", partitions=3)
@@ -125,6 +196,7 @@ def main() -> None:
             dump.unlink()
         for r in range(args.rounds):
             topic, kcat_topic = f"bench-producer-{r}", f"bench-kcat-{r}"
+            client_topic = f"bench-client-{r}"
             for t in (topic, kcat_topic):
                 broker.ensure_topic(bootstrap, t, partitions=3)
             report = run_producer(bootstrap, topic, args, work)
@@ -134,20 +206,26 @@ def main() -> None:
             lines = dump_topic(bootstrap, topic, report["acked"], dump)
             seconds = run_kcat(bootstrap, kcat_topic, dump, args)
             theirs.append(lines / seconds)
+            broker.ensure_topic(bootstrap, client_topic, partitions=3)
+            client.append(run_client(bootstrap, client_topic, dump, args))
             print(
                 f"round {r}: producer {report['acked']:,} acked in {report['duration_s']:.2f} s "
                 f"= {rate:,.0f}/s (p99 ack {report['ack_latency_ms'].get('p99')} ms); "
-                f"kcat {lines:,} in {seconds:.2f} s = {lines / seconds:,.0f}/s",
+                f"kcat {lines:,} in {seconds:.2f} s = {lines / seconds:,.0f}/s; "
+                f"client alone {client[-1]:,.0f}/s",
                 flush=True,
             )
             dump.unlink()
-        best, best_kcat = max(ours), max(theirs)
+        best, best_kcat, best_client = max(ours), max(theirs), max(client)
         print(
             json.dumps(
                 {
                     "events_per_s": round(best),
                     "kcat_events_per_s": round(best_kcat),
                     "ratio": round(best / best_kcat, 3),
+                    "client_events_per_s": round(best_client),
+                    "client_ratio": round(best_client / best_kcat, 3),
+                    "share_of_client": round(best / best_client, 3),
                     "count": args.count,
                     "workers": args.workers,
                     "scenario": "realistic",
