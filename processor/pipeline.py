@@ -129,18 +129,18 @@ def write_devices(spark: SparkSession, settings: ProcessorSettings, path: str) -
 def silver_frame(bronze: DataFrame, devices: DataFrame, watermark: str) -> DataFrame:
     """Bronze rows -> parsed, deduplicated, enriched rows, each with a ``reason``.
 
-    Valid events are deduplicated within the watermark and joined with the
-    device dimension; invalid ones pass through so the writer can quarantine them.
+    One pass over the source: every record is parsed once; valid events are
+    deduplicated within the watermark and joined with the device dimension, and
+    invalid ones go through the same steps under keys of their own, unchanged, so
+    the writer can quarantine them (``transforms.dedup_keys``).
     """
-    parsed = transforms.parse_events(bronze)
-    valid = transforms.enrich(
-        transforms.deduplicate(transforms.valid_events(parsed), watermark), devices
-    )
-    invalid = parsed.filter(parsed["reason"].isNotNull())
-    # Only rows bound for quarantine (here: unknown devices) keep their payload.
+    keyed = transforms.dedup_keys(transforms.parse_events(bronze))
+    deduped = transforms.deduplicate(keyed, watermark, key=transforms.DEDUP_KEY)
+    out = transforms.enrich(deduped, devices).drop(transforms.DEDUP_KEY)
+    # Only rows bound for quarantine keep their payload.
     for payload in ("raw", "value"):
-        valid = valid.withColumn(payload, F.when(F.col("reason").isNotNull(), F.col(payload)))
-    return valid.unionByName(invalid, allowMissingColumns=True)
+        out = out.withColumn(payload, F.when(F.col("reason").isNotNull(), F.col(payload)))
+    return out
 
 
 def silver_out(batch: DataFrame) -> DataFrame:

@@ -91,6 +91,7 @@ def rate_to_bronze(rate: DataFrame, fleet_size: int) -> DataFrame:
 
 
 CORRUPT = "_corrupt_record"
+DEDUP_KEY = "_dedup_key"
 # The contract's typed columns (all nullable: presence is checked, not assumed) plus
 # the column where Spark's permissive JSON parser flags a value it could not convert.
 _JSON_SCHEMA = StructType(
@@ -195,31 +196,57 @@ def invalid_events(parsed: DataFrame) -> DataFrame:
     )
 
 
-def deduplicate(events: DataFrame, watermark: str) -> DataFrame:
-    """Drop repeated ``event_id``s within the event-time watermark (bounded state).
+def dedup_keys(parsed: DataFrame) -> DataFrame:
+    """Key every row of ``parse_events`` for ``deduplicate``, valid or not, in one pass.
+
+    A valid event is keyed by its ``event_id``. An invalid record must reach the
+    quarantine whatever its content or lateness, so it is keyed by where it came
+    from (topic, partition, offset; a file source has no offsets, so the file and a
+    random UUID) and its ``event_time`` is nulled: Spark
+    neither drops a row with no event time as late nor keeps its key past the next
+    watermark, and the watermark follows the valid events alone. So the source is
+    read and parsed once, not once for silver and again for the quarantine.
+    """
+    valid = F.col("reason").isNull()
+    origin = F.concat_ws(
+        "\u0000",
+        F.lit("invalid"),
+        F.col("topic"),
+        F.col("partition").cast("string"),
+        F.col("offset").cast("string"),
+        F.when(F.col("offset").isNull(), F.expr("uuid()")),
+    )
+    return parsed.withColumns(
+        {
+            DEDUP_KEY: F.when(valid, F.col("event_id")).otherwise(origin),
+            "event_time": F.when(valid, F.col("event_time")),
+        }
+    )
+
+
+def deduplicate(events: DataFrame, watermark: str, key: str = "event_id") -> DataFrame:
+    """Drop repeated ``key``s within the event-time watermark (bounded state).
 
     On a static frame (tests, batch recomputation) every repeat is dropped, since
     ``dropDuplicatesWithinWatermark`` exists for streams only.
     """
     if not events.isStreaming:
-        return events.dropDuplicates(["event_id"])
-    return events.withWatermark("event_time", watermark).dropDuplicatesWithinWatermark(["event_id"])
+        return events.dropDuplicates([key])
+    return events.withWatermark("event_time", watermark).dropDuplicatesWithinWatermark([key])
 
 
 def enrich(events: DataFrame, devices: DataFrame) -> DataFrame:
-    """Join the device dimension; an unknown device gets ``reason='unknown_device'``.
+    """Join the device dimension; a valid event of an unknown device becomes ``unknown_device``.
 
     Args:
-        events: Valid, deduplicated events.
+        events: Deduplicated events; a row that already has a ``reason`` keeps it.
         devices: The device dimension (static; re-read by Spark every micro-batch).
     """
     dims = devices.withColumnRenamed("device_id", "_dim_device_id")
     joined = events.join(F.broadcast(dims), events["device_id"] == dims["_dim_device_id"], "left")
+    unknown = F.col("reason").isNull() & F.col("_dim_device_id").isNull()
     return joined.withColumn(
-        "reason",
-        F.when(F.col("_dim_device_id").isNull(), F.lit("unknown_device")).otherwise(
-            F.col("reason")
-        ),
+        "reason", F.when(unknown, F.lit("unknown_device")).otherwise(F.col("reason"))
     ).drop("_dim_device_id")
 
 

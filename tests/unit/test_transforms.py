@@ -106,17 +106,92 @@ def test_enrich_marks_unknown_devices(spark):
         [("dev-1", "thermostat")], "device_id string, device_type string"
     )
     events = spark.createDataFrame(
-        [("e1", "dev-1", None), ("e2", "dev-9", None)],
+        [("e1", "dev-1", None), ("e2", "dev-9", None), ("e3", "dev-9", "wrong_type:seq"),
+         ("e4", "dev-1", "unparsable")],
         "event_id string, device_id string, reason string",
-    )
+    )  # fmt: skip
     out = transforms.enrich(events, devices)
     assertDataFrameEqual(
         out.select("event_id", "device_type", "reason"),
         [
             Row(event_id="e1", device_type="thermostat", reason=None),
             Row(event_id="e2", device_type=None, reason="unknown_device"),
+            # An invalid record keeps its own reason.
+            Row(event_id="e3", device_type=None, reason="wrong_type:seq"),
+            Row(event_id="e4", device_type="thermostat", reason="unparsable"),
         ],
     )
+
+
+def test_dedup_keys_keep_every_invalid_record_and_one_copy_of_each_event(spark):
+    broken = '{"event_id": "e9", "seq": '
+    parsed = transforms.parse_events(
+        _bronze(spark, [json.dumps(_event(event_id="a")), json.dumps(_event(event_id="a")),
+                        broken, broken, json.dumps(_event(event_id="b", seq=0))])
+    )  # fmt: skip
+    keyed = transforms.dedup_keys(parsed)
+    out = transforms.deduplicate(keyed, "1 minute", key=transforms.DEDUP_KEY)
+    # Offsets 0..4 of topic "t", partition 0 (see _bronze); invalid rows lose their time.
+    assertDataFrameEqual(
+        out.select(transforms.DEDUP_KEY, "offset", "reason", "event_time"),
+        [
+            Row(_dedup_key="a", offset=0, reason=None, event_time=datetime(2026, 1, 1, 0, 0, 10)),
+            Row(_dedup_key="invalid\0t\x000\x002", offset=2, reason="unparsable", event_time=None),
+            Row(_dedup_key="invalid\0t\x000\x003", offset=3, reason="unparsable", event_time=None),
+            Row(_dedup_key="invalid\0t\x000\x004", offset=4, reason="out_of_range:seq",
+                event_time=None),
+        ],
+    )  # fmt: skip
+
+
+def test_one_streaming_pass_quarantines_late_and_repeated_bad_records(spark, tmp_path):
+    """Through a real stream (files, one per micro-batch): invalid records are neither
+    dropped as late nor deduplicated, while late and repeated valid events are."""
+    from processor.pipeline import silver_frame
+
+    land = tmp_path / "land"
+    land.mkdir()
+    batches = [
+        # Batch 0: the stream's clock reaches 00:10; the watermark (1 minute) follows,
+        # and from batch 2 on it drops late rows (a batch behind, as Spark does).
+        [json.dumps(_event(event_id="a", event_time="2026-01-01T00:10:00.000Z")), "{nope"],
+        [json.dumps(_event(event_id="b", event_time="2026-01-01T00:10:00.000Z"))],
+        # Batch 2: "a" again, a valid event 9 minutes late (dropped), and bad records
+        # from the same late time, one of them twice.
+        [json.dumps(_event(event_id="a", event_time="2026-01-01T00:10:00.000Z")),
+         json.dumps(_event(event_id="late", event_time="2026-01-01T00:01:00.000Z")),
+         json.dumps(_event(event_id="bad", seq=0, event_time="2026-01-01T00:01:00.000Z")),
+         "{nope", "{nope"],
+    ]  # fmt: skip
+    for i, lines in enumerate(batches):
+        (land / f"part-{i}.jsonl").write_text("\n".join(lines) + "\n")
+    devices = spark.createDataFrame(
+        [("dev-00000", "thermostat")], "device_id string, device_type string"
+    )
+    lines = (
+        spark.readStream.option("maxFilesPerTrigger", 1).text(str(land)).select("*", "_metadata")
+    )
+    frame = silver_frame(transforms.lines_to_bronze(lines), devices, "1 minute")
+    # One pass: the source appears once in the plan (a union of two branches read it twice).
+    assert frame._jdf.queryExecution().logical().toString().count("StreamingRelation") == 1
+    query = (
+        frame.select("event_id", "reason", "raw").writeStream.format("memory")
+        .queryName("one_pass").option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination(120)
+    rows = spark.table("one_pass").collect()
+    valid = sorted(r.event_id for r in rows if r.reason is None)
+    invalid = sorted((r.reason, r.raw) for r in rows if r.reason is not None)
+    assert valid == ["a", "b"]
+    assert invalid == [
+        ("out_of_range:seq", batches[2][2]), ("unparsable", "{nope"), ("unparsable", "{nope"),
+        ("unparsable", "{nope"),
+    ]  # fmt: skip
+    progress = query.recentProgress
+    assert [p["numInputRows"] for p in progress] == [2, 1, 5]
+    assert progress[-1]["stateOperators"][0]["numRowsDroppedByWatermark"] == 1
+    assert progress[-1]["eventTime"]["watermark"] == "2026-01-01T00:09:00.000Z"
 
 
 def test_minute_windows_have_exact_boundaries_and_aggregates(spark):
