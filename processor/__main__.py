@@ -47,7 +47,8 @@ def _run(settings: ProcessorSettings) -> int:
     if not stopping.is_set():
         print(
             f"[processor] running {', '.join(q.name for q in queries)}: hot path every "
-            f"{settings.trigger_interval}, background every "
+            f"{settings.trigger_interval}, bronze every {settings.bronze_trigger_interval}, "
+            "background every "
             f"{settings.background_trigger_interval}; lake at {settings.lake.root}",
             file=sys.stderr,
             flush=True,

@@ -21,8 +21,8 @@ The hot path is the silver query alone (``trigger_interval``): it reads the sour
 itself, beside bronze, and each micro-batch lands in silver and in the 1-minute
 gold windows together, so an event reaches gold in one micro-batch
 (``silver_input="bronze"`` reads bronze instead, e.g. to rebuild silver from
-bronze's history). Every other query, bronze included, runs on
-``background_trigger_interval``.
+bronze's history). Bronze runs on ``bronze_trigger_interval``, and every other
+query on ``background_trigger_interval``, taking turns.
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
         s.lake.checkpoint("bronze"),
         "bronze",
         s,
-        background=not silver_reads_bronze(s),
+        tier="hot" if silver_reads_bronze(s) else "bronze",
     )
 
 
@@ -290,7 +290,7 @@ def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
 
     name = "device_status"
     return sinks.foreach_batch_stream(
-        _silver(spark, t), write, s.lake.checkpoint(name), name, s, background=True
+        _silver(spark, t), write, s.lake.checkpoint(name), name, s, tier="background"
     )
 
 
@@ -306,7 +306,7 @@ def start_site_type_10m(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
 
     name = "gold_site_type_10m"
     return sinks.foreach_batch_stream(
-        df, write, s.lake.checkpoint(name), name, s, output_mode="update", background=True
+        df, write, s.lake.checkpoint(name), name, s, output_mode="update", tier="background"
     )
 
 
@@ -315,7 +315,7 @@ def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) 
     df = transforms.device_sessions(_silver(spark, t), s.watermark, s.session_gap)
     name = "gold_device_sessions"
     return sinks.table_stream(
-        df, t.device_sessions, s.lake.checkpoint(name), name, s, background=True
+        df, t.device_sessions, s.lake.checkpoint(name), name, s, tier="background"
     )
 
 
@@ -330,7 +330,7 @@ def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
         sinks.idempotent_append(cleared, t.alert_clears, f"{query_id}:clears", batch_id)
 
     return sinks.foreach_batch_stream(
-        transitions, write, s.lake.checkpoint("alerts"), "alerts", s, background=True
+        transitions, write, s.lake.checkpoint("alerts"), "alerts", s, tier="background"
     )
 
 
@@ -344,7 +344,7 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables)
     )
     name = "alert_recoveries"
     return sinks.table_stream(
-        df, t.alert_recoveries, s.lake.checkpoint(name), name, s, background=True
+        df, t.alert_recoveries, s.lake.checkpoint(name), name, s, tier="background"
     )
 
 
@@ -358,7 +358,7 @@ def start_fleet_summary(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
         name,
         s,
         output_mode="complete",
-        background=True,
+        tier="background",
     )
 
 

@@ -116,6 +116,9 @@ def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> S
         "spark.sql.codegen.cache.maxEntries": "2000",
         # Delta rebuilds its snapshot with 50 tasks by default: far too many on 2 cores.
         "spark.databricks.delta.snapshotPartitions": "2",
+        # Dictionary encoding is tried on every column of every file written, and the
+        # raw payloads (bronze) and ids are unique: a core's worth of work for nothing.
+        "spark.hadoop.parquet.enable.dictionary": "false",
     }
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -47,11 +47,18 @@ class ProcessorSettings(Settings):
         "1 second",
         description="Micro-batch interval of the hot path: silver, quarantine and gold/device_1m",
     )
+    bronze_trigger_interval: str = Field(
+        "10 seconds",
+        description=(
+            "Micro-batch interval of bronze (an append with no state: it does not wait "
+            "for the background queries' turns)"
+        ),
+    )
     background_trigger_interval: str = Field(
         "1 minute",
         description=(
-            "Micro-batch interval of every other query: bronze, device status, sliding "
-            "windows, sessions, alerts, recoveries, fleet summary"
+            "Micro-batch interval of every other query: device status, sliding windows, "
+            "sessions, alerts, recoveries, fleet summary"
         ),
     )
     silver_input: Literal["source", "bronze"] = Field(

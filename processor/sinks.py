@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Literal
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -21,21 +22,32 @@ from pyspark.util import inheritable_thread_target
 
 from processor.settings import ProcessorSettings
 
+Tier = Literal["hot", "bronze", "background"]
+
 
 def with_trigger(
-    writer: DataStreamWriter, settings: ProcessorSettings, background: bool = False
+    writer: DataStreamWriter, settings: ProcessorSettings, tier: Tier = "hot"
 ) -> DataStreamWriter:
-    """Apply the configured trigger: ``availableNow`` or a processing-time interval.
+    """Apply the configured trigger: ``availableNow`` or the tier's processing-time interval.
 
     Args:
         writer: The stream's writer.
         settings: Processor settings.
-        background: Use ``background_trigger_interval`` (queries off the hot path).
+        tier: ``hot`` (``trigger_interval``), ``bronze`` (``bronze_trigger_interval``) or
+            ``background`` (``background_trigger_interval``).
     """
     if settings.trigger == "available_now":
         return writer.trigger(availableNow=True)
-    interval = settings.background_trigger_interval if background else settings.trigger_interval
-    return writer.trigger(processingTime=interval)
+    return writer.trigger(processingTime=tier_interval(settings, tier))
+
+
+def tier_interval(settings: ProcessorSettings, tier: Tier) -> str:
+    """The processing-time trigger interval of a tier's queries."""
+    return {
+        "hot": settings.trigger_interval,
+        "bronze": settings.bronze_trigger_interval,
+        "background": settings.background_trigger_interval,
+    }[tier]
 
 
 class TableSchemaError(RuntimeError):
@@ -215,7 +227,7 @@ def foreach_batch_stream(
     name: str,
     settings: ProcessorSettings,
     output_mode: str = "append",
-    background: bool = False,
+    tier: Tier = "hot",
     cache: bool = True,
 ) -> StreamingQuery:
     """Run ``write(batch_df, batch_id, query_id)`` for every micro-batch.
@@ -230,15 +242,15 @@ def foreach_batch_stream(
         name: The query's name.
         settings: Processor settings (the trigger).
         output_mode: ``append``, ``update`` or ``complete``.
-        background: Off the hot path: the slower trigger, and micro-batches that wait
-            for their turn among the other background queries'.
+        tier: The trigger (see ``with_trigger``); ``background`` micro-batches also
+            wait for their turn among the other background queries'.
         cache: Cache the batch while ``write`` runs (for writes that read it more
             than once).
     """
     qid = QueryId()
 
     def _run(batch: DataFrame, batch_id: int) -> None:
-        with _BACKGROUND_TURN if background else contextlib.nullcontext():
+        with _BACKGROUND_TURN if tier == "background" else contextlib.nullcontext():
             if not cache:
                 write(batch, batch_id, qid.get())
                 return
@@ -253,7 +265,7 @@ def foreach_batch_stream(
         .option("checkpointLocation", checkpoint)
         .queryName(name)
     )
-    query = with_trigger(writer, settings, background).start()
+    query = with_trigger(writer, settings, tier).start()
     qid.set(query.id)
     return query
 
@@ -265,7 +277,7 @@ def table_stream(
     name: str,
     settings: ProcessorSettings,
     output_mode: str = "append",
-    background: bool = False,
+    tier: Tier = "hot",
 ) -> StreamingQuery:
     """Write a stream to a Delta table, exactly once per micro-batch.
 
@@ -280,7 +292,7 @@ def table_stream(
         idempotent_write(batch, path, query_id, batch_id, mode)
 
     return foreach_batch_stream(
-        df, write, checkpoint, name, settings, output_mode, background, cache=False
+        df, write, checkpoint, name, settings, output_mode, tier, cache=False
     )
 
 

@@ -108,3 +108,17 @@ def test_queries_must_be_known_and_select_the_stages(clean_env):
     assert names(ProcessorSettings(silver_input="bronze")) == chained
     assert names(ProcessorSettings(source="rate")) == chained
     assert names(ProcessorSettings(queries=" alerts,silver ")) == [["silver"], ["alerts"]]
+
+
+def test_each_tier_triggers_on_its_own_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    from processor.sinks import tier_interval
+
+    for key in list(os.environ):
+        if key.startswith("IOT_PROCESSOR_"):
+            monkeypatch.delenv(key)
+    s = ProcessorSettings(_env_file=None)
+    assert [tier_interval(s, t) for t in ("hot", "bronze", "background")] == [
+        "1 second", "10 seconds", "1 minute"
+    ]  # fmt: skip
+    monkeypatch.setenv("IOT_PROCESSOR_BRONZE_TRIGGER_INTERVAL", "3 seconds")
+    assert tier_interval(ProcessorSettings(_env_file=None), "bronze") == "3 seconds"
