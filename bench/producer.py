@@ -110,26 +110,32 @@ def _client_worker(
     bootstrap: str, topic: str, lines: list[bytes], linger_ms: int, ready: Any, go: Any, out: Any
 ) -> None:
     """One process of the client baseline: ``KafkaSink`` with pre-encoded messages."""
-    from common.kafka import librdkafka_config
-    from common.settings import KafkaSettings
-    from producer.sinks import KafkaSink
+    for key in [k for k in os.environ if k.startswith("IOT_")]:
+        del os.environ[key]  # the settings below, as the producer's side gets them
+    try:
+        from common.kafka import librdkafka_config
+        from common.settings import KafkaSettings
+        from producer.sinks import KafkaSink
 
-    kafka = KafkaSettings(_env_file=None, bootstrap_servers=bootstrap, topic=topic, auth="none")
-    conf = librdkafka_config(kafka, "producer") | {"linger.ms": linger_ms}
-    sink = KafkaSink(conf, topic)
-    msgs = []
-    for line in lines:
-        key, _, value = line.partition(b"\t")
-        msgs.append((key, value, -1, 0, "", None))
-    ready.set()
-    go.wait()
-    t0 = time.perf_counter()
-    for at in range(0, len(msgs), BATCH):
-        sink.send_batch(msgs[at : at + BATCH])
-        sink.poll()
-    left = sink.flush(60)
-    out.put((sink.acked, time.perf_counter() - t0, left))
-    sink.close()
+        kafka = KafkaSettings(_env_file=None, bootstrap_servers=bootstrap, topic=topic, auth="none")
+        conf = librdkafka_config(kafka, "producer") | {"linger.ms": linger_ms}
+        sink = KafkaSink(conf, topic)
+        msgs = []
+        for line in lines:
+            key, _, value = line.partition(b"\t")
+            msgs.append((key, value, -1, 0, "", None))
+        ready.set()
+        go.wait()
+        t0 = time.perf_counter()
+        for at in range(0, len(msgs), BATCH):
+            sink.send_batch(msgs[at : at + BATCH])
+            sink.poll()
+        left = sink.flush(60)
+        out.put((sink.acked, time.perf_counter() - t0, left))
+        sink.close()
+    except Exception as exc:  # the parent reports it rather than wait for a result
+        out.put(exc)
+        ready.set()
 
 
 def run_client(bootstrap: str, topic: str, path: Path, args: argparse.Namespace) -> float:
@@ -152,14 +158,19 @@ def run_client(bootstrap: str, topic: str, path: Path, args: argparse.Namespace)
         readies.append(ready)
     for p in procs:
         p.start()
-    for ready in readies:
-        ready.wait(120)
+    if not all(ready.wait(120) for ready in readies):
+        for p in procs:
+            p.kill()
+        raise SystemExit("the client baseline's workers did not start within 120 s")
     t0 = time.perf_counter()
     go.set()
     results = [out.get(timeout=900) for _ in procs]
     seconds = time.perf_counter() - t0
     for p in procs:
         p.join(30)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        raise SystemExit(f"the client baseline failed: {failed[0]!r}")
     acked = sum(r[0] for r in results)
     if acked != len(lines) or any(r[2] for r in results):
         raise SystemExit(f"the client baseline delivered {acked:,} of {len(lines):,} messages")

@@ -32,9 +32,9 @@ class LoadtestSettings(Settings):
     warmup_s: float = Field(
         60.0,
         ge=0,
-        description="Seconds the producer sends at the target rate before the measured window "
-        "(JIT and the processor's first stateful batches); their readings count for loss and "
-        "duplicates, not for latency. The rate profile spans warm-up and window together",
+        description="Seconds the producer sends before the measured window (JIT and the "
+        "processor's first stateful batches); their readings count for loss and duplicates, "
+        "not for latency. The rate profile spans warm-up and window together",
     )
     fleet_size: int = Field(100, ge=1, description="Simulated devices")
     seed: int = Field(42, description="Fleet and stream seed")

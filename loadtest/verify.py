@@ -444,6 +444,8 @@ def check_latency(
     )
     excluded = "injected late and out-of-order readings, clock-skewed devices"
     if since is not None:
+        if since.tzinfo is None:
+            raise ValueError(f"latency_from must be a UTC-aware time, got {since.isoformat()}")
         rows = rows.filter(pl.col("event_time") >= since)
         excluded += f", readings created before {since.isoformat()} (warm-up)"
     if rows.is_empty():

@@ -12,10 +12,17 @@ from pydantic import ValidationError
 
 from common.settings import add_settings_arguments, load_settings
 from processor.metrics import MetricsListener
-from processor.pipeline import Tables, maintain, run_available_now, start_all, write_devices
+from processor.pipeline import (
+    Tables,
+    maintain,
+    run_available_now,
+    silver_reads_bronze,
+    start_all,
+    write_devices,
+)
 from processor.session import ConnectorJarsMissingError, build_session
 from processor.settings import ProcessorSettings
-from processor.sinks import TableSchemaError
+from processor.sinks import CheckpointSourcesError, TableSchemaError
 
 
 def _run(settings: ProcessorSettings) -> int:
@@ -45,10 +52,14 @@ def _run(settings: ProcessorSettings) -> int:
         return 0
     queries = start_all(spark, settings, should_stop=stopping.is_set)
     if not stopping.is_set():
+        bronze_every = (
+            settings.trigger_interval
+            if silver_reads_bronze(settings)
+            else settings.bronze_trigger_interval
+        )
         print(
             f"[processor] running {', '.join(q.name for q in queries)}: hot path every "
-            f"{settings.trigger_interval}, bronze every {settings.bronze_trigger_interval}, "
-            "background every "
+            f"{settings.trigger_interval}, bronze every {bronze_every}, background every "
             f"{settings.background_trigger_interval}; lake at {settings.lake.root}",
             file=sys.stderr,
             flush=True,
@@ -97,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
             return 0
         return _run(settings)
-    except (ConnectorJarsMissingError, TableSchemaError) as exc:
+    except (ConnectorJarsMissingError, TableSchemaError, CheckpointSourcesError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

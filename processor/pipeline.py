@@ -21,8 +21,9 @@ The hot path is the silver query alone (``trigger_interval``): it reads the sour
 itself, beside bronze, and each micro-batch lands in silver and in the 1-minute
 gold windows together, so an event reaches gold in one micro-batch
 (``silver_input="bronze"`` reads bronze instead, e.g. to rebuild silver from
-bronze's history). Bronze runs on ``bronze_trigger_interval``, and every other
-query on ``background_trigger_interval``, taking turns.
+bronze's history; bronze is then the hot path). Bronze runs on
+``bronze_trigger_interval``, and every other query on ``background_trigger_interval``,
+taking turns.
 """
 
 from __future__ import annotations
@@ -250,6 +251,8 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     minute, added to ``gold/device_1m`` by a MERGE that Delta applies once per batch.
     """
     from_bronze = silver_reads_bronze(s)
+    # Silver read its source twice before it read it once: such a checkpoint cannot resume.
+    sinks.check_checkpoint_sources(s.lake.checkpoint("silver"), "silver", expected=1)
     raw = (
         sources.delta_stream(spark, t.bronze)
         if from_bronze

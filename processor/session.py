@@ -21,6 +21,8 @@ REQUIRED_JARS = (
 
 
 HOT_POOL, BACKGROUND_POOL = "hot", "background"
+# Columns whose values are (nearly) all distinct: written without a dictionary.
+UNIQUE_COLUMNS = ("value", "raw", "event_id")
 # Fair scheduling between the hot path and the rest: the hot pool's pending tasks get
 # the cores first (minShare), the background queries take what is left.
 _POOLS_XML = f"""<?xml version="1.0"?>
@@ -116,9 +118,10 @@ def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> S
         "spark.sql.codegen.cache.maxEntries": "2000",
         # Delta rebuilds its snapshot with 50 tasks by default: far too many on 2 cores.
         "spark.databricks.delta.snapshotPartitions": "2",
-        # Dictionary encoding is tried on every column of every file written, and the
-        # raw payloads (bronze) and ids are unique: a core's worth of work for nothing.
-        "spark.hadoop.parquet.enable.dictionary": "false",
+        # Parquet tries a dictionary for every column it writes; the raw payloads and the
+        # event ids are unique, so for them it is work for nothing (bronze took twice
+        # as long). Low-cardinality columns (devices, sites, status) keep theirs.
+        **{f"spark.hadoop.parquet.enable.dictionary#{c}": "false" for c in UNIQUE_COLUMNS},
     }
     for key, value in conf.items():
         builder = builder.config(key, value)

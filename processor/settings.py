@@ -51,7 +51,8 @@ class ProcessorSettings(Settings):
         "10 seconds",
         description=(
             "Micro-batch interval of bronze (an append with no state: it does not wait "
-            "for the background queries' turns)"
+            "for the background queries' turns); when silver reads bronze, bronze is the "
+            "hot path and uses trigger_interval"
         ),
     )
     background_trigger_interval: str = Field(

@@ -12,7 +12,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Literal
+from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -73,6 +75,45 @@ def ensure_table(spark: SparkSession, path: str, empty: DataFrame) -> None:
             f"(missing columns: {', '.join(missing) or 'none'}; unknown columns: "
             f"{', '.join(extra) or 'none'}; or another column order). Point "
             "IOT_LAKE_ROOT at a new folder, or delete the lake (tables and _checkpoints)."
+        )
+
+
+class CheckpointSourcesError(RuntimeError):
+    """A query's checkpoint was written by a plan with another number of sources."""
+
+
+def checkpoint_sources(checkpoint: str) -> int | None:
+    """How many sources the latest offsets of a local checkpoint record.
+
+    None when the checkpoint has no offsets yet, or is not on the local file system
+    (e.g. cloud storage under spark-submit: not checked).
+    """
+    parsed = urlparse(checkpoint)
+    if parsed.scheme not in ("", "file"):
+        return None
+    offsets = Path(parsed.path if parsed.scheme else checkpoint) / "offsets"
+    batches = [p for p in offsets.glob("*") if p.name.isdigit()] if offsets.is_dir() else []
+    if not batches:
+        return None
+    latest = max(batches, key=lambda p: int(p.name))
+    # "v1", the batch's metadata, then one line per source.
+    lines = [line for line in latest.read_text().splitlines() if line.strip()]
+    return max(0, len(lines) - 2)
+
+
+def check_checkpoint_sources(checkpoint: str, name: str, expected: int) -> None:
+    """Stop before Spark does, with what to do, when a checkpoint has other sources.
+
+    Raises:
+        CheckpointSourcesError: The checkpoint records another number of sources.
+    """
+    found = checkpoint_sources(checkpoint)
+    if found is not None and found != expected:
+        raise CheckpointSourcesError(
+            f"the {name} query's checkpoint at {checkpoint} was written by another version "
+            f"of the processor (it read {found} sources; this version reads {expected}), and "
+            "Spark cannot resume it. Point IOT_LAKE_ROOT at a new folder (replay the topic "
+            "from its earliest offsets), or delete the lake (tables and _checkpoints)."
         )
 
 

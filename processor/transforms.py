@@ -202,7 +202,8 @@ def dedup_keys(parsed: DataFrame) -> DataFrame:
     A valid event is keyed by its ``event_id``. An invalid record must reach the
     quarantine whatever its content or lateness, so it is keyed by where it came
     from (topic, partition, offset; a file source has no offsets, so the file and a
-    random UUID) and its ``event_time`` is nulled: Spark
+    UUID: Spark seeds ``uuid()`` once per query, so the file's path is what keeps keys
+    of different micro-batches apart) and its ``event_time`` is nulled: Spark
     neither drops a row with no event time as late nor keeps its key past the next
     watermark, and the watermark follows the valid events alone. So the source is
     read and parsed once, not once for silver and again for the quarantine.

@@ -4,7 +4,7 @@
    payloads, skewed clocks) processed with ``available_now``: verify passes and
    accounts for every injected fault; then one bronze row deleted and one silver
    row doubled with delta-rs, and verify catches each.
-2. ``python -m loadtest run`` for 20 s at 300 events/s through the broker's Event
+2. ``python -m loadtest run`` for 10 s of warm-up and 20 s at 300 events/s through the broker's Event
    Hubs-shaped SASL_SSL listener (``target=local_sasl``, the code path of a real
    Event Hubs): it passes, with the latency bound loosened for a shared machine.
 """

@@ -263,7 +263,7 @@ def test_a_set_rate_is_sent_in_batches_of_about_ten_milliseconds():
     report = run(source, sink, profile=parse_profile("constant", 2000.0), duration_s=1.0,
                  show_progress=False, install_signal_handlers=False)  # fmt: skip
     # 2,000 readings/s in steps of 10 ms: batches of about 20, not one reading per batch.
-    assert abs(report.sent - 2000) <= 40
+    assert abs(report.sent - 2000) <= 100
     assert len(source.batches) <= 110
     assert sorted(source.batches)[len(source.batches) // 2] >= 19
     # A count that is not a multiple of the step still ends exactly.

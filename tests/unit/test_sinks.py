@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
@@ -122,3 +123,37 @@ def test_concurrent_writes_inherit_the_callers_local_properties(spark):
     finally:
         sc.setLocalProperty("spark.scheduler.pool", None)
     assert seen == ["hot", "hot"]
+
+
+def test_a_checkpoint_with_another_number_of_sources_stops_with_what_to_do(tmp_path):
+    ckpt = tmp_path / "silver"
+    assert sinks.checkpoint_sources(str(ckpt)) is None  # nothing yet
+    (ckpt / "offsets").mkdir(parents=True)
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
+    (ckpt / "offsets" / "9").write_text(f'v1\n{meta}\n{{"t":{{"0":5}}}}\n')
+    # The latest batch counts (10 after 9, not as text), and an earlier version read twice.
+    (ckpt / "offsets" / "10").write_text(f'v1\n{meta}\n{{"t":{{"0":7}}}}\n{{"t":{{"0":7}}}}\n')
+    assert sinks.checkpoint_sources(str(ckpt)) == 2
+    assert sinks.checkpoint_sources(f"file://{ckpt}") == 2
+    assert sinks.checkpoint_sources("abfss://lake@acct.dfs.core.windows.net/silver") is None
+    with pytest.raises(
+        sinks.CheckpointSourcesError, match="it read 2 sources; this version reads 1"
+    ):
+        sinks.check_checkpoint_sources(str(ckpt), "silver", expected=1)
+    (ckpt / "offsets" / "11").write_text(f'v1\n{meta}\n{{"t":{{"0":9}}}}\n')
+    sinks.check_checkpoint_sources(str(ckpt), "silver", expected=1)
+
+
+def test_unique_columns_are_written_without_a_dictionary(spark, tmp_path):
+    import pyarrow.parquet as pq
+
+    rows = [(f"dev-{i % 3}", f"payload {i}".encode(), f"id-{i}") for i in range(200)]
+    frame = spark.createDataFrame(rows, "key string, value binary, event_id string")
+    frame.coalesce(1).write.format("delta").save(str(tmp_path / "t"))
+    (part,) = (tmp_path / "t").glob("*.parquet")
+    meta = pq.ParquetFile(part).metadata.row_group(0)
+    dictionary = {
+        meta.column(i).path_in_schema: any("DICTIONARY" in e for e in meta.column(i).encodings)
+        for i in range(3)
+    }
+    assert dictionary == {"key": True, "value": False, "event_id": False}
