@@ -285,10 +285,11 @@ def run_loadtest(
             )
         manifest = out / "manifest.jsonl"
         producer_report = out / "producer-report.json"
+        send_s = settings.warmup_s + settings.duration_s  # one profile over both
         producer_env = env | {
             "IOT_PRODUCER_RATE": str(settings.rate),
             "IOT_PRODUCER_RATE_PROFILE": settings.rate_profile,
-            "IOT_PRODUCER_DURATION_S": str(settings.warmup_s + settings.duration_s),
+            "IOT_PRODUCER_DURATION_S": str(send_s),
             "IOT_PRODUCER_SCENARIO": settings.scenario,
             "IOT_PRODUCER_MANIFEST_PATH": str(manifest),
             "IOT_PRODUCER_REPORT_PATH": str(producer_report),
@@ -303,7 +304,7 @@ def run_loadtest(
         )
         producer = _Child("producer", ["-m", "producer"], producer_env, logs / "producer.log")
         try:
-            producer_code = producer.proc.wait(settings.warmup_s + settings.duration_s + 180)
+            producer_code = producer.proc.wait(send_s + 180)
         except subprocess.TimeoutExpired:
             producer.stop()
             raise LoadtestError(f"the producer did not finish; see {producer.log}") from None

@@ -14,15 +14,15 @@ from common.settings import add_settings_arguments, load_settings
 from processor.metrics import MetricsListener
 from processor.pipeline import (
     Tables,
+    bronze_tier,
     maintain,
     run_available_now,
-    silver_reads_bronze,
     start_all,
     write_devices,
 )
 from processor.session import ConnectorJarsMissingError, build_session
 from processor.settings import ProcessorSettings
-from processor.sinks import CheckpointSourcesError, TableSchemaError
+from processor.sinks import CheckpointSourcesError, TableSchemaError, tier_interval
 
 
 def _run(settings: ProcessorSettings) -> int:
@@ -52,11 +52,7 @@ def _run(settings: ProcessorSettings) -> int:
         return 0
     queries = start_all(spark, settings, should_stop=stopping.is_set)
     if not stopping.is_set():
-        bronze_every = (
-            settings.trigger_interval
-            if silver_reads_bronze(settings)
-            else settings.bronze_trigger_interval
-        )
+        bronze_every = tier_interval(settings, bronze_tier(settings))
         print(
             f"[processor] running {', '.join(q.name for q in queries)}: hot path every "
             f"{settings.trigger_interval}, bronze every {bronze_every}, background every "

@@ -232,6 +232,11 @@ def silver_reads_bronze(settings: ProcessorSettings) -> bool:
     return settings.silver_input == "bronze" or settings.source == "rate"
 
 
+def bronze_tier(settings: ProcessorSettings) -> sinks.Tier:
+    """Bronze's trigger tier: the hot path when silver reads it, else its own."""
+    return "hot" if silver_reads_bronze(settings) else "bronze"
+
+
 def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Source -> bronze: the raw record and where it came from, appended."""
     return sinks.table_stream(
@@ -240,7 +245,7 @@ def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
         s.lake.checkpoint("bronze"),
         "bronze",
         s,
-        tier="hot" if silver_reads_bronze(s) else "bronze",
+        tier=bronze_tier(s),
     )
 
 
@@ -405,7 +410,7 @@ def start_stage(
 
     The query's thread, and so every job of its micro-batches, inherits the pool.
     """
-    hot = stage is start_silver or (stage is start_bronze and silver_reads_bronze(settings))
+    hot = stage is start_silver or (stage is start_bronze and bronze_tier(settings) == "hot")
     sc = spark.sparkContext
     sc.setLocalProperty("spark.scheduler.pool", HOT_POOL if hot else BACKGROUND_POOL)
     # A query copies the session's settings when it starts; a new checkpoint keeps the

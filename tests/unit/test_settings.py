@@ -120,5 +120,11 @@ def test_each_tier_triggers_on_its_own_interval(monkeypatch: pytest.MonkeyPatch)
     assert [tier_interval(s, t) for t in ("hot", "bronze", "background")] == [
         "1 second", "10 seconds", "1 minute"
     ]  # fmt: skip
+    from processor.pipeline import bronze_tier
+
+    # Bronze has its own tier, unless silver reads it: then it is the hot path.
+    assert bronze_tier(s) == "bronze"
+    assert bronze_tier(ProcessorSettings(_env_file=None, silver_input="bronze")) == "hot"
+    assert bronze_tier(ProcessorSettings(_env_file=None, source="rate")) == "hot"
     monkeypatch.setenv("IOT_PROCESSOR_BRONZE_TRIGGER_INTERVAL", "3 seconds")
     assert tier_interval(ProcessorSettings(_env_file=None), "bronze") == "3 seconds"
