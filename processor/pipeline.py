@@ -33,7 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import (
     BinaryType,
@@ -130,18 +129,17 @@ def write_devices(spark: SparkSession, settings: ProcessorSettings, path: str) -
 def silver_frame(bronze: DataFrame, devices: DataFrame, watermark: str) -> DataFrame:
     """Bronze rows -> parsed, deduplicated, enriched rows, each with a ``reason``.
 
-    One pass over the source: every record is parsed once; valid events are
-    deduplicated within the watermark and joined with the device dimension, and
-    invalid ones go through the same steps under keys of their own, unchanged, so
-    the writer can quarantine them (``transforms.dedup_keys``).
+    One pass over the source: every record is parsed once and checked against the
+    device dimension's ids; valid events are deduplicated within the watermark and
+    joined with the dimension, and invalid ones go through the same steps under keys
+    of their own, unchanged, so the writer can quarantine them
+    (``transforms.dedup_keys``). Valid rows drop their raw payload before the dedup's
+    shuffle: it would more than double the bytes shuffled, for nothing.
     """
-    keyed = transforms.dedup_keys(transforms.parse_events(bronze))
+    checked = transforms.flag_unknown_devices(transforms.parse_events(bronze), devices)
+    keyed = transforms.payloads_of_invalid(transforms.dedup_keys(checked))
     deduped = transforms.deduplicate(keyed, watermark, key=transforms.DEDUP_KEY)
-    out = transforms.enrich(deduped, devices).drop(transforms.DEDUP_KEY)
-    # Only rows bound for quarantine keep their payload.
-    for payload in ("raw", "value"):
-        out = out.withColumn(payload, F.when(F.col("reason").isNotNull(), F.col(payload)))
-    return out
+    return transforms.enrich(deduped, devices).drop(transforms.DEDUP_KEY)
 
 
 def silver_out(batch: DataFrame) -> DataFrame:
@@ -403,25 +401,62 @@ def stages(settings: ProcessorSettings) -> list[list[Stage]]:
     return [group for group in chosen if group]
 
 
+NO_DATA_BATCHES_CONF = "spark.sql.streaming.noDataMicroBatches.enabled"
+
+
+def stage_conf(stage: Stage, settings: ProcessorSettings) -> dict[str, str]:
+    """Session settings a query starts with (a query copies the session's when it starts).
+
+    * Shuffle partitions: a new checkpoint keeps the shuffle (state) partitions it
+      starts with; the hot path's, or the background queries' fewer.
+    * No-data micro-batches: after a batch moves the watermark, Spark runs one more
+      batch with no rows, to evict state and emit windows that closed. Silver's only
+      state is the dedup's keys, evicted as well by the next batch with rows, and it
+      emits nothing then: on a continuous trigger such a batch is a second batch (Delta
+      commits and all) for every one with rows, so silver runs none. The watermark a
+      batch moves is then first recorded by the next batch with rows: a restart in
+      between resumes a batch behind (it may let in a late event Spark would have
+      dropped, which then counts everywhere, gold included). ``available_now`` runs
+      keep them, so each run ends with its watermark recorded; so do the other
+      queries: they close windows.
+    """
+    hot = is_hot(stage, settings)
+    partitions = settings.shuffle_partitions if hot else settings.background_shuffle_partitions
+    conf = {"spark.sql.shuffle.partitions": str(partitions)}
+    if stage is start_silver and settings.trigger == "processing_time":
+        conf[NO_DATA_BATCHES_CONF] = "false"
+    return conf
+
+
+def is_hot(stage: Stage, settings: ProcessorSettings) -> bool:
+    """Whether a query is on the hot path (silver, and bronze when silver reads it)."""
+    return stage is start_silver or (stage is start_bronze and bronze_tier(settings) == "hot")
+
+
 def start_stage(
     spark: SparkSession, stage: Stage, settings: ProcessorSettings, tables: Tables
 ) -> StreamingQuery:
-    """Start one query in its scheduler pool: the hot path's, or the background one.
+    """Start one query in its scheduler pool, with its settings (``stage_conf``).
 
     The query's thread, and so every job of its micro-batches, inherits the pool.
     """
-    hot = stage is start_silver or (stage is start_bronze and bronze_tier(settings) == "hot")
     sc = spark.sparkContext
-    sc.setLocalProperty("spark.scheduler.pool", HOT_POOL if hot else BACKGROUND_POOL)
-    # A query copies the session's settings when it starts; a new checkpoint keeps the
-    # shuffle partitions (the state partitions) it starts with.
-    partitions = settings.shuffle_partitions if hot else settings.background_shuffle_partitions
-    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    sc.setLocalProperty(
+        "spark.scheduler.pool", HOT_POOL if is_hot(stage, settings) else BACKGROUND_POOL
+    )
+    conf = stage_conf(stage, settings)
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
     try:
         return stage(spark, settings, tables)
     finally:
         sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
-        spark.conf.set("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def run_available_now(spark: SparkSession, settings: ProcessorSettings) -> None:

@@ -7,6 +7,8 @@ function works the same on a static DataFrame and on a stream.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType, StructField, StructType
@@ -236,6 +238,27 @@ def deduplicate(events: DataFrame, watermark: str, key: str = "event_id") -> Dat
     return events.withWatermark("event_time", watermark).dropDuplicatesWithinWatermark([key])
 
 
+def _unknown_device(known_id: str) -> Column:
+    """``reason``, set to ``unknown_device`` for a valid event whose ``known_id`` is null."""
+    unknown = F.col("reason").isNull() & F.col(known_id).isNull()
+    return F.when(unknown, F.lit("unknown_device")).otherwise(F.col("reason"))
+
+
+def flag_unknown_devices(events: DataFrame, devices: DataFrame) -> DataFrame:
+    """Give a valid event of a device missing from the dimension the reason ``unknown_device``.
+
+    Only the dimension's ids are joined (a broadcast lookup), so this can run before
+    a shuffle without widening the rows; ``enrich`` adds the profile columns later.
+
+    Args:
+        events: Parsed events; a row that already has a ``reason`` keeps it.
+        devices: The device dimension (static; re-read by Spark every micro-batch).
+    """
+    known = devices.select(F.col("device_id").alias("_known_id"))
+    joined = events.join(F.broadcast(known), events["device_id"] == known["_known_id"], "left")
+    return joined.withColumn("reason", _unknown_device("_known_id")).drop("_known_id")
+
+
 def enrich(events: DataFrame, devices: DataFrame) -> DataFrame:
     """Join the device dimension; a valid event of an unknown device becomes ``unknown_device``.
 
@@ -245,10 +268,13 @@ def enrich(events: DataFrame, devices: DataFrame) -> DataFrame:
     """
     dims = devices.withColumnRenamed("device_id", "_dim_device_id")
     joined = events.join(F.broadcast(dims), events["device_id"] == dims["_dim_device_id"], "left")
-    unknown = F.col("reason").isNull() & F.col("_dim_device_id").isNull()
-    return joined.withColumn(
-        "reason", F.when(unknown, F.lit("unknown_device")).otherwise(F.col("reason"))
-    ).drop("_dim_device_id")
+    return joined.withColumn("reason", _unknown_device("_dim_device_id")).drop("_dim_device_id")
+
+
+def payloads_of_invalid(rows: DataFrame) -> DataFrame:
+    """Null the raw payload (``raw``, ``value``) of valid rows: only quarantine keeps it."""
+    invalid = F.col("reason").isNotNull()
+    return rows.withColumns({c: F.when(invalid, F.col(c)) for c in ("raw", "value")})
 
 
 def _seconds_between(later: Column, earlier: Column) -> Column:
@@ -266,26 +292,28 @@ def stamp_ingest(rows: DataFrame, now: Column | None = None) -> DataFrame:
     return rows.withColumn("ingest_time", F.coalesce(F.col("ingest_time"), now))
 
 
-def with_audit(events: DataFrame, now: Column | None = None) -> DataFrame:
+def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
     """Stamp the ingest time if unset, add the processed time and the latencies between them.
+
+    The processed time is joined in from a one-row frame (broadcast), not written as
+    ``current_timestamp()``: Spark inlines a time literal in the generated code, so
+    each micro-batch's write stage would be new code, compiled and then JIT-compiled
+    again (seconds of CPU a batch); joined in, the time is data and the code is reused.
 
     Args:
         events: Silver rows (``event_time``, ``kafka_timestamp``, ``ingest_time`` ...).
-        now: The processing time; default: the current time.
+        now: The processing time (UTC-aware); default: the current time.
     """
-    now = F.current_timestamp() if now is None else now
-    return (
-        stamp_ingest(events, now)
-        .withColumn("processed_time", now)
-        .select(
-            "*",
-            _seconds_between(F.col("kafka_timestamp"), F.col("event_time")).alias(
-                "ingest_latency_s"
-            ),
-            _seconds_between(F.col("processed_time"), F.col("event_time")).alias(
-                "process_latency_s"
-            ),
-        )
+    when = datetime.now(UTC) if now is None else now
+    if when.tzinfo is None:
+        raise ValueError("the processing time must be timezone-aware")
+    stamp = events.sparkSession.createDataFrame([(when,)], "processed_time timestamp")
+    processed = F.col("processed_time")
+    return stamp_ingest(events.crossJoin(F.broadcast(stamp)), processed).select(
+        *events.columns,
+        "processed_time",
+        _seconds_between(F.col("kafka_timestamp"), F.col("event_time")).alias("ingest_latency_s"),
+        _seconds_between(processed, F.col("event_time")).alias("process_latency_s"),
     )
 
 

@@ -144,6 +144,44 @@ def test_dedup_keys_keep_every_invalid_record_and_one_copy_of_each_event(spark):
     )  # fmt: skip
 
 
+def test_silver_frame_keeps_payloads_for_quarantine_only_and_flags_devices_before_dedup(spark):
+    from processor.pipeline import silver_frame
+
+    known = json.dumps(_event(event_id="k"))
+    stranger = json.dumps(_event(event_id="u", device_id="dev-99999"))
+    # A stranger's event sent twice: both copies are records to quarantine (keyed by
+    # offset), not one event and its repeat.
+    bronze = _bronze(spark, [known, known, stranger, stranger])
+    devices = spark.createDataFrame(
+        [("dev-00000", "thermostat")], "device_id string, device_type string"
+    )
+    out = silver_frame(bronze, devices, "1 minute")
+    assert transforms.DEDUP_KEY not in out.columns
+    assertDataFrameEqual(
+        out.select("event_id", "offset", "device_type", "reason", "raw", "value"),
+        [
+            Row(event_id="k", offset=0, device_type="thermostat", reason=None, raw=None,
+                value=None),
+            Row(event_id="u", offset=2, device_type=None, reason="unknown_device", raw=stranger,
+                value=stranger.encode()),
+            Row(event_id="u", offset=3, device_type=None, reason="unknown_device", raw=stranger,
+                value=stranger.encode()),
+        ],
+    )  # fmt: skip
+
+
+def test_valid_rows_reach_the_dedup_shuffle_without_their_payload(spark):
+    """The payload of valid rows is nulled below the dedup, so the shuffle does not carry it."""
+    from processor.pipeline import silver_frame
+
+    devices = spark.createDataFrame([("dev-00000",)], "device_id string")
+    frame = silver_frame(_bronze(spark, [json.dumps(_event())]), devices, "1 minute")
+    plan = frame._jdf.queryExecution().analyzed().toString()
+    below_dedup = plan[plan.index("Deduplicate") :]
+    assert "CASE WHEN isnotnull(reason" in below_dedup
+    assert below_dedup.index("CASE WHEN isnotnull(reason") < below_dedup.index("from_json")
+
+
 def test_one_streaming_pass_quarantines_late_and_repeated_bad_records(spark, tmp_path):
     """Through a real stream (files, one per micro-batch): invalid records are neither
     dropped as late nor deduplicated, while late and repeated valid events are."""
@@ -244,8 +282,7 @@ def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
     unstamped = transforms.to_bronze(source, stamped=False)
     assert [r.ingest_time for r in unstamped.collect()] == [None]
     parsed = transforms.parse_events(unstamped)
-    now = F.lit(datetime(2026, 1, 1, 0, 0, 14)).cast("timestamp")
-    audited = transforms.with_audit(parsed, now).select(
+    audited = transforms.with_audit(parsed, datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC)).select(
         "ingest_time", "processed_time", "ingest_latency_s", "process_latency_s"
     )
     t = datetime(2026, 1, 1, 0, 0, 14)
@@ -257,4 +294,25 @@ def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
     # A row that bronze stamped keeps its own ingest time.
     earlier = datetime(2026, 1, 1, 0, 0, 12)
     stamped = parsed.withColumn("ingest_time", F.lit(earlier).cast("timestamp"))
+    now = F.lit(datetime(2026, 1, 1, 0, 0, 14)).cast("timestamp")
     assert [r.ingest_time for r in transforms.stamp_ingest(stamped, now).collect()] == [earlier]
+    with pytest.raises(ValueError, match="timezone-aware"):
+        transforms.with_audit(parsed, datetime(2026, 1, 1))
+
+
+def _generated_code(df) -> list[str]:
+    """The Java source of every whole-stage-codegen subtree of ``df``'s plan."""
+    seq = df._jdf.queryExecution().debug().codegenToSeq()
+    return [seq.apply(i)._2() for i in range(seq.size())]
+
+
+def test_audit_columns_leave_the_generated_code_the_same_from_batch_to_batch(spark):
+    """A time inlined in the code would make every micro-batch compile its write stage anew."""
+    rows = [(None, json.dumps(_event()).encode(), "t", 0, 0, T0, 0)]
+    source = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
+    parsed = transforms.parse_events(transforms.to_bronze(source, stamped=False))
+    first = transforms.with_audit(parsed, datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC))
+    second = transforms.with_audit(parsed, datetime(2026, 1, 1, 0, 5, 0, tzinfo=UTC))
+    assert first.first().processed_time != second.first().processed_time
+    first_code, second_code = _generated_code(first), _generated_code(second)
+    assert first_code and first_code == second_code
