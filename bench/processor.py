@@ -194,12 +194,14 @@ def jit_compile_s(pid: int | None) -> float | None:
     """Seconds the JVM has spent in its JIT compilers so far (``jstat -compiler``), or None."""
     if pid is None or shutil.which("jstat") is None:
         return None
-    out = subprocess.run(["jstat", "-compiler", str(pid)], capture_output=True, text=True)
-    lines = out.stdout.split("\n")
-    if out.returncode != 0 or len(lines) < 2:
+    try:
+        out = subprocess.run(
+            ["jstat", "-compiler", str(pid)], capture_output=True, text=True, timeout=30
+        )
+        header, values = (line.split() for line in out.stdout.split("\n")[:2])
+        return float(values[header.index("Time")].replace(",", "."))
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
         return None
-    header, values = lines[0].split(), lines[1].split()
-    return float(values[header.index("Time")])
 
 
 def throughput(
@@ -379,6 +381,8 @@ def main() -> None:
         help="a processor setting for both runs, e.g. trigger_interval='2 seconds' (repeatable)",
     )  # fmt: skip
     args = ap.parse_args()
+    if args.warm_backlogs < 0:
+        ap.error("--warm-backlogs must be 0 or more")
     for item in args.setting:
         name, sep, value = item.partition("=")
         if not sep or not name:

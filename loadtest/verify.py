@@ -345,17 +345,18 @@ def check_sequence(truth: Truth, first_copies: pl.DataFrame) -> dict[str, Any]:
 
 
 def check_quarantine(
-    truth: Truth, quarantine: pl.DataFrame, silver_ids: set[str], late: pl.DataFrame, wm: float
+    truth: Truth, quarantine: pl.DataFrame, silver_ids: set[str]
 ) -> dict[str, Any]:
     """Malformed payloads the broker acknowledged against the quarantine's reasons.
+
+    Every malformed record must be there, however late: the processor keys invalid
+    records (an unknown device's included) by where they came from, with no event
+    time, so the watermark drops none of them.
 
     Args:
         truth: The manifest.
         quarantine: ``silver/quarantine`` rows.
         silver_ids: Event ids in silver (a malformed payload there was accepted).
-        late: Parsed bronze rows with ``event_id`` and ``lateness_s``.
-        wm: Watermark plus slack, in seconds (unknown devices pass the deduplication,
-            so the watermark may drop them).
     """
     q = quarantine.with_columns(
         pl.coalesce(pl.col("event_id"), _text(quarantine["raw"]).str.extract(_EVENT_ID_RE, 1))
@@ -368,12 +369,11 @@ def check_quarantine(
             anonymous[reason] = anonymous.get(reason, 0) + 1
         else:
             by_id.setdefault(qid, reason)
-    lateness = dict(zip(late["event_id"].to_list(), late["lateness_s"].to_list(), strict=True))
     by_reason: dict[str, dict[str, int]] = {}
     missing: list[dict[str, Any]] = []
     misclassified: list[dict[str, Any]] = []
     accepted: list[dict[str, Any]] = []
-    expected = quarantined = dropped = undelivered = 0
+    expected = quarantined = undelivered = 0
     for f in truth.malformed():
         reason = f["expected_reason"]
         if reason == NOT_DELIVERABLE_REASON or f.get("delivered") is False:
@@ -396,8 +396,6 @@ def check_quarantine(
             misclassified.append(info | {"reason": got})
         elif eid in silver_ids:
             accepted.append(info)
-        elif (lateness.get(eid) or 0.0) > wm:
-            dropped += 1
         else:
             missing.append(info)
     return {
@@ -407,7 +405,6 @@ def check_quarantine(
         "missing": len(missing),
         "misclassified": len(misclassified),
         "accepted_into_silver": len(accepted),
-        "dropped_by_watermark": dropped,
         "not_delivered": undelivered,
         "by_reason": by_reason,
         "rows_by_reason": dict(
@@ -613,13 +610,7 @@ def verify(truth: Truth, lake: LakeFrames, cfg: VerifyConfig | None = None) -> V
     }
     first_copies = first.select("device_id", "seq", "partition", "offset")
     sequence = check_sequence(truth, first_copies)
-    quarantine = check_quarantine(
-        truth,
-        lake.quarantine,
-        set(silver_ids["event_id"].to_list()),
-        bronze.select("event_id", "lateness_s"),
-        wm + slack,
-    )
+    quarantine = check_quarantine(truth, lake.quarantine, set(silver_ids["event_id"].to_list()))
     latency = check_latency(
         truth,
         silver,

@@ -413,12 +413,13 @@ def stage_conf(stage: Stage, settings: ProcessorSettings) -> dict[str, str]:
       batch with no rows, to evict state and emit windows that closed. Silver's only
       state is the dedup's keys, evicted as well by the next batch with rows, and it
       emits nothing then: on a continuous trigger such a batch is a second batch (Delta
-      commits and all) for every one with rows, so silver runs none. The watermark a
-      batch moves is then first recorded by the next batch with rows: a restart in
-      between resumes a batch behind (it may let in a late event Spark would have
-      dropped, which then counts everywhere, gold included). ``available_now`` runs
-      keep them, so each run ends with its watermark recorded; so do the other
-      queries: they close windows.
+      commits and all) for every one with rows, so silver runs none. Spark judges a
+      row late by the watermark before the latest (the latest only evicts); with no
+      empty batch between two batches with rows, the second judges by the one before
+      the first's move, so it may keep an event up to one batch's move later than it
+      would have (kept, it counts everywhere, gold included). ``available_now`` runs
+      keep them, so that the next run judges by the latest watermark; so do the
+      other queries: they close windows.
     """
     hot = is_hot(stage, settings)
     partitions = settings.shuffle_partitions if hot else settings.background_shuffle_partitions

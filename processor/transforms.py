@@ -301,9 +301,16 @@ def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
     again (seconds of CPU a batch); joined in, the time is data and the code is reused.
 
     Args:
-        events: Silver rows (``event_time``, ``kafka_timestamp``, ``ingest_time`` ...).
+        events: Silver rows of one micro-batch (``event_time``, ``kafka_timestamp``,
+            ``ingest_time`` ...); a static frame.
         now: The processing time (UTC-aware); default: the current time.
+
+    Raises:
+        ValueError: ``events`` is a stream, or ``now`` has no time zone.
     """
+    if events.isStreaming:
+        # The time is fixed when the plan is built: on a stream, every batch would get it.
+        raise ValueError("with_audit stamps a micro-batch (a static frame), not a stream")
     when = datetime.now(UTC) if now is None else now
     if when.tzinfo is None:
         raise ValueError("the processing time must be timezone-aware")

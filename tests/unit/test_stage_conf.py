@@ -29,7 +29,7 @@ def test_stage_conf_turns_no_data_batches_off_for_a_continuous_silver_alone(tmp_
     s = _settings(tmp_path, shuffle_partitions=2, background_shuffle_partitions=1)
     silver = pipeline.stage_conf(pipeline.start_silver, s)
     assert silver == {"spark.sql.shuffle.partitions": "2", pipeline.NO_DATA_BATCHES_CONF: "false"}
-    # An available_now run ends with a no-data batch, which records its watermark.
+    # An available_now run ends with a no-data batch: the next run judges by the latest watermark.
     once = _settings(tmp_path, shuffle_partitions=2, trigger="available_now")
     assert pipeline.stage_conf(pipeline.start_silver, once) == {"spark.sql.shuffle.partitions": "2"}
     # Queries that close windows keep Spark's no-data batches.

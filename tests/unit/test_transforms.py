@@ -298,6 +298,8 @@ def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
     assert [r.ingest_time for r in transforms.stamp_ingest(stamped, now).collect()] == [earlier]
     with pytest.raises(ValueError, match="timezone-aware"):
         transforms.with_audit(parsed, datetime(2026, 1, 1))
+    with pytest.raises(ValueError, match="not a stream"):
+        transforms.with_audit(spark.readStream.format("rate").load())
 
 
 def _generated_code(df) -> list[str]:
