@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +26,10 @@ MAX_SLEEP_S = 0.05
 # ``batch_size`` readings): a batch per reading costs a vectorized step each, and at
 # a few thousand readings/s that alone would keep a core busy.
 MIN_STEP_S = 0.01
+# While sending, a young-generation collection every this many container allocations
+# (CPython's default is 700): each batch makes a tuple and a dict per message, none
+# of them in a reference cycle, and scanning them was a tenth of the producer's CPU.
+GC_THRESHOLD = 50_000
 
 
 @dataclass
@@ -141,6 +147,29 @@ class StopFlag:
         return self.reason is not None
 
 
+@contextlib.contextmanager
+def quiet_gc(threshold: int = GC_THRESHOLD) -> Iterator[None]:
+    """Run the block with the cyclic garbage collector mostly out of the way.
+
+    Objects alive on entry (the fleet, the settings, imported modules) are moved out
+    of the collector's reach (``gc.freeze``), unless the process froze some itself,
+    and young collections run every ``threshold`` allocations instead of every 700.
+    Both are undone on exit. Collections still run: a reference cycle is collected
+    later, never leaked.
+    """
+    old = gc.get_threshold()
+    freeze = gc.get_freeze_count() == 0  # unfreeze() would also thaw someone else's
+    if freeze:
+        gc.freeze()
+    gc.set_threshold(threshold, old[1], old[2])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        if freeze:
+            gc.unfreeze()
+
+
 @dataclass
 class _Counters:
     sent: int = 0
@@ -218,6 +247,8 @@ def run(
         sink.send_batch(msgs)
         c.sent += len(msgs)
 
+    calm = contextlib.ExitStack()
+    calm.enter_context(quiet_gc())
     try:
         while True:
             now = time.monotonic()
@@ -283,6 +314,7 @@ def run(
         if undelivered:
             sink.abandon()
         sink.close()
+        calm.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     duration = time.monotonic() - t0

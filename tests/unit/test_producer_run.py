@@ -271,3 +271,40 @@ def test_a_set_rate_is_sent_in_batches_of_about_ten_milliseconds():
     report = run(source, _NullSink(), profile=parse_profile("constant", 2000.0), count=1005,
                  show_progress=False, install_signal_handlers=False)  # fmt: skip
     assert report.readings == report.sent == 1005 and report.stopped_by == "count"
+
+
+def test_the_send_loop_collects_garbage_rarely_and_restores_the_collector():
+    import gc
+
+    from producer.rate import parse_profile
+    from producer.run import GC_THRESHOLD, run
+
+    marker: list[int] = []  # a tracked container alive on entry
+    seen: list[tuple[tuple[int, int, int], bool]] = []
+
+    def frozen() -> bool:  # gc.get_objects() leaves out the permanent generation
+        return gc.is_tracked(marker) and not any(o is marker for o in gc.get_objects())
+
+    class _Watching(_CountingSource):
+        def next_batch(self, n: int) -> list:
+            seen.append((gc.get_threshold(), frozen()))
+            return super().next_batch(n)
+
+    def send(count: int) -> None:
+        run(_Watching(), _NullSink(), profile=parse_profile("constant", 0.0), count=count,
+            batch_size=1000, show_progress=False, install_signal_handlers=False)  # fmt: skip
+
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0 and not frozen()
+    send(3000)
+    assert seen == [((GC_THRESHOLD, before[1], before[2]), True)] * 3
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0 and not frozen()
+    # Objects someone else froze stay frozen after the loop; the threshold still changes.
+    gc.freeze()
+    try:
+        seen.clear()
+        send(2000)
+        assert seen == [((GC_THRESHOLD, before[1], before[2]), True)] * 2
+        assert gc.get_threshold() == before and frozen()
+    finally:
+        gc.unfreeze()
