@@ -177,6 +177,7 @@ class _Counters:
     per_second_acked: list[int] = field(default_factory=list)
 
 
+@quiet_gc()
 def run(
     source: Source,
     sink: Sink,
@@ -247,8 +248,6 @@ def run(
         sink.send_batch(msgs)
         c.sent += len(msgs)
 
-    calm = contextlib.ExitStack()
-    calm.enter_context(quiet_gc())
     try:
         while True:
             now = time.monotonic()
@@ -314,7 +313,6 @@ def run(
         if undelivered:
             sink.abandon()
         sink.close()
-        calm.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     duration = time.monotonic() - t0
