@@ -164,28 +164,39 @@ def warmed_up(log: Path, since: int = 0) -> bool:
     return all(f"[progress] {q} batch" in text for q in WARM_QUERIES if not chosen or q in chosen)
 
 
+def session_pids(session: int) -> list[int]:
+    """The live processes of a session."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) == session:
+                pids.append(int(entry.name))
+        except (ProcessLookupError, PermissionError):
+            continue
+    return pids
+
+
 def group_cpu_s(session: int) -> float:
     """CPU seconds (user + system) used so far by every live process of a session."""
     total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for pid in session_pids(session):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[3]) == session:  # field 6 of stat, counted after the name
-            total += int(fields[11]) + int(fields[12])
+        total += int(fields[11]) + int(fields[12])  # utime, stime: counted after the name
     return total / os.sysconf("SC_CLK_TCK")
 
 
 def java_pid(session: int) -> int | None:
     """The Spark JVM among a session's processes (the processor's driver)."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for pid in session_pids(session):
         try:
-            if b"SparkSubmit" not in cmdline.read_bytes():
-                continue
-            if os.getsid(int(cmdline.parent.name)) == session:
-                return int(cmdline.parent.name)
-        except (OSError, ProcessLookupError):
+            if b"SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
             continue
     return None
 
