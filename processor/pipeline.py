@@ -200,25 +200,19 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings, tables: Tabl
         sinks.ensure_table(spark, path, empty)
 
 
-def bronze_source(
-    spark: SparkSession, settings: ProcessorSettings, stamped: bool = True
-) -> DataFrame:
-    """The raw stream, shaped as bronze rows, from the configured source.
-
-    ``stamped=False`` leaves ``ingest_time`` null (see ``transforms.to_bronze``).
-    """
+def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
+    """The raw stream, shaped as bronze rows (``ingest_time`` null), from the configured source."""
     if settings.source == "files":
         if not settings.landing_dir:
             raise ValueError("source=files needs IOT_PROCESSOR_LANDING_DIR")
         return transforms.lines_to_bronze(
-            sources.lines_stream(spark, settings.landing_dir, settings.max_files_per_trigger),
-            stamped,
+            sources.lines_stream(spark, settings.landing_dir, settings.max_files_per_trigger)
         )
     if settings.source == "rate":
         return transforms.rate_to_bronze(
             sources.rate_stream(spark, settings.rate_rows_per_second), settings.fleet_size
         )
-    return transforms.to_bronze(sources.kafka_stream(spark, settings), stamped)
+    return transforms.to_bronze(sources.kafka_stream(spark, settings))
 
 
 def silver_reads_bronze(settings: ProcessorSettings) -> bool:
@@ -236,15 +230,16 @@ def bronze_tier(settings: ProcessorSettings) -> sinks.Tier:
 
 
 def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Source -> bronze: the raw record and where it came from, appended."""
-    return sinks.table_stream(
-        bronze_source(spark, s),
-        t.bronze,
-        s.lake.checkpoint("bronze"),
-        "bronze",
-        s,
-        tier=bronze_tier(s),
-    )
+    """Source -> bronze: the raw record and where it came from, stamped and appended."""
+
+    def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
+        sinks.idempotent_append(transforms.stamp_ingest(batch), t.bronze, query_id, batch_id)
+
+    name = "bronze"
+    return sinks.foreach_batch_stream(
+        bronze_source(spark, s), write, s.lake.checkpoint(name), name, s,
+        tier=bronze_tier(s), cache=False,
+    )  # fmt: skip
 
 
 def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
@@ -256,11 +251,7 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     from_bronze = silver_reads_bronze(s)
     # Silver read its source twice before it read it once: such a checkpoint cannot resume.
     sinks.check_checkpoint_sources(s.lake.checkpoint("silver"), "silver", expected=1)
-    raw = (
-        sources.delta_stream(spark, t.bronze)
-        if from_bronze
-        else bronze_source(spark, s, stamped=False)
-    )
+    raw = sources.delta_stream(spark, t.bronze) if from_bronze else bronze_source(spark, s)
     frame = silver_frame(raw, sources.delta_table(spark, t.devices), s.watermark)
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
@@ -292,11 +283,13 @@ def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
     """Silver -> the newest reading per device, upserted (MERGE keeps the newer row)."""
 
     def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
-        sinks.merge_latest(transforms.latest_status(batch), t.device_status)
+        # Cache the few rows per device, not the batch: a minute of silver is wide and long.
+        with sinks.persisted(transforms.latest_status(batch)) as latest:
+            sinks.merge_latest(latest, t.device_status)
 
     name = "device_status"
     return sinks.foreach_batch_stream(
-        _silver(spark, t), write, s.lake.checkpoint(name), name, s, tier="background"
+        _silver(spark, t), write, s.lake.checkpoint(name), name, s, tier="background", cache=False
     )
 
 

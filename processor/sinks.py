@@ -162,6 +162,18 @@ class QueryId:
         return self._id
 
 
+def has_rows(df: DataFrame) -> bool:
+    """Whether ``df`` has a row, without putting a LIMIT in its plan.
+
+    ``isEmpty()``, ``first()`` and ``head()`` run the plan under a LIMIT, and Spark
+    names each LIMIT's counter in the generated code from a process-wide sequence: every
+    such action is new code, compiled by Janino and then by the JIT, micro-batch after
+    micro-batch. The RDD's ``isEmpty`` looks for a first row partition by partition, as
+    a LIMIT would, on the plan's own generated code, which Spark has cached.
+    """
+    return not df._jdf.queryExecution().toRdd().isEmpty()
+
+
 def idempotent_write(
     df: DataFrame, path: str, app_id: str, batch_id: int, mode: str = "append"
 ) -> None:
@@ -176,7 +188,7 @@ def idempotent_write(
         batch_id: The micro-batch id.
         mode: ``append``, or ``overwrite`` to replace the table's rows.
     """
-    if df.isEmpty():
+    if not has_rows(df):
         return
     (
         df.write.format("delta")
@@ -243,11 +255,12 @@ def merge_batch(
     cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
     if since is not None:
         # Formatted and parsed back in the session's time zone: no Python conversion.
-        lowest = df.agg(F.date_format(F.min(since), "yyyy-MM-dd HH:mm:ss.SSSSSS")).first()[0]
+        # collect(), not first(): no LIMIT (see has_rows); a global aggregate is one row.
+        lowest = df.agg(F.date_format(F.min(since), "yyyy-MM-dd HH:mm:ss.SSSSSS")).collect()[0][0]
         if lowest is None:  # an empty batch
             return
         cond += f" AND t.`{since}` >= TIMESTAMP '{lowest}'"
-    elif df.isEmpty():
+    elif not has_rows(df):
         return
     target = DeltaTable.forPath(df.sparkSession, path)
     merge = target.alias("t").merge(df.alias("s"), cond)
@@ -339,7 +352,7 @@ def table_stream(
 
 def merge_latest(df: DataFrame, path: str) -> None:
     """Upsert one row per device, keeping whichever of old and new is newer."""
-    if df.isEmpty():
+    if not has_rows(df):
         return
     target = DeltaTable.forPath(df.sparkSession, path)
     newer = (

@@ -33,9 +33,13 @@ def delta_table(spark: SparkSession, path: str) -> DataFrame:
 
 
 def lines_stream(spark: SparkSession, landing_dir: str, max_files_per_trigger: int) -> DataFrame:
-    """New JSON-lines files in a landing folder, one row per line (parsed later, in silver)."""
+    """New JSON-lines files in a landing folder, one row per file (split into lines later).
+
+    Read whole, so that each line's index in its file can key it (``lines_to_bronze``).
+    """
     return (
         spark.readStream.format("text")
+        .option("wholetext", True)
         .option("maxFilesPerTrigger", max_files_per_trigger)
         .load(landing_dir)
         .select("value", "_metadata")

@@ -2,8 +2,8 @@
 
 Nothing here reads or writes: sources and sinks live in ``processor.sources``
 and ``processor.sinks``, and ``processor.pipeline`` wires them together. Every
-function works the same on a static DataFrame and on a stream, except
-``with_audit``, which stamps one micro-batch.
+function works the same on a static DataFrame and on a stream, except those that
+stamp the processing time (``with_time`` and its callers), which take one micro-batch.
 """
 
 from __future__ import annotations
@@ -22,21 +22,17 @@ KAFKA_META = ("topic", "partition", "offset", "kafka_timestamp", "ingest_time")
 CONTRACT_COLUMNS = tuple(f.name for f in FIELDS)
 
 
-def _ingest_time(stamped: bool) -> Column:
-    return (F.current_timestamp() if stamped else F.lit(None).cast("timestamp")).alias(
-        "ingest_time"
-    )
+# The ingest time is left null in the streaming plan and stamped on each micro-batch
+# (``stamp_ingest``): the current time is a constant in generated code (see ``with_time``).
+def _no_ingest_time() -> Column:
+    return F.lit(None).cast("timestamp").alias("ingest_time")
 
 
-def to_bronze(kafka_df: DataFrame, stamped: bool = True) -> DataFrame:
-    """Keep the raw record and where it came from, plus the ingest time.
+def to_bronze(kafka_df: DataFrame) -> DataFrame:
+    """Keep the raw record and where it came from; ``ingest_time`` is stamped per batch.
 
     Args:
         kafka_df: Rows of Spark's Kafka source (``key``, ``value``, ``topic`` ...).
-        stamped: False leaves ``ingest_time`` null for a later step to stamp
-            (``stamp_ingest``). The current time is a literal in generated code: in
-            the stage that parses JSON against the contract (a large class), it
-            would make Spark generate and compile that stage anew every micro-batch.
     """
     return kafka_df.select(
         # Invalid UTF-8 would poison string columns for every reader: replace it (U+FFFD).
@@ -46,31 +42,44 @@ def to_bronze(kafka_df: DataFrame, stamped: bool = True) -> DataFrame:
         F.col("partition"),
         F.col("offset"),
         F.col("timestamp").alias("kafka_timestamp"),
-        _ingest_time(stamped),
+        _no_ingest_time(),
     )
 
 
-def lines_to_bronze(lines: DataFrame, stamped: bool = True) -> DataFrame:
-    """Bronze rows from JSON-lines files (Spark's text source, with ``_metadata``).
+def lines_to_bronze(files: DataFrame) -> DataFrame:
+    """Bronze rows from JSON-lines files, one per line (Spark's text source read whole).
 
-    ``topic`` holds the file path and ``kafka_timestamp`` the file's modification
-    time; ``partition`` and ``offset`` are null. ``stamped``: as in ``to_bronze``.
+    ``topic`` holds the file path, ``offset`` the line's index in the file (from 0)
+    and ``kafka_timestamp`` the file's modification time; ``partition`` is null
+    (``ingest_time`` as in ``to_bronze``). A line ends with LF or CRLF; a blank line
+    is a (bad) record, the end of the file after a last newline is not.
+
+    Args:
+        files: One row per file: ``value`` (the whole text, as ``wholetext`` reads it)
+            and ``_metadata``.
     """
-    return lines.select(
+    # Split as Latin-1, where every byte is one character: a line keeps its exact bytes,
+    # valid UTF-8 or not (a split of the text itself would replace invalid ones).
+    text = F.decode(F.col("value").cast("binary"), "ISO-8859-1")
+    parts = F.split(text, r"\r?\n")
+    ends_in_newline = F.element_at(parts, -1) == ""
+    lines = F.when(ends_in_newline, F.slice(parts, 1, F.size(parts) - 1)).otherwise(parts)
+    return files.select(F.posexplode(lines).alias("offset", "line"), "_metadata").select(
         F.lit(None).cast("string").alias("key"),
-        F.col("value").cast("binary").alias("value"),
+        F.encode(F.col("line"), "ISO-8859-1").alias("value"),
         F.col("_metadata.file_path").alias("topic"),
         F.lit(None).cast("int").alias("partition"),
-        F.lit(None).cast("long").alias("offset"),
+        F.col("offset").cast("long").alias("offset"),
         F.col("_metadata.file_modification_time").alias("kafka_timestamp"),
-        _ingest_time(stamped),
+        _no_ingest_time(),
     )
 
 
 def rate_to_bronze(rate: DataFrame, fleet_size: int) -> DataFrame:
     """Bronze rows from Spark's rate source: synthetic thermostat-style events, for smoke runs.
 
-    Row ``n`` becomes device ``n % fleet_size`` with sequence ``n // fleet_size + 1``.
+    Row ``n`` becomes device ``n % fleet_size`` with sequence ``n // fleet_size + 1``
+    (``ingest_time`` as in ``to_bronze``).
     """
     device = F.format_string("dev-%05d", F.col("value") % fleet_size)
     event = F.struct(
@@ -89,7 +98,7 @@ def rate_to_bronze(rate: DataFrame, fleet_size: int) -> DataFrame:
         F.lit(0).alias("partition"),
         F.col("value").alias("offset"),
         F.col("timestamp").alias("kafka_timestamp"),
-        F.current_timestamp().alias("ingest_time"),
+        _no_ingest_time(),
     )
 
 
@@ -204,12 +213,12 @@ def dedup_keys(parsed: DataFrame) -> DataFrame:
 
     A valid event is keyed by its ``event_id``. An invalid record must reach the
     quarantine whatever its content or lateness, so it is keyed by where it came
-    from (topic, partition, offset; a file source has no offsets, so the file and a
-    UUID: Spark seeds ``uuid()`` once per query, so the file's path is what keeps keys
-    of different micro-batches apart) and its ``event_time`` is nulled: Spark
-    neither drops a row with no event time as late nor keeps its key past the next
-    watermark, and the watermark follows the valid events alone. So the source is
-    read and parsed once, not once for silver and again for the quarantine.
+    from (topic, partition, offset; for a file, its path and the line's index) and
+    its ``event_time`` is nulled: Spark neither drops a row with no event time as
+    late nor keeps its key past the next watermark, and the watermark follows the
+    valid events alone. So the source is read and parsed once, not once for silver
+    and again for the quarantine. The key is data, not random: a streaming plan gets
+    new random seeds every micro-batch, and a seed is a constant in generated code.
     """
     valid = F.col("reason").isNull()
     origin = F.concat_ws(
@@ -218,7 +227,6 @@ def dedup_keys(parsed: DataFrame) -> DataFrame:
         F.col("topic"),
         F.col("partition").cast("string"),
         F.col("offset").cast("string"),
-        F.when(F.col("offset").isNull(), F.expr("uuid()")),
     )
     return parsed.withColumns(
         {
@@ -282,25 +290,49 @@ def _seconds_between(later: Column, earlier: Column) -> Column:
     return (F.unix_micros(later) - F.unix_micros(earlier)) / F.lit(1e6)
 
 
-def stamp_ingest(rows: DataFrame, now: Column | None = None) -> DataFrame:
-    """Fill a null ``ingest_time`` (rows read straight from the source) with ``now``.
+def with_time(rows: DataFrame, name: str, now: datetime | None = None) -> DataFrame:
+    """Add column ``name`` holding the processing time ``now``, joined in as data.
+
+    The time comes from a one-row frame (broadcast), not from ``current_timestamp()``
+    or a literal: Spark writes those into the generated code as a constant, so every
+    micro-batch's stage would be new code, compiled by Janino and then by the JIT
+    again and again (a processor spent a third of its CPU so).
 
     Args:
-        rows: Rows with an ``ingest_time`` column.
-        now: The time to stamp; default: the current time.
+        rows: One micro-batch (a static frame).
+        name: The new column.
+        now: The time (UTC-aware); default: the current time.
+
+    Raises:
+        ValueError: ``rows`` is a stream, or ``now`` has no time zone.
     """
-    now = F.current_timestamp() if now is None else now
-    return rows.withColumn("ingest_time", F.coalesce(F.col("ingest_time"), now))
+    if rows.isStreaming:
+        # The time is fixed when the plan is built: on a stream, every batch would get it.
+        raise ValueError("the processing time is stamped on a micro-batch, not on a stream")
+    when = datetime.now(UTC) if now is None else now
+    if when.tzinfo is None:
+        raise ValueError("the processing time must be timezone-aware")
+    stamp = rows.sparkSession.createDataFrame([(when,)], f"`{name}` timestamp")
+    return rows.crossJoin(F.broadcast(stamp))
+
+
+def _ingest_filled(columns: list[str], now: Column) -> list[Column | str]:
+    """``columns``, with a null ``ingest_time`` filled with ``now``."""
+    return [F.coalesce("ingest_time", now).alias(c) if c == "ingest_time" else c for c in columns]
+
+
+def stamp_ingest(rows: DataFrame, now: datetime | None = None) -> DataFrame:
+    """Fill a null ``ingest_time`` (rows read straight from the source) with the time now.
+
+    Args:
+        rows: One micro-batch with an ``ingest_time`` column (a static frame).
+        now: The time to stamp (UTC-aware); default: the current time.
+    """
+    return with_time(rows, "_now", now).select(*_ingest_filled(rows.columns, F.col("_now")))
 
 
 def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
     """Stamp the ingest time if unset, add the processed time and the latencies between them.
-
-    The processed time is joined in from a one-row frame (broadcast), not written as
-    ``current_timestamp()``: Spark inlines a time literal in the generated code, so
-    each micro-batch's write stage would be new code, compiled and then JIT-compiled
-    again; joined in, the time is data and the code is reused (the bench could not
-    tell the saving from its run-to-run noise).
 
     Args:
         events: Silver rows of one micro-batch (``event_time``, ``kafka_timestamp``,
@@ -308,18 +340,12 @@ def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
         now: The processing time (UTC-aware); default: the current time.
 
     Raises:
-        ValueError: ``events`` is a stream, or ``now`` has no time zone.
+        ValueError: ``events`` is a stream, or ``now`` has no time zone (``with_time``).
     """
-    if events.isStreaming:
-        # The time is fixed when the plan is built: on a stream, every batch would get it.
-        raise ValueError("with_audit stamps a micro-batch (a static frame), not a stream")
-    when = datetime.now(UTC) if now is None else now
-    if when.tzinfo is None:
-        raise ValueError("the processing time must be timezone-aware")
-    stamp = events.sparkSession.createDataFrame([(when,)], "processed_time timestamp")
     processed = F.col("processed_time")
-    return stamp_ingest(events.crossJoin(F.broadcast(stamp)), processed).select(
-        *events.columns,
+    timed = with_time(events, "processed_time", now)
+    return timed.select(
+        *_ingest_filled(events.columns, processed),
         "processed_time",
         _seconds_between(F.col("kafka_timestamp"), F.col("event_time")).alias("ingest_latency_s"),
         _seconds_between(processed, F.col("event_time")).alias("process_latency_s"),
@@ -456,15 +482,20 @@ def device_sessions(silver: DataFrame, watermark: str, gap: str) -> DataFrame:
     )
 
 
-def latest_status(silver: DataFrame) -> DataFrame:
-    """The newest reading per device in a (static) batch: the row to upsert into device_status."""
+def latest_status(silver: DataFrame, now: datetime | None = None) -> DataFrame:
+    """The newest reading per device in a batch: the row to upsert into device_status.
+
+    Args:
+        silver: Silver rows of one micro-batch (a static frame).
+        now: ``updated_time`` (UTC-aware); default: the current time (``with_time``).
+    """
     from pyspark.sql.window import Window
 
     newest = Window.partitionBy("device_id").orderBy(
         F.col("event_time").desc(), F.col("seq").desc()
     )
     return (
-        silver.withColumn("_rank", F.row_number().over(newest))
+        with_time(silver.withColumn("_rank", F.row_number().over(newest)), "updated_time", now)
         .filter(F.col("_rank") == 1)
         .select(
             "device_id",
@@ -477,7 +508,7 @@ def latest_status(silver: DataFrame) -> DataFrame:
             "battery_pct",
             F.col("event_time").alias("last_event_time"),
             F.col("seq").alias("last_seq"),
-            F.current_timestamp().alias("updated_time"),
+            "updated_time",
         )  # fmt: skip
     )
 
@@ -576,11 +607,17 @@ def detect_alerts(silver: DataFrame, config: DetectorConfig | None = None) -> Da
     )
 
 
-def raised_alerts(transitions: DataFrame) -> DataFrame:
-    """The ``raised`` transitions, shaped for ``gold/alerts``."""
-    return transitions.filter(F.col("transition") == "raised").select(
+def raised_alerts(transitions: DataFrame, now: datetime | None = None) -> DataFrame:
+    """The ``raised`` transitions of one micro-batch, shaped for ``gold/alerts``.
+
+    Args:
+        transitions: One micro-batch of ``detect_alerts`` (a static frame).
+        now: ``detected_time`` (UTC-aware); default: the current time (``with_time``).
+    """
+    raised = transitions.filter(F.col("transition") == "raised")
+    return with_time(raised, "detected_time", now).select(
         "alert_id", "device_id", "device_type", "site", "metric", "kind", "value",
-        "threshold", "zscore", "event_time", F.current_timestamp().alias("detected_time"),
+        "threshold", "zscore", "event_time", "detected_time",
     )  # fmt: skip
 
 

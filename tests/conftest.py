@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,3 +38,14 @@ def spark(lake_root: Path) -> Iterator[object]:
     session = build_session(settings, app_name="iot-pulse-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def compilations(spark: object) -> Callable[[], int]:
+    """How many classes Spark's code generator has compiled (Janino) in this JVM so far.
+
+    A plan whose generated code is in Spark's cache compiles nothing: run a per-batch
+    step twice, for two batches, and the second run must not add to this count.
+    """
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[attr-defined]
+    return lambda: int(metrics.METRIC_COMPILATION_TIME().getCount())

@@ -157,3 +157,25 @@ def test_unique_columns_are_written_without_a_dictionary(spark, tmp_path):
         for i in range(3)
     }
     assert dictionary == {"key": True, "value": False, "event_id": False}
+
+
+def test_has_rows_answers_without_new_generated_code_per_batch(spark, compilations):
+    """isEmpty() puts a LIMIT in the plan, whose counter gets a new name each time."""
+    from pyspark.sql import functions as F
+
+    def batch(values: list[int]):
+        # A cached micro-batch with a broadcast join, as silver's rows (with_audit) are.
+        rows = spark.createDataFrame([(v,) for v in values], "v long").persist()
+        one = spark.createDataFrame([(len(values),)], "n long")
+        return rows.filter(F.col("v") > 1).crossJoin(F.broadcast(one)).select("v", "n")
+
+    assert sinks.has_rows(batch([1, 2])) is True
+    assert sinks.has_rows(batch([1])) is False
+    before = compilations()
+    assert sinks.has_rows(batch([3, 4])) is True
+    assert sinks.has_rows(batch([0])) is False
+    assert compilations() == before
+    batch([1, 2]).isEmpty()
+    before = compilations()
+    batch([3, 4]).isEmpty()
+    assert compilations() > before  # the control: a LIMIT is new code every time

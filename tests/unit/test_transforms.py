@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from processor import transforms
+from processor import sources, transforms
 from processor.pipeline import KAFKA_SOURCE_SCHEMA
 
 T0 = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
@@ -182,6 +182,23 @@ def test_valid_rows_reach_the_dedup_shuffle_without_their_payload(spark):
     assert below_dedup.index("CASE WHEN isnotnull(reason") < below_dedup.index("from_json")
 
 
+def test_lines_to_bronze_gives_each_line_its_exact_bytes_and_index(spark, tmp_path):
+    """LF and CRLF ends, a blank line, invalid UTF-8 and no newline at the very end."""
+    path = tmp_path / "part-0.jsonl"
+    path.write_bytes(b'{"a": 1}\r\n\n\xff\xfe bad\n{"b": 2}')
+    files = spark.read.text(str(path), wholetext=True).select("value", "_metadata")
+    rows = transforms.lines_to_bronze(files).collect()
+    assert [(r.offset, bytes(r.value)) for r in rows] == [
+        (0, b'{"a": 1}'), (1, b""), (2, b"\xff\xfe bad"), (3, b'{"b": 2}'),
+    ]  # fmt: skip
+    assert {(r.topic, r.partition, r.key, r.ingest_time) for r in rows} == {
+        (path.as_uri().replace("file:///", "file:/"), None, None, None)
+    }
+    path.write_bytes(b'{"a": 1}\n')  # a last newline ends the last line; no empty line after
+    files = spark.read.text(str(path), wholetext=True).select("value", "_metadata")
+    assert [bytes(r.value) for r in transforms.lines_to_bronze(files).collect()] == [b'{"a": 1}']
+
+
 def test_one_streaming_pass_quarantines_late_and_repeated_bad_records(spark, tmp_path):
     """Through a real stream (files, one per micro-batch): invalid records are neither
     dropped as late nor deduplicated, while late and repeated valid events are."""
@@ -206,9 +223,7 @@ def test_one_streaming_pass_quarantines_late_and_repeated_bad_records(spark, tmp
     devices = spark.createDataFrame(
         [("dev-00000", "thermostat")], "device_id string, device_type string"
     )
-    lines = (
-        spark.readStream.option("maxFilesPerTrigger", 1).text(str(land)).select("*", "_metadata")
-    )
+    lines = sources.lines_stream(spark, str(land), max_files_per_trigger=1)
     frame = silver_frame(transforms.lines_to_bronze(lines), devices, "1 minute")
     # One pass: the source appears once in the plan (a union of two branches read it twice).
     assert frame._jdf.queryExecution().logical().toString().count("StreamingRelation") == 1
@@ -227,7 +242,7 @@ def test_one_streaming_pass_quarantines_late_and_repeated_bad_records(spark, tmp
         ("unparsable", "{nope"),
     ]  # fmt: skip
     progress = query.recentProgress
-    assert [p["numInputRows"] for p in progress] == [2, 1, 5]
+    assert [p["numInputRows"] for p in progress] == [1, 1, 1]  # files, each read whole
     assert progress[-1]["stateOperators"][0]["numRowsDroppedByWatermark"] == 1
     assert progress[-1]["eventTime"]["watermark"] == "2026-01-01T00:09:00.000Z"
 
@@ -279,7 +294,7 @@ def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
 
     rows = [(None, json.dumps(_event()).encode(), "t", 0, 0, datetime(2026, 1, 1, 0, 0, 11), 0)]
     source = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
-    unstamped = transforms.to_bronze(source, stamped=False)
+    unstamped = transforms.to_bronze(source)
     assert [r.ingest_time for r in unstamped.collect()] == [None]
     parsed = transforms.parse_events(unstamped)
     audited = transforms.with_audit(parsed, datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC)).select(
@@ -294,11 +309,13 @@ def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
     # A row that bronze stamped keeps its own ingest time.
     earlier = datetime(2026, 1, 1, 0, 0, 12)
     stamped = parsed.withColumn("ingest_time", F.lit(earlier).cast("timestamp"))
-    now = F.lit(datetime(2026, 1, 1, 0, 0, 14)).cast("timestamp")
+    now = datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC)
     assert [r.ingest_time for r in transforms.stamp_ingest(stamped, now).collect()] == [earlier]
+    assert [r.ingest_time for r in transforms.stamp_ingest(parsed, now).collect()] == [t]
+    assert transforms.stamp_ingest(parsed, now).columns == parsed.columns
     with pytest.raises(ValueError, match="timezone-aware"):
         transforms.with_audit(parsed, datetime(2026, 1, 1))
-    with pytest.raises(ValueError, match="not a stream"):
+    with pytest.raises(ValueError, match="not on a stream"):
         transforms.with_audit(spark.readStream.format("rate").load())
 
 
@@ -312,9 +329,130 @@ def test_audit_columns_leave_the_generated_code_the_same_from_batch_to_batch(spa
     """A time inlined in the code would make every micro-batch compile its write stage anew."""
     rows = [(None, json.dumps(_event()).encode(), "t", 0, 0, T0, 0)]
     source = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
-    parsed = transforms.parse_events(transforms.to_bronze(source, stamped=False))
+    parsed = transforms.parse_events(transforms.to_bronze(source))
     first = transforms.with_audit(parsed, datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC))
     second = transforms.with_audit(parsed, datetime(2026, 1, 1, 0, 5, 0, tzinfo=UTC))
     assert first.first().processed_time != second.first().processed_time
     first_code, second_code = _generated_code(first), _generated_code(second)
     assert first_code and first_code == second_code
+
+
+def test_every_per_batch_step_reuses_its_generated_code_in_the_next_batch(spark, compilations):
+    """Code that differs from batch to batch is compiled by Janino, then by the JIT, each time.
+
+    Each step runs on one batch, then on the next (new rows, a later time, a plan built
+    anew as a micro-batch's is); the second run must compile nothing. A step stamped
+    with ``current_timestamp()`` fails this, as the control shows.
+    """
+    from pyspark.sql import functions as F
+
+    def batch(n: int, minute: int):
+        payloads = [
+            json.dumps(
+                _event(event_id=f"b{n}-{i}", seq=i, event_time=f"2026-01-01T00:{minute:02d}:10Z")
+            )
+            for i in range(1, 4)
+        ] + ["{broken"]
+        # Cached, as a micro-batch is: Spark evaluates steps over local rows while planning.
+        return transforms.parse_events(_bronze(spark, payloads).persist())
+
+    devices = spark.createDataFrame(
+        [("dev-00000", "thermostat")], "device_id string, device_type string"
+    )
+    steps = {
+        "parse and key": lambda b, now: transforms.dedup_keys(
+            transforms.flag_unknown_devices(b, devices)
+        ),
+        "silver (audit)": lambda b, now: transforms.with_audit(transforms.valid_events(b), now),
+        "quarantine (ingest)": lambda b, now: transforms.stamp_ingest(
+            transforms.invalid_events(b), now
+        ),
+        "device status": lambda b, now: transforms.latest_status(
+            transforms.valid_events(b).withColumns(
+                {
+                    c: F.lit(None).cast(t)
+                    for c, t in [
+                        ("device_type", "string"),
+                        ("site", "string"),
+                        ("building", "string"),
+                        ("lat", "double"),
+                        ("lon", "double"),
+                    ]
+                }  # fmt: skip
+            ),
+            now,
+        ),
+        "raised alerts": lambda b, now: transforms.raised_alerts(
+            spark.createDataFrame(
+                [
+                    (
+                        "raised",
+                        f"a{now.minute}",
+                        "dev-00000",
+                        "thermostat",
+                        "s",
+                        "temperature_c",
+                        "spike",
+                        99.0,
+                        50.0,
+                        None,
+                        datetime(2026, 1, 1),
+                        "e1",
+                    )
+                ],
+                transforms.ALERT_TRANSITIONS_SCHEMA,
+            ).persist(),
+            now,
+        ),  # fmt: skip
+        "control: current_timestamp()": lambda b, now: b.select(
+            "event_id", F.current_timestamp().alias("t")
+        ),
+    }
+    for name, step in steps.items():
+        first = step(batch(1, 0), datetime(2026, 1, 1, 0, 1, tzinfo=UTC)).collect()
+        before = compilations()
+        second = step(batch(2, 5), datetime(2026, 1, 1, 0, 6, tzinfo=UTC)).collect()
+        assert first != second, name  # really another batch
+        new_classes = compilations() - before
+        if name.startswith("control"):
+            assert new_classes > 0, "the compile counter no longer sees new code"
+        else:
+            assert new_classes == 0, f"{name}: {new_classes} classes compiled for the next batch"
+
+
+@pytest.mark.parametrize("extra", [None, "uuid(7)"], ids=["parse and key", "control: uuid(7)"])
+def test_a_streams_parsing_stage_reuses_its_generated_code_in_the_next_batch(
+    spark, compilations, tmp_path, extra
+):
+    """Through a real stream (files, one per micro-batch): Spark gives every random seed
+    in a streaming plan a new value each micro-batch, a seed given too, so the stage
+    with ``uuid(7)`` compiles anew each batch, as the control shows; parsing must not."""
+    from pyspark.sql import functions as F
+
+    land = tmp_path / "land"
+    land.mkdir()
+    for i in range(3):
+        lines = [json.dumps(_event(event_id=f"e{i}-{j}", seq=j + 1)) for j in range(3)]
+        (land / f"part-{i}.jsonl").write_text("\n".join([*lines, "{nope", "{nope"]) + "\n")
+    lines = sources.lines_stream(spark, str(land), max_files_per_trigger=1)
+    frame = transforms.dedup_keys(transforms.parse_events(transforms.lines_to_bronze(lines)))
+    if extra:
+        frame = frame.withColumn("extra", F.expr(extra))
+    seen: list[tuple[int, int, int]] = []  # (rows, distinct keys, classes compiled so far)
+
+    def collect(batch, _batch_id):
+        keys = [r[transforms.DEDUP_KEY] for r in batch.collect()]
+        seen.append((len(keys), len(set(keys)), compilations()))
+
+    query = (
+        frame.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination(120)
+    assert [(rows, keys) for rows, keys, _ in seen] == [(5, 5)] * 3  # bad lines keyed apart
+    new_classes = seen[2][2] - seen[1][2]
+    if extra:
+        assert new_classes > 0, "the compile counter no longer sees new code"
+    else:
+        assert new_classes == 0, f"{new_classes} classes compiled for the third batch"
