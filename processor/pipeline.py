@@ -5,14 +5,14 @@ Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``):
 =====================  ==========================================  =========================
 query                  reads -> writes                             how
 =====================  ==========================================  =========================
-silver                 Kafka / files (or bronze) ->                foreachBatch: txn appends,
+silver                 Kafka / files (or bronze) ->                foreachBatch: tagged appends,
                        silver/events, silver/quarantine,           and a txn MERGE that adds
                        gold/device_1m                              the batch to its windows
-bronze                 Kafka / files / rate -> bronze/events       foreachBatch: txn append
+bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
 device_status          silver -> gold/device_status                foreachBatch: MERGE
 gold_site_type_10m     silver -> gold/site_type_10m                update mode + MERGE
 gold_device_sessions   silver -> gold/device_sessions              append (final sessions)
-alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, txn appends
+alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, tagged appends
 alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, append
 fleet_summary          silver -> gold/fleet_summary                complete mode
 =====================  ==========================================  =========================

@@ -1,13 +1,15 @@
 """Where the processor writes: Delta tables, each write exactly-once.
 
-* Every query writes in ``foreachBatch`` with ``txnAppId``/``txnVersion``
-  (appends, overwrites, and MERGEs that add to what is there) or a MERGE on the
-  table's keys that replaces rows (upserts), so a replayed batch changes nothing.
+* Every query writes in ``foreachBatch``: appends and overwrites tagged with their
+  writer and batch (``CommitLedger``), MERGEs that add to what is there with Delta's
+  ``txnAppId``/``txnVersion``, or a MERGE on the table's keys that replaces rows
+  (upserts), so a replayed batch changes nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -174,12 +176,96 @@ def has_rows(df: DataFrame) -> bool:
     return not df._jdf.queryExecution().toRdd().isEmpty()
 
 
+class CommitLedger:
+    """The newest micro-batch each writer has committed to each Delta table.
+
+    Every exactly-once append records its writer and batch in the commit's
+    ``userMetadata`` (``{"txnAppId": ..., "txnVersion": ...}``, shown by ``DESCRIBE
+    HISTORY``). A writer's first write to a table in a process reads the table's
+    recent history for it; later ones use what this process has committed since.
+    Delta's own ``txnAppId``/``txnVersion`` check rebuilds the table's whole state
+    from its log (a Spark job, about half a second, on every write), so it is used
+    only when the history holds nothing of the writer's: a new table, or one written
+    before this ledger.
+
+    One writer per (table, app id), as a streaming query is; if other commits follow
+    its last one, up to the last 1,000 commits are searched.
+    """
+
+    SCAN = (10, 100, 1000)
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def last(self, spark: SparkSession, path: str, app_id: str) -> int | None:
+        """The writer's newest committed batch id, or None if the history has none."""
+        with self._lock:
+            if (path, app_id) in self._last:
+                return self._last[(path, app_id)]
+        found = self._from_history(spark, path, app_id)
+        if found is not None:
+            self.record(path, app_id, found)
+        return found
+
+    @classmethod
+    def _from_history(cls, spark: SparkSession, path: str, app_id: str) -> int | None:
+        if not DeltaTable.isDeltaTable(spark, path):
+            return None
+        table = DeltaTable.forPath(spark, path)
+        for limit in cls.SCAN:
+            rows = table.history(limit).select("userMetadata").collect()  # newest first
+            for row in rows:
+                tag = commit_tag_of(row.userMetadata)
+                if tag is not None and tag[0] == app_id:
+                    return tag[1]
+            if len(rows) < limit:
+                return None
+        return None
+
+    def record(self, path: str, app_id: str, batch_id: int) -> None:
+        """Note that ``app_id`` has committed ``batch_id`` to ``path``."""
+        with self._lock:
+            self._last[(path, app_id)] = max(batch_id, self._last.get((path, app_id), -1))
+
+    def forget(self, path: str, app_id: str) -> None:
+        """Drop what is known of the writer (after a failed write: the history decides)."""
+        with self._lock:
+            self._last.pop((path, app_id), None)
+
+    def clear(self) -> None:
+        """Forget everything, as a new process would."""
+        with self._lock:
+            self._last.clear()
+
+
+LEDGER = CommitLedger()
+
+
+def commit_tag(app_id: str, batch_id: int) -> str:
+    """The ``userMetadata`` of an exactly-once commit."""
+    return json.dumps({"txnAppId": app_id, "txnVersion": batch_id})
+
+
+def commit_tag_of(user_metadata: str | None) -> tuple[str, int] | None:
+    """``(app id, batch id)`` from a commit's ``userMetadata``, if it is a ``commit_tag``."""
+    if not user_metadata:
+        return None
+    try:
+        tag = json.loads(user_metadata)
+        return str(tag["txnAppId"]), int(tag["txnVersion"])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 def idempotent_write(
     df: DataFrame, path: str, app_id: str, batch_id: int, mode: str = "append"
 ) -> None:
-    """Write a micro-batch exactly once: Delta skips a (txnAppId, txnVersion) it has seen.
+    """Write a micro-batch exactly once: a batch the writer has committed is skipped.
 
-    An empty batch writes nothing (no empty commit): replaying it is empty too.
+    An empty batch writes nothing (no empty commit): replaying it is empty too. What
+    the writer has committed comes from ``LEDGER``; when it knows nothing, Delta's
+    ``txnAppId``/``txnVersion`` check decides.
 
     Args:
         df: The batch's rows.
@@ -188,15 +274,22 @@ def idempotent_write(
         batch_id: The micro-batch id.
         mode: ``append``, or ``overwrite`` to replace the table's rows.
     """
+    last = LEDGER.last(df.sparkSession, path, app_id)
+    if last is not None and batch_id <= last:
+        return
     if not has_rows(df):
         return
-    (
-        df.write.format("delta")
-        .mode(mode)
-        .option("txnAppId", app_id)
-        .option("txnVersion", batch_id)
-        .save(path)
+    writer = (
+        df.write.format("delta").mode(mode).option("userMetadata", commit_tag(app_id, batch_id))
     )
+    if last is None:
+        writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
+    try:
+        writer.save(path)
+    except BaseException:
+        LEDGER.forget(path, app_id)
+        raise
+    LEDGER.record(path, app_id, batch_id)
 
 
 def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> None:
@@ -243,9 +336,12 @@ def merge_batch(
         df: The rows to upsert, at most one per key.
         path: The Delta table.
         keys: Columns that identify a row.
-        since: A timestamp key column (e.g. a window start) whose batch minimum
-            bounds the rows that can match; the MERGE then reads only files that
-            may hold values at or above it (Delta skips the rest by their statistics).
+        since: A timestamp key column (e.g. a window start) whose batch minimum,
+            rounded down to the hour, bounds the rows that can match; the MERGE then
+            reads only files that may hold values at or above it (Delta skips the
+            rest by their statistics). Rounded, because the bound is a constant in
+            the MERGE's generated code: a new bound each minute would be new code
+            (Janino, then the JIT) for every minute's batches.
         update: New values of a matched row's columns, as expressions over ``t``
             (the stored row) and ``s`` (the batch's row); default: the batch's row.
         txn: ``(app id, version)``: Delta skips the MERGE if the table has recorded
@@ -256,7 +352,7 @@ def merge_batch(
     if since is not None:
         # Formatted and parsed back in the session's time zone: no Python conversion.
         # collect(), not first(): no LIMIT (see has_rows); a global aggregate is one row.
-        lowest = df.agg(F.date_format(F.min(since), "yyyy-MM-dd HH:mm:ss.SSSSSS")).collect()[0][0]
+        lowest = df.agg(F.date_format(F.min(since), "yyyy-MM-dd HH:00:00")).collect()[0][0]
         if lowest is None:  # an empty batch
             return
         cond += f" AND t.`{since}` >= TIMESTAMP '{lowest}'"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
@@ -29,6 +31,48 @@ def test_idempotent_append_writes_a_batch_once_and_skips_empty_batches(spark, tm
         spark.read.format("delta").load(path),
         [Row(id=1, v="a"), Row(id=2, v="b"), Row(id=1, v="a")],
     )
+
+
+def _log_actions(path: str, version: int) -> list[str]:
+    lines = (Path(path) / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+    return sorted(next(iter(json.loads(line))) for line in lines)
+
+
+def test_idempotent_append_skips_a_replayed_batch_after_a_restart_from_the_history(spark, tmp_path):
+    """Only a writer's first append per process has Delta check (and record) its txn; the
+    rest are tagged commits, and a restarted process finds them in the history."""
+    path = str(tmp_path / "t")
+    rows = spark.createDataFrame([(1, "a")], "id long, v string")
+    sinks.idempotent_append(rows, path, "app", 0)  # new: Delta checks and records a txn
+    sinks.idempotent_append(rows, path, "app", 1)  # known: a tagged commit, no txn
+    assert "txn" in _log_actions(path, 0)
+    assert "txn" not in _log_actions(path, 1)
+    spark.createDataFrame([(9, "z")], "id long, v string").write.format("delta").mode(
+        "append"
+    ).save(path)  # someone else's commit comes last
+    sinks.LEDGER.clear()  # a new process
+    sinks.idempotent_append(rows, path, "app", 1)  # the replay of batch 1: skipped
+    sinks.idempotent_append(rows, path, "other", 1)  # another writer's batch 1: written
+    sinks.idempotent_append(rows, path, "app", 2)
+    assert _version(spark, path) == 4
+    history = DeltaTable.forPath(spark, path).history().select("version", "userMetadata")
+    tags = {r.version: sinks.commit_tag_of(r.userMetadata) for r in history.collect()}
+    assert tags == {0: ("app", 0), 1: ("app", 1), 2: None, 3: ("other", 1), 4: ("app", 2)}
+    assert spark.read.format("delta").load(path).count() == 5
+
+
+def test_a_table_written_before_the_ledger_is_still_written_exactly_once(spark, tmp_path):
+    """Delta's own txn record decides when the history has no tag of the writer's."""
+    path = str(tmp_path / "t")
+    rows = spark.createDataFrame([(1, "a")], "id long, v string")
+    rows.write.format("delta").option("txnAppId", "app").option("txnVersion", 7).save(path)
+    sinks.LEDGER.clear()
+    sinks.idempotent_append(rows, path, "app", 7)  # a replay: Delta skips it
+    assert _version(spark, path) == 0
+    sinks.idempotent_append(rows, path, "app", 8)
+    sinks.idempotent_append(rows, path, "app", 8)  # and again, now known to the ledger
+    assert _version(spark, path) == 1
+    assert spark.read.format("delta").load(path).count() == 2
 
 
 def test_merge_latest_keeps_the_newer_row_per_device(spark, tmp_path):
@@ -63,7 +107,7 @@ def _silver(spark, rows):
     data = []
     for device, secs, seq, temp, hum in rows:
         metrics = {m: None for m in METRIC_NAMES} | {"temperature_c": temp, "humidity_pct": hum}
-        when = base.replace(minute=secs // 60, second=secs % 60)
+        when = base + timedelta(seconds=secs)
         data.append((when, device, "thermostat", "Oslo", seq, *metrics.values()))
     return spark.createDataFrame(data, schema)
 
@@ -179,3 +223,32 @@ def test_has_rows_answers_without_new_generated_code_per_batch(spark, compilatio
     before = compilations()
     batch([3, 4]).isEmpty()
     assert compilations() > before  # the control: a LIMIT is new code every time
+
+
+def test_device_minute_merges_reuse_their_generated_code_within_the_hour(
+    spark, tmp_path, compilations
+):
+    """The MERGE's time bound is a constant in generated code: rounded to the hour, a
+    batch of the next minute compiles nothing new; one of the next hour does (control)."""
+    from processor import transforms
+
+    path = str(tmp_path / "device_1m")
+
+    def merge(secs: int, batch_id: int) -> int:
+        batch = _silver(spark, [("d1", secs, batch_id + 1, 20.0, None),
+                                ("d1", secs - 60, batch_id + 100, 21.0, None)])  # fmt: skip
+        minutes = transforms.device_minute_aggregates(batch, "1 minute")
+        if batch_id == 0:
+            sinks.ensure_table(spark, path, minutes)
+        before = compilations()
+        sinks.merge_batch(
+            minutes, path, ("device_id", "window_start"), since="window_start",
+            update=transforms.combine_device_minutes(), txn=("q", batch_id),
+        )  # fmt: skip
+        return compilations() - before
+
+    merge(70, 0)
+    merge(130, 1)  # warms the path where rows match
+    assert merge(190, 2) == 0
+    assert merge(3670, 3) > 0  # 01:01:10, its bound 01:00
+    assert spark.read.format("delta").load(path).count() == 6
