@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import (
     BinaryType,
@@ -503,15 +503,23 @@ def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: flo
     """OPTIMIZE (compact small files) and VACUUM every table; safe while streams run.
 
     OPTIMIZE commits with ``dataChange=false``, which streaming readers skip and
-    which does not conflict with concurrent appends; VACUUM keeps ``retain_hours``
-    of history (Delta refuses less than 168 hours unless its check is disabled).
+    which does not conflict with concurrent appends. It does conflict with a
+    MERGE or an overwrite that read the files it compacted: whichever commits
+    second is refused, and runs again (``sinks.retry_conflicts``, in the streams'
+    writers and here). VACUUM keeps ``retain_hours`` of history (Delta refuses
+    less than 168 hours unless its check is disabled).
     """
     for name, path in Tables.under(settings.lake).all().items():
         if not sinks.DeltaTable.isDeltaTable(spark, path):
             continue
         table = sinks.DeltaTable.forPath(spark, path)
-        metrics = table.optimize().executeCompaction().select("metrics.*").first()
+        metrics: list[Row | None] = []
+
+        def compact(table: sinks.DeltaTable = table, out: list[Row | None] = metrics) -> None:
+            out[:] = [table.optimize().executeCompaction().select("metrics.*").first()]
+
+        sinks.retry_conflicts(compact, f"OPTIMIZE {name}")
         table.vacuum(retain_hours)
-        added = metrics["numFilesAdded"] if metrics else 0
-        removed = metrics["numFilesRemoved"] if metrics else 0
+        added = metrics[0]["numFilesAdded"] if metrics[0] else 0
+        removed = metrics[0]["numFilesRemoved"] if metrics[0] else 0
         print(f"[maintain] {name}: compacted {removed} files into {added}", flush=True)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -19,6 +21,8 @@ from typing import Literal
 from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JError, Py4JJavaError
+from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -365,6 +369,76 @@ def merge_batch(
         merge.whenNotMatchedInsertAll().execute()
 
 
+# Delta's errors for a commit that lost to a concurrent one (an OPTIMIZE that compacted
+# files a MERGE read, two overwrites, ...): the losing commit wrote nothing.
+CONFLICTS = frozenset({
+    "DELTA_CONCURRENT_APPEND", "DELTA_CONCURRENT_DELETE_READ", "DELTA_CONCURRENT_DELETE_DELETE",
+    "DELTA_CONCURRENT_TRANSACTION", "DELTA_CONCURRENT_WRITE",
+})  # fmt: skip
+CONFLICT_ATTEMPTS = 5
+
+
+def error_condition(exc: BaseException) -> str | None:
+    """The Spark error condition (class) of a JVM error, e.g. ``DELTA_CONCURRENT_APPEND``.
+
+    PySpark converts the JVM errors it knows (``CapturedException``); Delta's reach
+    Python as a bare ``Py4JJavaError`` around the Java exception.
+    """
+    if isinstance(exc, CapturedException):
+        return exc.getCondition()
+    if isinstance(exc, Py4JJavaError):
+        try:
+            return exc.java_exception.getErrorClass()  # a SparkThrowable, as Delta's are
+        except Py4JError:
+            return None
+    return None
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is Delta refusing a commit because a concurrent commit won."""
+    return (error_condition(exc) or "").split(".")[0] in CONFLICTS
+
+
+def retry_conflicts(
+    write: Callable[[], None],
+    what: str,
+    attempts: int = CONFLICT_ATTEMPTS,
+    backoff_s: float = 0.5,
+    on_conflict: Callable[[BaseException], None] | None = None,
+) -> None:
+    """Run ``write`` again (from scratch) while Delta refuses its commit for a concurrent one.
+
+    Safe only for idempotent writes, which every writer here is: what an attempt
+    committed before its conflict is skipped by the next. ``python -m processor
+    maintain`` compacts tables while the streams write them, and Delta refuses a
+    MERGE whose files an OPTIMIZE rewrote meanwhile: without a retry, the query
+    would stop.
+
+    Args:
+        write: The write.
+        what: What it writes, for the log line.
+        attempts: Tries in all; the last conflict is raised.
+        backoff_s: Wait before the second try, doubled for each next one.
+        on_conflict: Called with each conflict that is retried.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            write()
+            return
+        except (CapturedException, Py4JJavaError) as exc:
+            if attempt == attempts or not is_conflict(exc):
+                raise
+            if on_conflict is not None:
+                on_conflict(exc)
+            print(
+                f"[processor] {what}: a concurrent commit won ({error_condition(exc)}); "
+                f"writing again (try {attempt + 1} of {attempts})",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(backoff_s * 2 ** (attempt - 1))
+
+
 # Background queries run their micro-batches one at a time: together they then take
 # about one core at most, and the hot path keeps the other.
 _BACKGROUND_TURN = threading.Lock()
@@ -383,7 +457,8 @@ def foreach_batch_stream(
     """Run ``write(batch_df, batch_id, query_id)`` for every micro-batch.
 
     The query id comes from the checkpoint, so it is stable across restarts and
-    makes a fine ``txnAppId``.
+    makes a fine ``txnAppId``. A write that loses its commit to a concurrent one
+    (``maintain`` compacting the table) runs again (``retry_conflicts``).
 
     Args:
         df: The stream.
@@ -399,15 +474,18 @@ def foreach_batch_stream(
     """
     qid = QueryId()
 
+    def _write(batch: DataFrame, batch_id: int) -> None:
+        retry_conflicts(lambda: write(batch, batch_id, qid.get()), f"{name} batch {batch_id}")
+
     def _run(batch: DataFrame, batch_id: int) -> None:
         with _BACKGROUND_TURN if tier == "background" else contextlib.nullcontext():
             if not cache:
-                write(batch, batch_id, qid.get())
+                _write(batch, batch_id)
                 return
             # Cached: every read of the batch (emptiness checks, several writes) must not
             # run the streaming plan, stateful operators included, again.
             with persisted(batch):
-                write(batch, batch_id, qid.get())
+                _write(batch, batch_id)
 
     writer = (
         df.writeStream.foreachBatch(_run)
