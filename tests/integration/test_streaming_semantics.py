@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 from common.contract import format_time
 from common.fleet import build_fleet
 from infra.broker import ensure_topic
-from processor.detector import alert_id
+from processor.detector import DetectorConfig, alert_id, detect
 from processor.metrics import MetricsListener
 from processor.pipeline import Tables, run_available_now
 from processor.settings import ProcessorSettings
@@ -166,3 +166,127 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
     }
     assert status[thermo] == 33
     assert status[d0] == 32  # "late-ok" (seq 101) is older than d0's reading at 5:20
+
+    # Round 3: the thermostat breaches again at 6:00 and stays high until 30:00 (past the
+    # 10-minute recovery window), then breaches and recovers at 31:00-31:30. That moves
+    # both join inputs' watermarks past 6:00 + 10 min: the 6:00 alert comes out of the
+    # stream-stream left outer join unrecovered. It also closes every device's first
+    # connectivity session.
+    round3 = [
+        event(thermo, 34, timedelta(minutes=6), temp=35.0),
+        event(thermo, 35, timedelta(minutes=30), temp=21.0),
+        event(thermo, 36, timedelta(minutes=31), temp=35.0),
+        event(thermo, 37, timedelta(minutes=31, seconds=30), temp=21.0),
+    ]
+    send(kafka_broker.plaintext, round3)
+    run_available_now(spark, settings)
+    kept |= {e["event_id"]: e for e in round3}
+    _check_gold_beyond_device_1m(settings, fleet, thermo, kept)
+
+
+def _at(e: dict) -> datetime:
+    return datetime.fromisoformat(e["event_time"].replace("Z", "+00:00"))
+
+
+def _check_gold_beyond_device_1m(
+    settings: ProcessorSettings, fleet: list, thermo: str, kept: dict[str, dict]
+) -> None:
+    """Alerts and recoveries, sliding windows, sessions and the summary, from the kept events."""
+    tables = Tables.under(settings.lake)
+    profile = {d.device_id: d for d in fleet}
+    watermark = max(_at(e) for e in kept.values()) - timedelta(minutes=1)
+
+    def read(path: str, columns: list[str]) -> list[dict]:
+        return DeltaTable(path).to_pyarrow_table(columns=columns).to_pylist()
+
+    # Alerts: the detector over the thermostat's silver rows in event-time order (plain Python).
+    silver_rows = [r for r in read(tables.silver, None) if r["device_id"] == thermo]
+    silver_rows.sort(key=lambda r: (r["event_time"], r["seq"]))
+    transitions = detect(silver_rows, {}, DetectorConfig())
+    raised = [t for t in transitions if t["transition"] == "raised"]
+    cleared = {t["alert_id"]: t["event_time"] for t in transitions if t["transition"] == "cleared"}
+    assert sorted(r["alert_id"] for r in read(tables.alerts, ["alert_id"])) == sorted(
+        t["alert_id"] for t in raised
+    )
+    within = timedelta(minutes=10)
+    # The join's watermark is the lower of its inputs' (alert times, clearing times).
+    join_watermark = min(max(t["event_time"] for t in raised), max(cleared.values())) - timedelta(
+        minutes=1
+    )
+    want_recoveries = {}
+    for t in raised:
+        at, back = t["event_time"], cleared.get(t["alert_id"])
+        if back is not None and at <= back <= at + within:
+            want_recoveries[t["alert_id"]] = (back - at).total_seconds()
+        elif at + within < join_watermark:  # emitted unrecovered once it passes
+            want_recoveries[t["alert_id"]] = None
+    got_recoveries = {
+        r["alert_id"]: r["time_to_recover_s"]
+        for r in read(tables.alert_recoveries, ["alert_id", "time_to_recover_s"])
+    }
+    assert got_recoveries == want_recoveries
+    assert None in want_recoveries.values()  # the 6:00 alert, never recovered in time
+    assert 30.0 in want_recoveries.values()
+
+    # Sliding windows (10 minutes every 5, update mode + MERGE): each event in two windows.
+    five = timedelta(minutes=5)
+    sliding: dict[tuple, list[dict]] = defaultdict(list)
+    for e in kept.values():
+        d = profile[e["device_id"]]
+        first = T0 + five * ((_at(e) - T0) // five)
+        for start in (first - five, first):
+            sliding[(d.site, d.device_type, start)].append(e)
+    got_sliding = {
+        (r["site"], r["device_type"], r["window_start"]): (
+            r["events"], r["devices"], r["temperature_c_avg"]
+        )
+        for r in read(
+            tables.site_type_10m,
+            ["site", "device_type", "window_start", "events", "devices", "temperature_c_avg"],
+        )
+    }  # fmt: skip
+    assert got_sliding.keys() == sliding.keys()
+    for key, events in sliding.items():
+        n, devs, avg = got_sliding[key]
+        temps = [e["temperature_c"] for e in events]
+        assert (n, devs) == (len(events), len({e["device_id"] for e in events})), key
+        assert abs(avg - sum(temps) / len(temps)) < 1e-9, key
+
+    # Sessions (gap 2 minutes, appended once the watermark passes their end).
+    gap = timedelta(minutes=2)
+    want_sessions = set()
+    by_device: dict[str, list[datetime]] = defaultdict(list)
+    for e in kept.values():
+        by_device[e["device_id"]].append(_at(e))
+    for device, times in by_device.items():
+        times.sort()
+        start = prev = times[0]
+        count = 0
+        for t in [*times, None]:
+            if t is None or t - prev >= gap:
+                if prev + gap <= watermark:
+                    want_sessions.add((device, start, prev, count))
+                if t is None:
+                    break
+                start, count = t, 0
+            prev, count = t, count + 1
+    got_sessions = {
+        (r["device_id"], r["session_start"], r["session_end"], r["events"])
+        for r in read(
+            tables.device_sessions, ["device_id", "session_start", "session_end", "events"]
+        )
+    }
+    assert got_sessions == want_sessions
+    assert (thermo, T0, T0 + timedelta(minutes=6), 34) in want_sessions
+
+    # The fleet summary (complete mode): per type, distinct devices, events, newest time.
+    summary: dict[str, list[dict]] = defaultdict(list)
+    for e in kept.values():
+        summary[profile[e["device_id"]].device_type].append(e)
+    assert {
+        r["device_type"]: (r["devices"], r["events"], r["last_event_time"])
+        for r in read(tables.fleet_summary, ["device_type", "devices", "events", "last_event_time"])
+    } == {
+        kind: (len({e["device_id"] for e in events}), len(events), max(_at(e) for e in events))
+        for kind, events in summary.items()
+    }
