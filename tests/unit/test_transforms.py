@@ -456,3 +456,26 @@ def test_a_streams_parsing_stage_reuses_its_generated_code_in_the_next_batch(
         assert new_classes > 0, "the compile counter no longer sees new code"
     else:
         assert new_classes == 0, f"{new_classes} classes compiled for the third batch"
+
+
+def test_rate_rows_become_valid_events_round_robin_over_the_fleet(spark):
+    import math
+
+    at = datetime(2026, 6, 1, 10, 0, 0, 250000, tzinfo=UTC)
+    rate = spark.createDataFrame([(at, n) for n in range(4)], "timestamp timestamp, value long")
+    parsed = transforms.parse_events(transforms.rate_to_bronze(rate, fleet_size=3))
+    got = parsed.select(
+        "event_id", "device_id", "seq", "event_time", "status", "temperature_c", "reason"
+    )
+    assertDataFrameEqual(
+        got,
+        [
+            Row(
+                event_id=f"rate-{n}", device_id=f"dev-{n % 3:05d}", seq=n // 3 + 1,
+                event_time=at.replace(tzinfo=None), status="online",
+                temperature_c=21.0 + math.sin(n / 50.0), reason=None,
+            )
+            for n in range(4)
+        ],
+        rtol=1e-12,
+    )  # fmt: skip
