@@ -21,6 +21,7 @@ from infra.broker import ensure_topic
 from infra.jars import bundle_dir
 from processor import transforms
 from processor.detector import DetectorConfig, detect
+from processor.settings import ProcessorSettings
 from producer.signals import generate, simulated_clock
 from tests.integration.proc import kill_group, processor_env, start_processor, table_rows, wait_for
 
@@ -118,6 +119,17 @@ def test_sigkill_three_times_then_exactly_once(spark, kafka_broker, tmp_path):
     gold = spark.read.format("delta").load(str(lake / "gold" / "device_1m"))
     recomputed = transforms.device_minute_aggregates(silver_df, WATERMARK)
     assertDataFrameEqual(gold, recomputed.select(*gold.columns), rtol=1e-9)
+    # The background queries' gold, each against the same transform over all of silver.
+    settings = ProcessorSettings()
+    for table, batch in {
+        "site_type_10m": transforms.site_type_sliding(
+            silver_df, WATERMARK, settings.sliding_length, settings.sliding_slide
+        ),
+        "fleet_summary": transforms.fleet_summary(silver_df),
+        "device_status": transforms.latest_status(silver_df).drop("updated_time"),
+    }.items():
+        stored = spark.read.format("delta").load(str(lake / "gold" / table))
+        assertDataFrameEqual(stored.select(*batch.columns), batch, rtol=1e-9)
 
     # Alerts: the detector over each device's silver rows in order, independently of Spark.
     by_device: dict[str, list[dict]] = defaultdict(list)
