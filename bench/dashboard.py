@@ -197,6 +197,7 @@ def _silver(devices: pl.DataFrame, rows: int) -> pl.DataFrame:
         + pl.duration(milliseconds=(latency * 1000).astype(int)),
         ingest_latency_s=pl.lit(0.0),
         process_latency_s=pl.Series(latency),
+        pipeline_latency_s=pl.Series(latency),
     )
 
 

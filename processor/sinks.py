@@ -65,6 +65,10 @@ class TableSchemaError(RuntimeError):
 def ensure_table(spark: SparkSession, path: str, empty: DataFrame) -> None:
     """Create an empty Delta table with ``empty``'s schema unless one exists at ``path``.
 
+    A table written by an earlier version whose columns are the first of ``empty``'s
+    gets the new ones added at the end (null in its rows so far): an upgrade keeps
+    the lake, and the streams that read the table resume on their checkpoints.
+
     Raises:
         TableSchemaError: the existing table has other columns (written by another
             version): the queries would fail on it, so say so before they start.
@@ -73,6 +77,12 @@ def ensure_table(spark: SparkSession, path: str, empty: DataFrame) -> None:
         empty.limit(0).write.format("delta").mode("ignore").save(path)
         return
     have = spark.read.format("delta").load(path).columns
+    if len(have) < len(empty.columns) and empty.columns[: len(have)] == have:
+        added = empty.schema.fields[len(have) :]
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+        print(f"[processor] {path}: added the columns {columns}", file=sys.stderr, flush=True)
+        return
     if have != empty.columns:
         missing = [c for c in empty.columns if c not in have]
         extra = [c for c in have if c not in empty.columns]

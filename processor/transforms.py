@@ -334,6 +334,10 @@ def stamp_ingest(rows: DataFrame, now: datetime | None = None) -> DataFrame:
 def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
     """Stamp the ingest time if unset, add the processed time and the latencies between them.
 
+    ``ingest_latency_s`` is created (event time) to ingested (Kafka time),
+    ``pipeline_latency_s`` ingested to processed, ``process_latency_s`` created to
+    processed (end to end, the sum of the two).
+
     Args:
         events: Silver rows of one micro-batch (``event_time``, ``kafka_timestamp``,
             ``ingest_time`` ...); a static frame.
@@ -349,6 +353,7 @@ def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
         "processed_time",
         _seconds_between(F.col("kafka_timestamp"), F.col("event_time")).alias("ingest_latency_s"),
         _seconds_between(processed, F.col("event_time")).alias("process_latency_s"),
+        _seconds_between(processed, F.col("kafka_timestamp")).alias("pipeline_latency_s"),
     )
 
 

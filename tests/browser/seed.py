@@ -355,6 +355,7 @@ def silver_frame() -> pl.DataFrame:
         "processed_time": TS,
         "ingest_latency_s": pl.Float64(),
         "process_latency_s": pl.Float64(),
+        "pipeline_latency_s": pl.Float64(),
     }
     profiles = {r["device_id"]: r for r in dim.iter_rows(named=True)}
     rows = []
@@ -374,6 +375,7 @@ def silver_frame() -> pl.DataFrame:
                 "kafka_timestamp": at, "ingest_time": at + timedelta(seconds=0.5),
                 "processed_time": at + timedelta(seconds=latency),
                 "ingest_latency_s": 0.0, "process_latency_s": latency,
+                "pipeline_latency_s": latency,
             }  # fmt: skip
             for m in METRIC_NAMES:
                 row[m] = PROFILES[kind][m][2] if m in PROFILES[kind] else None

@@ -364,3 +364,35 @@ def test_maintain_compacts_each_table_and_keeps_its_rows(spark, tmp_path, capsys
         spark.read.format("delta").load(tables.bronze), [Row(id=i, v="x") for i in range(3)]
     )
     assert DeltaTable.forPath(spark, tables.bronze).detail().first()["numFiles"] == 1
+
+
+def test_an_older_table_gains_the_new_columns_and_its_stream_resumes(spark, tmp_path, capsys):
+    path, ckpt = str(tmp_path / "t"), str(tmp_path / "ckpt")
+    spark.createDataFrame([(1, "a")], "id long, v string").write.format("delta").save(path)
+    seen: list[Row] = []
+
+    def drain() -> None:
+        (
+            spark.readStream.format("delta").load(path).writeStream
+            .foreachBatch(lambda df, _id: seen.extend(df.orderBy("id").collect()))
+            .option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+            .awaitTermination()
+        )  # fmt: skip
+
+    drain()
+    newer = spark.createDataFrame([], "id long, v string, w double")
+    sinks.ensure_table(spark, path, newer)
+    assert "added the columns `w` double" in capsys.readouterr().err
+    sinks.ensure_table(spark, path, newer)  # now current: nothing to do
+    assert capsys.readouterr().err == ""
+    spark.createDataFrame([(2, "b", 0.5)], "id long, v string, w double").write.format(
+        "delta"
+    ).mode("append").save(path)
+    drain()
+    assert seen == [Row(id=1, v="a"), Row(id=2, v="b", w=0.5)]
+    assertDataFrameEqual(
+        spark.read.format("delta").load(path),
+        [Row(id=1, v="a", w=None), Row(id=2, v="b", w=0.5)],
+    )
+    with pytest.raises(sinks.TableSchemaError, match="missing columns: x"):
+        sinks.ensure_table(spark, path, spark.createDataFrame([], "id long, x string"))

@@ -298,14 +298,19 @@ def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
     assert [r.ingest_time for r in unstamped.collect()] == [None]
     parsed = transforms.parse_events(unstamped)
     audited = transforms.with_audit(parsed, datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC)).select(
-        "ingest_time", "processed_time", "ingest_latency_s", "process_latency_s"
+        "ingest_time",
+        "processed_time",
+        "ingest_latency_s",
+        "process_latency_s",
+        "pipeline_latency_s",
     )
     t = datetime(2026, 1, 1, 0, 0, 14)
     # event_time 00:00:10, in Kafka at 00:00:11, processed at 00:00:14.
     assertDataFrameEqual(
         audited,
-        [Row(ingest_time=t, processed_time=t, ingest_latency_s=1.0, process_latency_s=4.0)],
-    )
+        [Row(ingest_time=t, processed_time=t, ingest_latency_s=1.0, process_latency_s=4.0,
+             pipeline_latency_s=3.0)],
+    )  # fmt: skip
     # A row that bronze stamped keeps its own ingest time.
     earlier = datetime(2026, 1, 1, 0, 0, 12)
     stamped = parsed.withColumn("ingest_time", F.lit(earlier).cast("timestamp"))
