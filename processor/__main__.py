@@ -37,6 +37,11 @@ def _run(settings: ProcessorSettings) -> int:
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
     spark = build_session(settings)
+    print(
+        f"[processor] Spark {spark.version}, master {spark.sparkContext.master}",
+        file=sys.stderr,
+        flush=True,
+    )
     listener = MetricsListener(
         spark,
         Tables.under(settings.lake).pipeline_metrics,
