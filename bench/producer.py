@@ -5,6 +5,7 @@ Self-contained: starts a throwaway broker (``infra.broker``) in a temp dir, runs
 anomalies, faults and the ground-truth manifest) as fast as it can, consumes what
 it produced into a ``key<TAB>value`` file, replays that file with kcat into a
 second topic with the same client settings (acks=all, idempotence, linger.ms),
+checks that the topic holds every line (the baseline counts only what was delivered),
 then stops the broker. A warm-up round (not counted) warms the broker's JVM; then
 each side runs ``--rounds`` times and the best round counts.
 
@@ -93,6 +94,23 @@ def dump_topic(bootstrap: str, topic: str, expected: int, path: Path) -> int:
                 idle_deadline = time.monotonic() + 30
     consumer.close()
     return n
+
+
+def topic_messages(bootstrap: str, topic: str) -> int:
+    """Messages in a topic: the sum of its partitions' end offsets (a fresh topic)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}"}
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        )
+    finally:
+        consumer.close()
 
 
 def run_kcat(bootstrap: str, topic: str, path: Path, args: argparse.Namespace) -> float:
@@ -216,9 +234,15 @@ def main() -> None:
             dump = work / f"events-{r}.tsv"
             lines = dump_topic(bootstrap, topic, report["acked"], dump)
             seconds = run_kcat(bootstrap, kcat_topic, dump, args)
+            # The baseline counts only if every line reached the broker.
+            held = topic_messages(bootstrap, kcat_topic)
+            if held != lines:
+                raise SystemExit(f"kcat delivered {held:,} of {lines:,} messages to {kcat_topic}")
             theirs.append(lines / seconds)
             broker.ensure_topic(bootstrap, client_topic, partitions=3)
             client.append(run_client(bootstrap, client_topic, dump, args))
+            if (held := topic_messages(bootstrap, client_topic)) != lines:
+                raise SystemExit(f"the client baseline left {held:,} of {lines:,} messages")
             print(
                 f"round {r}: producer {report['acked']:,} acked in {report['duration_s']:.2f} s "
                 f"= {rate:,.0f}/s (p99 ack {report['ack_latency_ms'].get('p99')} ms); "
