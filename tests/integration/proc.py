@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -90,3 +91,24 @@ def wait_for(
         time.sleep(1.0)
     tail = log.read_text(errors="replace")[-3000:] if log else ""
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tail}")
+
+
+def send_readings(
+    bootstrap: str, topic: str, device: str, seqs: Iterable[int], start: datetime
+) -> None:
+    """Send one device's minimal valid events: ``seq`` at ``start + seq`` seconds, id ``<device>-<seq>``."""
+    import json
+
+    from confluent_kafka import Producer
+
+    from common.contract import format_time
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for seq in seqs:
+        event = {
+            "event_id": f"{device}-{seq}", "device_id": device, "seq": seq,
+            "event_time": format_time(start + timedelta(seconds=seq)), "schema_version": 1,
+            "status": "online",
+        }  # fmt: skip
+        p.produce(topic, json.dumps(event).encode(), device.encode())
+    assert p.flush(30) == 0

@@ -7,38 +7,24 @@ overwrite of the table) needs no restart of the processor.
 
 from __future__ import annotations
 
-import json
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
-from confluent_kafka import Producer
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from common.contract import format_time
 from common.fleet import build_fleet
 from infra.broker import ensure_topic
 from processor.pipeline import Tables, devices_frame, start_all
 from processor.settings import ProcessorSettings
+from tests.integration.proc import send_readings
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "dimension-refresh"
 FLEET, SEED = 4, 5
 T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
-
-
-def _send(bootstrap: str, device: str, seqs: range) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    for seq in seqs:
-        event = {
-            "event_id": f"{device}-{seq}", "device_id": device, "seq": seq,
-            "event_time": format_time(T0 + timedelta(seconds=seq)), "schema_version": 1,
-            "status": "online",
-        }  # fmt: skip
-        p.produce(TOPIC, json.dumps(event).encode(), device.encode())
-    assert p.flush(30) == 0
 
 
 def _sites(path: str) -> dict[int, str]:
@@ -70,7 +56,7 @@ def test_a_running_stream_joins_with_the_rewritten_dimension(spark, kafka_broker
     tables = Tables.under(settings.lake)
     queries = start_all(spark, settings)
     try:
-        _send(kafka_broker.plaintext, device.device_id, range(1, 6))
+        send_readings(kafka_broker.plaintext, TOPIC, device.device_id, range(1, 6), T0)
         assert _wait(tables.silver, 5, queries) == dict.fromkeys(range(1, 6), device.site)
 
         moved = devices_frame(spark, settings).withColumn(
@@ -80,7 +66,7 @@ def test_a_running_stream_joins_with_the_rewritten_dimension(spark, kafka_broker
             ),
         )
         moved.write.format("delta").mode("overwrite").save(tables.devices)
-        _send(kafka_broker.plaintext, device.device_id, range(6, 9))
+        send_readings(kafka_broker.plaintext, TOPIC, device.device_id, range(6, 9), T0)
         sites = _wait(tables.silver, 8, queries)
     finally:
         for q in queries:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -241,3 +242,84 @@ def test_entra_credential_by_name_with_two_workers(kafka_broker: BrokerInfo, tmp
     expected = totals["messages_sent"] - totals["messages_failed"]
     held = _consume({"bootstrap.servers": kafka_broker.plaintext}, topic, expected)
     assert_manifest_matches_topic(manifest, held)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_flushes_two_workers_and_the_manifest_matches_the_topic(
+    kafka_broker: BrokerInfo, tmp_path, sig
+):
+    """SIGTERM to the producer, or Ctrl-C (SIGINT to its whole process group) mid-run."""
+    topic = f"producer-stop-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=3)
+    manifest, report = tmp_path / "m.jsonl", tmp_path / "r.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")} | {
+        "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext, "IOT_KAFKA_TOPIC": topic,
+    }  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "producer", "--workers", "2", "--rate", "3000",
+         "--scenario", "realistic", "--fleet-size", "30", "--seed", "4", "--start-time", START,
+         "--manifest-path", str(manifest), "--report-path", str(report)],
+        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    time.sleep(6.0)
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    rep = json.loads(report.read_text())
+    assert rep["stopped_by"] == sig.name
+    assert f"stopped by {sig.name}" in err
+    assert rep["acked"] > 3000 and rep["undelivered"] == 0
+    lat = rep["ack_latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"] < 5000  # a local broker: milliseconds
+    held = _consume({"bootstrap.servers": kafka_broker.plaintext}, topic, rep["acked"])
+    assert len(held) == rep["acked"]
+    assert_manifest_matches_topic(manifest, held)
+
+
+def _client_quota(spark: Any, bootstrap: str, client_id: str, byte_rate: float | None) -> None:
+    """Set (or, with None, remove) a broker quota on a client id, with Kafka's Java admin
+    client (the Spark JVM has it; confluent-kafka has no client-quota API)."""
+    jvm = spark._jvm
+    props = jvm.java.util.Properties()
+    props.put("bootstrap.servers", bootstrap)
+    admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
+    try:
+        quota = jvm.org.apache.kafka.common.quota
+        entity = quota.ClientQuotaEntity(jvm.java.util.Map.of("client-id", client_id))
+        ops = jvm.java.util.ArrayList()
+        ops.add(getattr(quota, "ClientQuotaAlteration$Op")("producer_byte_rate", byte_rate))
+        alterations = jvm.java.util.ArrayList()
+        alterations.add(quota.ClientQuotaAlteration(entity, ops))
+        admin.alterClientQuotas(alterations).all().get()
+    finally:
+        admin.close()
+
+
+def test_broker_throttling_is_counted_in_the_report(
+    spark, kafka_broker: BrokerInfo, tmp_path, monkeypatch, capsys
+):
+    topic = f"producer-throttle-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=1)
+    _env(monkeypatch, IOT_KAFKA_BOOTSTRAP_SERVERS=kafka_broker.plaintext, IOT_KAFKA_TOPIC=topic)
+    report = tmp_path / "r.json"
+    # About 2.5 MB in 3 s against a quota of 100 kB/s on the producer's client id. The broker
+    # measures a rate over at least 10 s, so the burst must exceed 1 MB to be throttled;
+    # delivering the rest at the quota takes about 20 s more (a longer flush timeout).
+    _client_quota(spark, kafka_broker.plaintext, "iot-pulse", 100_000.0)
+    try:
+        time.sleep(1.0)  # the broker applies the quota from its metadata
+        rc = main([
+            "--rate", "3000", "--duration-s", "3", "--fleet-size", "10", "--seed", "2",
+            "--start-time", START, "--report-path", str(report), "--flush-timeout-s", "120",
+        ])  # fmt: skip
+    finally:
+        _client_quota(spark, kafka_broker.plaintext, "iot-pulse", None)
+    rep = json.loads(report.read_text())
+    assert rc == 0, rep
+    assert rep["throttle_events"] > 0 and rep["throttle_ms_total"] > 0
+    assert f"throttled {rep['throttle_events']:,} times" in capsys.readouterr().err
+    held = _consume({"bootstrap.servers": kafka_broker.plaintext}, topic, rep["acked"])
+    assert len(held) == rep["acked"] == rep["sent"]

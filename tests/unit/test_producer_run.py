@@ -172,7 +172,7 @@ def test_replay_sends_lines_verbatim(tmp_path, capsysbinary):
     assert truth["header"]["totals"]["unidentified_messages"] == 1
 
 
-def test_throughput_unit_warning():
+def test_throughput_unit_warning(tmp_path):
     over = ProducerSettings(rate=1500, throughput_units=1)
     assert "exceeds what 1 throughput unit(s) admit 1,000 events/s and 1 MB/s" in (
         throughput_warning(over) or ""
@@ -181,10 +181,15 @@ def test_throughput_unit_warning():
     assert throughput_warning(ProducerSettings(rate=1500)) is None
     spiky = ProducerSettings(rate_profile="spike:100:2500:5:5", throughput_units=2)
     assert "peak rate 2,500 events/s" in (throughput_warning(spiky) or "")
-    # bytes, not events, can be the limit: 900 events/s of 1.5 kB exceed 1 MB/s
     assert throughput_warning(ProducerSettings(rate=0, throughput_units=3)).startswith(
         "the rate is unlimited"
     )
+    # Bytes, not events, can be the limit: 900 events/s of 1.5 kB exceed 1 MB/s.
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"".join(b'{"pad":"' + b"x" * 1490 + b'"}\n' for _ in range(20)))
+    heavy = throughput_warning(ProducerSettings(rate=900, throughput_units=1, replay=big))
+    assert "900 events/s (about 1.35 MB/s at 1500 bytes per event)" in (heavy or "")
+    assert throughput_warning(ProducerSettings(rate=600, throughput_units=1, replay=big)) is None
 
 
 def test_invalid_settings_exit_2(capsys):
@@ -308,3 +313,31 @@ def test_the_send_loop_collects_garbage_rarely_and_restores_the_collector():
         assert gc.get_threshold() == before and frozen()
     finally:
         gc.unfreeze()
+
+
+def test_progress_lines_show_the_rate_the_acknowledged_count_and_the_errors():
+    import re
+
+    from producer.rate import parse_profile
+    from producer.run import run
+
+    class _HalfAckSink(_NullSink):
+        """Acknowledges every other message; counts the rest as errors of one kind."""
+
+        def send_batch(self, msgs) -> None:
+            self.acked += len(msgs) // 2
+            self.errors["_MSG_TIMED_OUT"] += len(msgs) - len(msgs) // 2
+
+    lines: list[str] = []
+    run(_CountingSource(), _HalfAckSink(), profile=parse_profile("constant", 1000.0),
+        duration_s=1.3, progress_s=0.25, progress=lines.append,
+        install_signal_handlers=False)  # fmt: skip
+    pattern = r"\[producer\] +([\d.]+)s sent ([\d,]+) acked ([\d,]+) rate ([\d,]+)/s errors (\d+)"
+    parsed = [re.fullmatch(pattern, line) for line in lines]
+    assert len(parsed) >= 4 and all(parsed), lines
+    for m in parsed:
+        elapsed, sent, acked, rate, errors = (float(g.replace(",", "")) for g in m.groups())
+        # The closed loop holds 1,000/s (the time is printed to 0.1 s: up to 50 readings off).
+        assert abs(sent - 1000 * elapsed) <= 80
+        assert acked + errors == sent and abs(acked - errors) <= 20
+        assert abs(rate - 1000) <= 100  # the rate so far, from the unrounded time

@@ -118,3 +118,45 @@ def test_columns_encode_exactly_what_orjson_writes():
             readings.values[pos, 0] = value
         want = [orjson.dumps(e) for e in readings.to_dicts()]
         assert readings.encode() == want
+
+
+def test_signals_drain_batteries_cycle_daily_and_stay_near_their_baseline():
+    """Two simulated days, a reading per device every 72 s, against each type's profile."""
+    from collections import defaultdict
+
+    from common.fleet import DEVICE_TYPES
+
+    fleet = build_fleet(20, 4)
+    start = datetime(2026, 6, 1, tzinfo=UTC)
+    n = 20 * 2400  # 2,400 readings per device over 48 hours
+    events = list(itertools.islice(generate(fleet, 4, simulated_clock(start, 20 / 72)), n))
+    by_device = defaultdict(list)
+    for e in events:
+        by_device[e["device_id"]].append(e)
+    for d in fleet:
+        readings = by_device[d.device_id]
+        assert [e["seq"] for e in readings] == list(range(1, 2401))
+        if d.battery_powered:
+            levels = [e["battery_pct"] for e in readings]
+            assert all(b <= a for a, b in itertools.pairwise(levels))  # drains, never recharges
+            assert 0 < levels[0] - levels[-1] < 0.002 * len(levels)
+        else:
+            assert all("battery_pct" not in e for e in readings)
+        for metric, p in DEVICE_TYPES[d.device_type].metrics.items():
+            values = [e[metric] for e in readings]
+            mean = sum(values) / len(values)
+            # The walk reverts to baseline + cycle + drift; the cycle averages out over days.
+            assert abs(mean - p.baseline) < 0.25 * p.daily_amplitude + 20 * p.noise, (metric, mean)
+
+            # Noon (the cycle's peak) against midnight (its trough), both days together.
+            def hour_mean(h: int, values=values, readings=readings) -> float:
+                picked = [v for v, e in zip(values, readings, strict=True)
+                          if e["event_time"][11:13] == f"{h:02d}"]  # fmt: skip
+                return sum(picked) / len(picked)
+
+            swing = hour_mean(12) - hour_mean(0)
+            # The hour around the peak against the hour around the trough: about twice the
+            # amplitude; the walk's noise (a stationary spread of about 3.2 x noise, strongly
+            # autocorrelated) moves the difference of two hours' means by a few noises.
+            tolerance = 0.15 * p.daily_amplitude + 12 * p.noise
+            assert abs(swing - 1.94 * p.daily_amplitude) < tolerance, (metric, swing)
