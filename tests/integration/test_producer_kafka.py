@@ -323,3 +323,23 @@ def test_broker_throttling_is_counted_in_the_report(
     assert f"throttled {rep['throttle_events']:,} times" in capsys.readouterr().err
     held = _consume({"bootstrap.servers": kafka_broker.plaintext}, topic, rep["acked"])
     assert len(held) == rep["acked"] == rep["sent"]
+
+
+def test_replay_to_kafka_sends_each_line_verbatim_keyed_by_device(
+    kafka_broker: BrokerInfo, tmp_path, monkeypatch
+):
+    topic = f"producer-replay-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=1)
+    _env(monkeypatch, IOT_KAFKA_BOOTSTRAP_SERVERS=kafka_broker.plaintext, IOT_KAFKA_TOPIC=topic)
+    recorded = [
+        b'{"event_id":"r1","device_id":"dev-00003","seq":1,"temperature_c":21.50}',
+        b"not json at all",
+        b'{"event_id":"r2","device_id":"dev-00007","seq":4}',
+    ]
+    src = tmp_path / "rec.jsonl"
+    src.write_bytes(b"\n".join(recorded) + b"\n")
+    report = tmp_path / "r.json"
+    assert main(["--replay", str(src), "--rate", "0", "--report-path", str(report)]) == 0
+    assert json.loads(report.read_text())["acked"] == 3
+    held = _consume({"bootstrap.servers": kafka_broker.plaintext}, topic, 3)
+    assert held == [(b"dev-00003", recorded[0]), (b"", recorded[1]), (b"dev-00007", recorded[2])]

@@ -341,3 +341,17 @@ def test_progress_lines_show_the_rate_the_acknowledged_count_and_the_errors():
         assert abs(sent - 1000 * elapsed) <= 80
         assert acked + errors == sent and abs(acked - errors) <= 20
         assert abs(rate - 1000) <= 100  # the rate so far, from the unrounded time
+
+
+@pytest.mark.parametrize(
+    ("profile", "want"),
+    [("step:500@0,1500@1", [500.0, 1500.0]), ("spike:400:1600:1:1", [400.0, 1600.0])],
+)
+def test_step_and_spike_profiles_are_held_second_by_second(tmp_path, profile, want):
+    rc, _, _, report = _file_run(
+        tmp_path, "--rate-profile", profile, "--duration-s", "2.5", "--fleet-size", "5"
+    )
+    rep = json.loads(report.read_text())
+    assert rc == 0
+    assert rep["per_second_target"][:2] == want
+    assert all(abs(n - w) <= 0.05 * w for n, w in zip(rep["per_second"][:2], want, strict=True))
