@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import (
     BinaryType,
@@ -513,13 +513,11 @@ def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: flo
         if not sinks.DeltaTable.isDeltaTable(spark, path):
             continue
         table = sinks.DeltaTable.forPath(spark, path)
-        metrics: list[Row | None] = []
-
-        def compact(table: sinks.DeltaTable = table, out: list[Row | None] = metrics) -> None:
-            out[:] = [table.optimize().executeCompaction().select("metrics.*").first()]
-
-        sinks.retry_conflicts(compact, f"OPTIMIZE {name}")
+        metrics = sinks.retry_conflicts(
+            lambda t=table: t.optimize().executeCompaction().select("metrics.*").first(),
+            f"OPTIMIZE {name}",
+        )
         table.vacuum(retain_hours)
-        added = metrics[0]["numFilesAdded"] if metrics[0] else 0
-        removed = metrics[0]["numFilesRemoved"] if metrics[0] else 0
+        added = metrics["numFilesAdded"] if metrics else 0
+        removed = metrics["numFilesRemoved"] if metrics else 0
         print(f"[maintain] {name}: compacted {removed} files into {added}", flush=True)

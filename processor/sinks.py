@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
@@ -31,6 +31,7 @@ from pyspark.util import inheritable_thread_target
 from processor.settings import ProcessorSettings
 
 Tier = Literal["hot", "bronze", "background"]
+T = TypeVar("T")
 
 
 def with_trigger(
@@ -410,12 +411,12 @@ def is_conflict(exc: BaseException) -> bool:
 
 
 def retry_conflicts(
-    write: Callable[[], None],
+    write: Callable[[], T],
     what: str,
     attempts: int = CONFLICT_ATTEMPTS,
     backoff_s: float = 0.5,
     on_conflict: Callable[[BaseException], None] | None = None,
-) -> None:
+) -> T:
     """Run ``write`` again (from scratch) while Delta refuses its commit for a concurrent one.
 
     Safe only for idempotent writes, which every writer here is: what an attempt
@@ -430,11 +431,13 @@ def retry_conflicts(
         attempts: Tries in all; the last conflict is raised.
         backoff_s: Wait before the second try, doubled for each next one.
         on_conflict: Called with each conflict that is retried.
+
+    Returns:
+        What the successful try of ``write`` returned.
     """
-    for attempt in range(1, attempts + 1):
+    for attempt in range(1, attempts + 1):  # the last try returns or raises
         try:
-            write()
-            return
+            return write()
         except (CapturedException, Py4JJavaError) as exc:
             if attempt == attempts or not is_conflict(exc):
                 raise
@@ -447,6 +450,7 @@ def retry_conflicts(
                 flush=True,
             )
             time.sleep(backoff_s * 2 ** (attempt - 1))
+    raise ValueError("retry_conflicts needs at least one attempt")
 
 
 # Background queries run their micro-batches one at a time: together they then take

@@ -11,14 +11,13 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from common.fleet import build_fleet
 from infra.broker import ensure_topic
 from processor.pipeline import Tables, devices_frame, start_all
 from processor.settings import ProcessorSettings
-from tests.integration.proc import send_readings
+from tests.integration.proc import send_readings, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -28,11 +27,7 @@ T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
 
 
 def _sites(path: str) -> dict[int, str]:
-    try:
-        rows = DeltaTable(path).to_pyarrow_table(columns=["seq", "site"]).to_pylist()
-    except Exception:  # noqa: BLE001 - not written yet
-        return {}
-    return {r["seq"]: r["site"] for r in rows}
+    return {r["seq"]: r["site"] for r in table_rows(path, ["seq", "site"])}
 
 
 def _wait(path: str, n: int, queries: list) -> dict[int, str]:

@@ -7,22 +7,19 @@ supplies it, as a cluster's would, and ``--jars`` the connectors.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyspark
 import pytest
-from confluent_kafka import Producer
 
-from common.contract import format_time
 from common.fleet import build_fleet
 from infra.broker import ensure_topic
 from infra.jars import bundle_dir
 from processor.session import connector_jars
-from tests.integration.proc import ROOT, processor_env, table_rows
+from tests.integration.proc import ROOT, processor_env, send_readings, table_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -33,17 +30,9 @@ T0 = datetime(2026, 7, 1, 6, 0, tzinfo=UTC)
 
 def test_spark_submit_supplies_the_master_and_the_jars(kafka_broker, tmp_path):
     ensure_topic(kafka_broker.plaintext, TOPIC, partitions=2)
-    fleet = build_fleet(FLEET, SEED)
-    p = Producer({"bootstrap.servers": kafka_broker.plaintext, "acks": "all"})
-    for n in range(EVENTS):
-        device = fleet[n % FLEET].device_id
-        event = {
-            "event_id": f"submit-{n}", "device_id": device, "seq": n // FLEET + 1,
-            "event_time": format_time(T0 + timedelta(seconds=n)), "schema_version": 1,
-            "status": "online",
-        }  # fmt: skip
-        p.produce(TOPIC, json.dumps(event).encode(), device.encode())
-    assert p.flush(30) == 0
+    devices = [d.device_id for d in build_fleet(FLEET, SEED)]
+    for device in devices:
+        send_readings(kafka_broker.plaintext, TOPIC, device, range(1, EVENTS // FLEET + 1), T0)
 
     lake = tmp_path / "lake"
     jars = ",".join(connector_jars(str(bundle_dir("spark"))))
@@ -64,5 +53,7 @@ def test_spark_submit_supplies_the_master_and_the_jars(kafka_broker, tmp_path):
     assert "[processor] all available data processed" in proc.stdout
     assert f"[processor] Spark {pyspark.__version__}, master local[1]\n" in proc.stdout
     silver = table_rows(lake / "silver" / "events", ["event_id"])
-    assert sorted(r["event_id"] for r in silver) == sorted(f"submit-{n}" for n in range(EVENTS))
+    assert sorted(r["event_id"] for r in silver) == sorted(
+        f"{d}-{seq}" for d in devices for seq in range(1, EVENTS // FLEET + 1)
+    )
     assert len(table_rows(lake / "bronze" / "events", ["offset"])) == EVENTS

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
-from common.contract import format_time
+from common.contract import format_time, parse_time
 from common.fleet import build_fleet
 from infra.broker import ensure_topic
 from processor.detector import DetectorConfig, alert_id, detect
@@ -185,7 +185,7 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
 
 
 def _at(e: dict) -> datetime:
-    return datetime.fromisoformat(e["event_time"].replace("Z", "+00:00"))
+    return parse_time(e["event_time"])
 
 
 def _check_gold_beyond_device_1m(
