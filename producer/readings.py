@@ -4,8 +4,8 @@
 the anomaly injector edits them in place through ``Readings[pos]`` (a dict-like view of
 one reading), and the fault injector turns them into payloads with ``encode``, which
 writes the bytes ``orjson.dumps`` gives for the reading's dict (``Readings.event``),
-byte for byte, for the whole batch at once: every field is laid out in a fixed-width
-slot of one byte matrix, padding is NUL, and dropping the NULs leaves the JSON.
+byte for byte, for the whole batch at once (``producer.kernels.encode``, from the JSON
+fragments ``FleetLayout`` lays out once per fleet).
 """
 
 from __future__ import annotations
@@ -21,18 +21,10 @@ import orjson
 
 from common.contract import SCHEMA_VERSION
 from common.fleet import Device
+from producer import kernels
 
 STATUS_NAMES: Final = ("online", "degraded", "offline")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_HEX: Final = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-_POW10: Final = 10 ** np.arange(15, -1, -1, dtype=np.int64)
-_TENS: Final = 10 ** np.arange(1, 16, dtype=np.int64)
-_TRIPLES: Final = np.frombuffer(b"".join(b"%03d" % i for i in range(1000)), dtype=np.uint8).reshape(
-    1000, 3
-)
-_INT_DIGITS = 7  # a metric of 10 million or more is encoded by orjson, one reading at a time
-_SEQ_DIGITS = 12
-_PREFIX_WIDTH = 24  # "YYYY-MM-DDTHH:MM:SS." is 20; room for odd years
 
 
 @functools.lru_cache(maxsize=4096)
@@ -45,60 +37,6 @@ def time_text(us: int) -> str:
     """The contract's event-time text of the instant ``us`` microseconds after the epoch."""
     sec, frac = divmod(us, 1_000_000)
     return f"{second_prefix(sec)}{frac // 1000:03d}Z"
-
-
-def _rows(items: Sequence[bytes], width: int | None = None) -> np.ndarray:
-    """Byte strings as rows of a NUL-padded uint8 matrix."""
-    width = max((len(b) for b in items), default=0) if width is None else width
-    out = np.zeros((len(items), width), dtype=np.uint8)
-    for r, b in enumerate(items):
-        out[r, : len(b)] = np.frombuffer(b, dtype=np.uint8)
-    return out
-
-
-def _digits(x: np.ndarray, width: int) -> np.ndarray:
-    """Decimal digits of non-negative ints ``x`` as (n, width) ASCII, leading zeros as NUL."""
-    out = np.empty((len(x), width), dtype=np.uint8)
-    q = x
-    at = width
-    while at > 0:  # three digits at a time, from the right
-        q, r = np.divmod(q, 1000)
-        w = min(3, at)
-        out[:, at - w : at] = _TRIPLES.take(r, axis=0)[:, 3 - w :]
-        at -= w
-    out *= _keep_mask(width).take(np.searchsorted(_TENS, x, side="right"), axis=0)
-    return out
-
-
-@functools.cache
-def _keep_mask(width: int) -> np.ndarray:
-    """Row ``d``: 1 on the last ``d + 1`` of ``width`` columns (the digits of a number)."""
-    return (np.arange(width) >= width - 1 - np.arange(16)[:, None]).astype(np.uint8)
-
-
-def _floats(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The orjson text of values rounded to 3 places, as (n, w) NUL-padded ASCII.
-
-    A value ``round(x, 3)`` is the double nearest ``r / 1000``, and its shortest
-    round-trip text is that decimal: ``r // 1000``, a point, and the three decimals
-    without trailing zeros (at least one). Returns the characters and a mask of the
-    values too large (or not finite) for the slot.
-    """
-    a = np.abs(v) * 1000.0
-    bad = ~(a < 10.0 ** (_INT_DIGITS + 3) - 1.0)
-    r = np.rint(np.where(bad, 0.0, a)).astype(np.int64)
-    ip, fp = np.divmod(r, 1000)
-    w = _INT_DIGITS
-    out = np.empty((len(v), w + 5), dtype=np.uint8)
-    out[:, 0] = np.where(np.signbit(v), 45, 0)
-    out[:, 1 : w + 1] = _digits(ip, w)
-    out[:, w + 1] = 46
-    f1, rest = np.divmod(fp, 100)
-    f2, f3 = np.divmod(rest, 10)
-    out[:, w + 2] = f1 + 48
-    out[:, w + 3] = np.where(rest != 0, f2 + 48, 0)
-    out[:, w + 4] = np.where(f3 != 0, f3 + 48, 0)
-    return out, bad
 
 
 class FleetLayout:
@@ -115,51 +53,43 @@ class FleetLayout:
         self.slots = [{m: j for j, m in enumerate(names)} for names in self.metric_names]
         self.width = max(len(names) for names in self.metric_names)
         self.battery = np.array([d.battery_powered for d in fleet], dtype=bool)
-        self.valid = np.array(
-            [[j < len(names) for j in range(self.width)] for names in self.metric_names],
-            dtype=bool,
-        )
-        self.dev_rows = _rows(
-            [b'","device_id":' + orjson.dumps(i) + b',"seq":' for i in self.device_ids]
-        )
-        self.bat_rows = _rows([b',"battery_pct":' if d.battery_powered else b"" for d in fleet])
-        names = self.metric_names
-        self.key_rows = [
-            _rows([b"," + orjson.dumps(m[j]) + b":" if j < len(m) else b"" for m in names])
-            for j in range(self.width)
+        self.n_metrics = np.array([len(names) for names in self.metric_names], dtype=np.int64)
+        self.valid = np.arange(self.width) < self.n_metrics[:, None]
+        # Every JSON fragment in one byte string, addressed by (start, end) pairs.
+        pieces: list[bytes] = []
+        size = 0
+
+        def span(fragment: bytes) -> tuple[int, int]:
+            nonlocal size
+            pieces.append(fragment)
+            size += len(fragment)
+            return size - len(fragment), size
+
+        fixed = [
+            b'{"event_id":"',
+            b',"event_time":"',
+            b'Z","schema_version":' + orjson.dumps(SCHEMA_VERSION) + b',"status":"',
+            b',"battery_pct":',
+            *(s.encode() + b'"' for s in STATUS_NAMES),
         ]
-        self.head = np.frombuffer(b'{"event_id":"', dtype=np.uint8)
-        self.time_key = np.frombuffer(b',"event_time":"', dtype=np.uint8)
-        self.status_key = np.frombuffer(
-            b'Z","schema_version":' + orjson.dumps(SCHEMA_VERSION) + b',"status":"', dtype=np.uint8
+        self.consts = np.array([span(f) for f in fixed], dtype=np.int64)
+        self.dev_at = np.array(
+            [span(b'","device_id":' + orjson.dumps(i) + b',"seq":') for i in self.device_ids],
+            dtype=np.int64,
         )
-        self.status_rows = _rows([s.encode() + b'"' for s in STATUS_NAMES])
-        self._prefixes: dict[int, np.ndarray] = {}
-
-    def prefix_rows(self, secs: np.ndarray) -> np.ndarray:
-        """Rows of ``YYYY-MM-DDTHH:MM:SS.`` for each second in ``secs``."""
-        lo = int(secs.min())
-        span = int(secs.max()) - lo + 1
-        if span > 1_000_000:  # far-apart times: no table by offset
-            uniq, inverse = np.unique(secs, return_inverse=True)
-            return self._prefix_table(uniq.tolist()).take(inverse, axis=0)
-        off = secs - lo
-        present = np.flatnonzero(np.bincount(off, minlength=span))
-        table = np.zeros((span, _PREFIX_WIDTH), dtype=np.uint8)
-        table[present] = self._prefix_table([lo + int(s) for s in present])
-        return table.take(off, axis=0)
-
-    def _prefix_table(self, secs: list[int]) -> np.ndarray:
-        cache = self._prefixes
-        if len(cache) > 8192:
-            cache.clear()
-        out = np.zeros((len(secs), _PREFIX_WIDTH), dtype=np.uint8)
-        for r, sec in enumerate(secs):
-            row = cache.get(sec)
-            if row is None:
-                row = cache[sec] = _rows([second_prefix(sec).encode()], _PREFIX_WIDTH)[0]
-            out[r] = row
-        return out
+        self.key_at = np.zeros((len(fleet), self.width, 2), dtype=np.int64)
+        for i, names in enumerate(self.metric_names):
+            for j, name in enumerate(names):
+                self.key_at[i, j] = span(b"," + orjson.dumps(name) + b":")
+        self.text = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+        longest_keys = int((self.key_at[:, :, 1] - self.key_at[:, :, 0]).sum(axis=1).max())
+        # Most bytes one reading can take: every fragment at its longest, 20 digits of seq,
+        # 24 of time, 12 of each number, the closing brace and the newline.
+        self.max_bytes = int(
+            (self.consts[:, 1] - self.consts[:, 0]).sum()
+            + 36 + int((self.dev_at[:, 1] - self.dev_at[:, 0]).max()) + 20 + 24
+            + longest_keys + 12 * (self.width + 1) + 2
+        )  # fmt: skip
 
 
 class EventView:
@@ -261,45 +191,33 @@ class Readings:
         text = self.eid.tobytes().decode()
         return [text[j : j + 36] for j in range(0, len(text), 36)]
 
+    def encode_buffer(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every reading's JSON, each ending in a newline, in one buffer.
+
+        Returns:
+            ``(buf, ends, slow)``: reading ``p`` is ``buf[ends[p - 1] + 1 : ends[p]]``
+            (from 0 for the first), exactly ``orjson.dumps(self.event(p))``, unless
+            ``slow[p]``: then its line is empty and ``event(p)`` must be encoded instead.
+
+        """
+        n = len(self)
+        lay = self.layout
+        buf = np.empty(n * lay.max_bytes, dtype=np.uint8)
+        ends = np.empty(n, dtype=np.int64)
+        slow = np.zeros(n, dtype=np.bool_)
+        size = kernels.encode(
+            self.dev, self.seq, self.us, self.status, self.eid, self.battery, self.values,
+            lay.battery, lay.n_metrics, lay.text, lay.dev_at, lay.key_at, lay.consts,
+            buf, ends, slow,
+        )  # fmt: skip
+        return buf[:size], ends, slow
+
     def encode(self) -> list[bytes]:
         """Each reading's JSON, exactly ``orjson.dumps(self.event(pos))``."""
-        n = len(self)
-        if n == 0:
+        if len(self) == 0:
             return []
-        lay = self.layout
-        dev = self.dev
-        pieces: list[np.ndarray] = [lay.head, self.eid, lay.dev_rows.take(dev, axis=0)]
-        slow = self.seq >= 10**_SEQ_DIGITS
-        pieces.append(_digits(np.where(slow, 0, self.seq), _SEQ_DIGITS))
-        sec, frac = np.divmod(self.us, 1_000_000)
-        pieces.append(lay.time_key)
-        pieces.append(lay.prefix_rows(sec))
-        pieces.append(_digits(frac // 1000 + 1000, 4)[:, 1:])
-        pieces.append(lay.status_key)
-        pieces.append(lay.status_rows.take(self.status, axis=0))
-        pieces.append(lay.bat_rows.take(dev, axis=0))
-        battery = lay.battery[dev]
-        chars, bad = _floats(self.battery)
-        chars[~battery] = 0
-        slow |= bad & battery
-        pieces.append(chars)
-        valid = lay.valid.take(dev, axis=0)
-        for j in range(lay.width):
-            pieces.append(lay.key_rows[j].take(dev, axis=0))
-            chars, bad = _floats(self.values[:, j])
-            chars[~valid[:, j]] = 0
-            slow |= bad & valid[:, j]
-            pieces.append(chars)
-        width = sum(p.shape[-1] for p in pieces) + 2
-        mat = np.empty((n, width), dtype=np.uint8)
-        at = 0
-        for p in pieces:
-            w = p.shape[-1]
-            mat[:, at : at + w] = p
-            at += w
-        mat[:, at] = 125  # }
-        mat[:, at + 1] = 10  # one line per reading: JSON text never holds a raw newline
-        out = mat.tobytes().translate(None, b"\x00").split(b"\n")
+        buf, _ends, slow = self.encode_buffer()
+        out = buf.tobytes().split(b"\n")
         out.pop()
         for p in np.flatnonzero(slow).tolist():
             out[p] = orjson.dumps(self.event(p))

@@ -22,9 +22,8 @@ import numpy as np
 
 from common.contract import SCHEMA_VERSION, format_time
 from common.fleet import Device, MetricProfile
+from producer import kernels
 from producer.readings import STATUS_NAMES, FleetLayout, Readings
-
-_HEX_DIGITS: Final = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 _DAY_S = 86400.0
 # Status transition probabilities per reading: (from, to) -> p.
@@ -284,56 +283,15 @@ class TimeFormatter:
 
 # --------------------------------------------------------------------------- fast path
 
-# round(x, 3) is exactly r / 1000 with r = round(x * 1000.0) unless x * 1000 is within an ulp
-# of a tie (x * 1000.0 may have rounded across it) or r is 0 (the sign of -0.0): the fast path
-# checks both and leaves those to round() (x * 1000 stays far below 2**32, so an ulp < 1e-6).
-_NEAR_HALF: Final = 0.4999
-_TWO_PI: Final = 2.0 * math.pi
-
-
-def round3(x: float) -> float:
-    """``round(x, 3)``, exactly, usually faster (the simulator inlines the same steps)."""
-    t = x * 1000.0
-    r = round(t)
-    return (
-        r / 1000 if r and -_NEAR_HALF < t - r < _NEAR_HALF else round(x, 3)
-    )  # as random.gauss's TWOPI and make_reading's 2.0 * math.pi
-
-
-_THRESHOLD: Final = np.array([0.002, 0.05, 0.08])  # first status draw, by status code
-_FIRST_TO: Final = np.array([1, 0, 0], dtype=np.int8)  # online->degraded, else ->online
-_DEGRADED, _OFFLINE = 1, 2
-_SCAN_WINDOW = 512
-_MAX_METRICS_WORDS = 4  # one gaussian pair (two random() = four 32-bit words) per metric
-
-
-def _res53(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """``random.random()`` from its two 32-bit Mersenne Twister words (CPython's formula)."""
-    return ((hi >> 5).astype(np.float64) * 67108864.0 + (lo >> 6)) * (1.0 / 9007199254740992.0)
-
-
-def _map(fn: Callable[[float], float], x: np.ndarray) -> np.ndarray:
-    """``fn`` (a ``math`` function, as the reference uses) on every element."""
-    return np.fromiter(map(fn, x.tolist()), dtype=np.float64, count=len(x))
-
 
 class FleetSimulator:
     """Generates the fleet's readings in batches, byte-identical to ``make_reading``.
 
-    ``make_reading`` is the readable reference; this class does the same arithmetic,
-    with the same random draws in the same order, for a whole batch at once with numpy:
-
-    * the random numbers: after the initial states are drawn, the generator's Mersenne
-      Twister state moves to numpy's ``MT19937``, whose raw 32-bit words are CPython's
-      (``random()`` is two words, ``getrandbits(128)`` four); each reading uses a known
-      number of words (one status draw, two for a degraded device whose first draw did
-      not bring it back online, the id, the battery, a gaussian pair per metric), so a
-      scan over the batch places every reading's words, stopping only at status changes;
-    * the signals: each device's random walk is a recurrence over its own readings, so the
-      batch is walked one round of the fleet at a time, all devices of a round at once,
-      with the reference's operations in the reference's order (IEEE arithmetic gives the
-      same doubles); ``log``, ``sin`` and ``cos`` come from ``math``, as in the reference;
-    * rounding to 3 places is exact (``round3``'s steps; near-ties go to ``round``).
+    ``make_reading`` is the readable reference; ``producer.kernels.simulate`` does the
+    same arithmetic, with the same random draws in the same order, compiled: after the
+    initial states are drawn, the generator's Mersenne Twister state moves into a
+    ``kernels.Twister``, which continues it word for word. Each device's state lives
+    in per-device arrays here.
 
     Readings go round-robin over the fleet: event ``k`` comes from ``fleet[k % len(fleet)]``
     at ``clock(k)``.
@@ -383,19 +341,8 @@ class FleetSimulator:
         self._battery = np.array([s.battery for s in states])
         self._seq = np.array([s.seq for s in states], dtype=np.int64)
         self._status = np.array([STATUS_NAMES.index(s.status) for s in states], dtype=np.int8)
-        n_metrics = lay.valid.sum(axis=1)
-        # Words of one reading before its status draws: id, battery, gaussian pairs.
-        self._body_words = 4 + 2 * lay.battery.astype(np.int64) + 4 * n_metrics
-        self._max_words = 4 + int(self._body_words.max()) + 4 * width
         _version, internal, gauss_next = rng.getstate()
-        self._bits = np.random.MT19937()
-        self._bits.state = {
-            "bit_generator": "MT19937",
-            "state": {"key": np.array(internal[:624], dtype=np.uint32), "pos": internal[624]},
-        }
-        self._words = np.zeros(0, dtype=np.uint64)
-        self._wp = 0
-        self._gauss_next: float | None = gauss_next
+        self._twister = kernels.Twister(internal, gauss_next)
         self.k = 0
 
     def device_index(self, k: int) -> int:
@@ -410,158 +357,31 @@ class FleetSimulator:
         """The next ``n`` readings, as event dicts that follow ``common.contract``."""
         return self.columns(n).to_dicts()
 
-    def _ensure_words(self, need: int) -> None:
-        left = len(self._words) - self._wp
-        if left < need:
-            fresh = self._bits.random_raw(max(need - left, 1 << 16))
-            self._words = np.concatenate((self._words[self._wp :], fresh))
-            self._wp = 0
-
-    def _scan(self, dev: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Place each reading's words; returns (first word, status draws, new status)."""
-        n = len(dev)
-        words = self._words
-        status_of = self._status
-        body = self._body_words[dev]
-        starts = np.empty(n, dtype=np.int64)
-        draws = np.empty(n, dtype=np.int64)
-        after = np.empty(n, dtype=np.int8)
-        at = self._wp
-        pos = 0
-        while pos < n:
-            end = min(n, pos + _SCAN_WINDOW)
-            st = status_of[dev[pos:end]]
-            degraded = st == _DEGRADED
-            length = body[pos:end] + 2 + 2 * degraded  # as if no status changes
-            start = np.empty(end - pos, dtype=np.int64)
-            start[0] = at
-            np.cumsum(length[:-1], out=start[1:])
-            start[1:] += at
-            first = _res53(words[start], words[start + 1]) < _THRESHOLD[st]
-            second = degraded & ~first & (_res53(words[start + 2], words[start + 3]) < 0.01)
-            changed = np.flatnonzero(first | second)
-            cut = int(changed[0]) + 1 if len(changed) else end - pos
-            st = st[:cut]
-            new = st.copy()
-            new[first[:cut]] = _FIRST_TO[st[first[:cut]]]
-            new[second[:cut]] = _OFFLINE
-            n_draws = 1 + (degraded[:cut] & ~first[:cut])
-            starts[pos : pos + cut] = start[:cut]
-            draws[pos : pos + cut] = n_draws
-            after[pos : pos + cut] = new
-            if len(changed):
-                status_of[dev[pos + cut - 1]] = new[-1]
-            at = int(start[cut - 1] + body[pos + cut - 1] + 2 * n_draws[-1])
-            pos += cut
-        self._wp = at
-        return starts, draws, after
-
     def columns(self, n: int) -> Readings:
         """The next ``n`` readings, as columns."""
         lay = self.layout
-        nd, width = len(self.fleet), lay.width
         k0 = self.k
-        ks = np.arange(k0, k0 + n, dtype=np.int64)
-        dev = ks % nd
-        self._ensure_words(n * self._max_words + 16)
-        words = self._words
-        starts, draws, status = self._scan(dev)
-        # The event id: getrandbits(128) is four words, least significant first.
-        o = starts + 2 * draws
-        ids = np.empty((n, 4), dtype=">u4")
-        ids[:, 0] = words[o + 3]
-        ids[:, 1] = (words[o + 2] & 0xFFFF0FFF) | 0x4000
-        ids[:, 2] = (words[o + 1] & 0x3FFFFFFF) | 0x80000000
-        ids[:, 3] = words[o]
-        raw = ids.view(np.uint8).reshape(n, 16)
-        hexed = np.empty((n, 32), dtype=np.uint8)
-        hexed[:, 0::2] = _HEX_DIGITS[raw >> 4]
-        hexed[:, 1::2] = _HEX_DIGITS[raw & 15]
-        eid = np.full((n, 36), 45, dtype=np.uint8)  # -
-        for a, b, c in ((0, 0, 8), (9, 8, 12), (14, 12, 16), (19, 16, 20), (24, 20, 32)):
-            eid[:, a : a + c - b] = hexed[:, b:c]
-        battery_powered = lay.battery[dev]
-        u_battery = _res53(words[o + 4], words[o + 5])
-        # Gaussian pairs: random() * 2pi, then sqrt(-2 log(1 - random())).
-        valid = lay.valid.take(dev, axis=0)
-        g = (o + 4 + 2 * battery_powered)[:, None] + 4 * np.arange(width)
-        u1 = _res53(words[g], words[g + 1])[valid]
-        u2 = _res53(words[g + 2], words[g + 3])[valid]
-        x2pi = u1 * _TWO_PI
-        g2rad = np.sqrt(-2.0 * _map(math.log, 1.0 - u2))
-        z_cos = _map(math.cos, x2pi) * g2rad
-        z_sin = _map(math.sin, x2pi) * g2rad
-        pairs = len(u1)
-        gauss = np.empty(2 * pairs + 1)
-        if self._gauss_next is None:
-            gauss[0 : 2 * pairs : 2] = z_cos
-            gauss[1 : 2 * pairs : 2] = z_sin
-        else:
-            gauss[0] = self._gauss_next
-            gauss[1::2] = z_cos
-            gauss[2::2] = z_sin
-            self._gauss_next = float(gauss[2 * pairs])
-        z_drift = np.zeros((n, width))
-        z_noise = np.zeros((n, width))
-        z_drift[valid] = gauss[0 : 2 * pairs : 2]
-        z_noise[valid] = gauss[1 : 2 * pairs : 2]
-        # Event times and the daily cycle.
         ab = getattr(self.clock, "linear", lambda: None)()
         if ab is not None:
-            us = ab[0] + ab[1] * ks
+            us = ab[0] + ab[1] * np.arange(k0, k0 + n, dtype=np.int64)
         else:
             micros = self.clock.micros
             us = np.array([micros(k) for k in range(k0, k0 + n)], dtype=np.int64)
-        phase = _TWO_PI * (((us / 1_000_000) % _DAY_S) / _DAY_S - 0.25)
-        cycle = _map(math.sin, phase)
-        # The random walks, one round of the fleet at a time.
-        values = np.empty((n, width))
+        dev = np.empty(n, dtype=np.int64)
+        seq = np.empty(n, dtype=np.int64)
+        status = np.empty(n, dtype=np.int8)
+        eid = np.empty((n, 36), dtype=np.uint8)
         battery = np.empty(n)
-        i0 = k0 % nd
-        for r in range((i0 + n + nd - 1) // nd):
-            pa, pb = max(0, r * nd - i0), min(n, (r + 1) * nd - i0)
-            ca = pa + i0 - r * nd
-            cs, ps = slice(ca, ca + pb - pa), slice(pa, pb)
-            dr = self._drift[cs] + (0.0 + z_drift[ps] * self._drift_noise[cs])
-            self._drift[cs] = dr
-            target = self._baseline[cs] + self._amplitude[cs] * cycle[ps, None] + dr
-            v = self._values[cs]
-            v = v + (0.05 * (target - v) + (0.0 + z_noise[ps] * self._noise[cs]))
-            self._values[cs] = v
-            values[ps] = v
-            b = self._battery[cs] - 0.002 * u_battery[ps]
-            b = np.where(b > 0.0, b, 0.0)
-            self._battery[cs] = np.where(lay.battery[cs], b, self._battery[cs])
-            battery[ps] = b
-        values = np.where(self._clamp.take(dev, axis=0) & (values < 0.0), 0.0, values)
-        seq = self._seq[dev] + (i0 + np.arange(n)) // nd - (dev < i0) + 1
-        self._seq += np.bincount(dev, minlength=nd)
+        values = np.empty((n, lay.width))
+        tw = self._twister
+        kernels.simulate(
+            n, k0, tw.state, tw.pos, us, lay.battery, lay.n_metrics,
+            self._baseline, self._amplitude, self._noise, self._drift_noise, self._clamp,
+            self._values, self._drift, self._battery, self._seq, self._status,
+            dev, seq, status, eid, battery, values,
+        )  # fmt: skip
         self.k = k0 + n
-        return Readings(
-            lay,
-            dev,
-            seq,
-            us,
-            status,
-            eid,
-            _round3(battery, battery_powered),
-            _round3(values, valid),
-        )
-
-
-def _round3(x: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
-    """``round(x, 3)`` of every element, exactly (see ``round3``)."""
-    t = x * 1000.0
-    r = np.rint(t)
-    out = r / 1000.0
-    tiny = r == 0.0
-    out[tiny] = np.copysign(0.0, x[tiny])  # |x| < 0.0005: round() keeps the sign of zero
-    tie = ~(np.abs(t - r) < _NEAR_HALF)
-    if valid is not None:
-        tie &= valid
-    for idx in zip(*np.nonzero(tie), strict=True):
-        out[idx] = round(float(x[idx]), 3)
-    return out
+        return Readings(lay, dev, seq, us, status, eid, battery, values)
 
 
 def generate(

@@ -12,13 +12,13 @@ import pytest
 
 from common.contract import format_time
 from common.fleet import build_fleet
+from producer.kernels import round3
 from producer.signals import (
     FleetSimulator,
     StridedClock,
     TimeFormatter,
     generate,
     reference_generate,
-    round3,
     simulated_clock,
     to_micros,
 )
@@ -114,8 +114,15 @@ def test_columns_encode_exactly_what_orjson_writes():
     for size in (1, 50, 999, 4096):
         readings = sim.columns(size)
         # Edge values anomalies can write: signed zero, big, tiny, many digits.
-        for pos, value in ((0, -0.0), (-1, 12345678.125), (size // 2, 0.001), (size // 3, -7.5)):
+        edits = ((0, -0.0), (-1, 12345678.125), (size // 2, 0.001), (size // 3, -7.5),
+                 (size // 4, math.nan), (size // 5, -math.inf), (size // 6, 9999999.999))  # fmt: skip
+        for pos, value in edits:
             readings.values[pos, 0] = value
+        # Times the kernel leaves to Python: a year of three digits (strftime writes "999").
+        readings.us[size // 7] = to_micros(datetime(999, 5, 1, 12, 0, 0, 250000, tzinfo=UTC))
+        readings.us[size - 1 - size // 8] = to_micros(
+            datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+        )
         want = [orjson.dumps(e) for e in readings.to_dicts()]
         assert readings.encode() == want
 
