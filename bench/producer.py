@@ -10,10 +10,11 @@ then stops the broker. A warm-up round (not counted) warms the broker's JVM; the
 each side runs ``--rounds`` times and the best round counts.
 
 A third side measures the producer's ceiling on this machine: the same file sent by
-the producer's own ``KafkaSink`` (confluent-kafka) in ``--workers`` processes, with
-no simulation, faults or manifest. ``client_ratio`` is that against kcat (what the
-Python client can reach at all); ``share_of_client`` is the full-realism producer
-against it (what simulation, faults and the manifest cost).
+the producer's own ``KafkaSink`` (librdkafka through ``producer.native``) in
+``--workers`` processes, with no simulation, faults or manifest. ``client_ratio`` is
+that against kcat (what the producer's transport can reach at all);
+``share_of_client`` is the full-realism producer against it (what simulation, faults
+and the manifest cost).
 
 The last line printed is one JSON object::
 
@@ -127,26 +128,33 @@ def run_kcat(bootstrap: str, topic: str, path: Path, args: argparse.Namespace) -
 def _client_worker(
     bootstrap: str, topic: str, lines: list[bytes], linger_ms: int, ready: Any, go: Any, out: Any
 ) -> None:
-    """One process of the client baseline: ``KafkaSink`` with pre-encoded messages."""
+    """One process of the client baseline: ``KafkaSink`` with pre-encoded messages.
+
+    The lines are laid out as the producer's batches are (rows of one buffer, keyed),
+    before the clock starts.
+    """
     for key in [k for k in os.environ if k.startswith("IOT_")]:
         del os.environ[key]  # the settings below, as the producer's side gets them
     try:
         from common.kafka import librdkafka_config
         from common.settings import KafkaSettings
+        from producer.messages import MessageBatch
         from producer.sinks import KafkaSink
 
         kafka = KafkaSettings(_env_file=None, bootstrap_servers=bootstrap, topic=topic, auth="none")
         conf = librdkafka_config(kafka, "producer") | {"linger.ms": linger_ms}
         sink = KafkaSink(conf, topic)
-        msgs = []
-        for line in lines:
-            key, _, value = line.partition(b"\t")
-            msgs.append((key, value, -1, 0, "", None))
+        pairs = [line.partition(b"\t") for line in lines]
+        batches = [
+            MessageBatch.of_lines([p[2] for p in pairs[at : at + BATCH]],
+                                  [p[0] for p in pairs[at : at + BATCH]])
+            for at in range(0, len(pairs), BATCH)
+        ]  # fmt: skip
         ready.set()
         go.wait()
         t0 = time.perf_counter()
-        for at in range(0, len(msgs), BATCH):
-            sink.send_batch(msgs[at : at + BATCH])
+        for batch in batches:
+            sink.send_batch(batch)
             sink.poll()
         left = sink.flush(60)
         out.put((sink.acked, time.perf_counter() - t0, left))
@@ -160,7 +168,7 @@ def run_client(bootstrap: str, topic: str, path: Path, args: argparse.Namespace)
     """The transport alone: the same file through ``KafkaSink`` in ``--workers`` processes.
 
     No simulation, faults or manifest: what the producer's Kafka path costs in Python
-    (confluent-kafka), the ceiling of the producer on this machine. Returns events/s.
+    (librdkafka), the ceiling of the producer on this machine. Returns events/s.
     """
     ctx = mp.get_context("spawn")
     lines = path.read_bytes().splitlines()

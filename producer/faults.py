@@ -33,7 +33,6 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -41,6 +40,7 @@ import orjson
 
 from common.contract import METRIC_NAMES, REQUIRED
 from common.fleet import Device
+from producer.messages import BatchBuilder, Message, MessageBatch
 from producer.readings import Readings
 from producer.sampling import NEVER, Hits, sub_rng
 from producer.signals import Clock, TimeFormatter, to_micros
@@ -49,10 +49,6 @@ MALFORMED_KINDS = ("broken_json", "wrong_type", "missing_field", "unknown_device
 PER_READING_KINDS = ("duplicate", "late", "out_of_order", *MALFORMED_KINDS)
 WRONG_TYPE_FIELDS = ("seq", "schema_version", "event_time", "battery_pct", *METRIC_NAMES)
 
-# A message: key, value, device index in the injector's fleet, seq, event_id, tag.
-# tag is None for the first send of a valid reading, "duplicate" for a resend, or the
-# fault record of a malformed payload.
-Message = tuple[bytes, bytes, int, int, str, Any]
 Events = Readings | list[dict[str, Any]]
 
 
@@ -205,7 +201,7 @@ class FaultInjector:
         """Messages held back (late, out of order, resends) not yet released."""
         return len(self._held) + len(self._held_by_time)
 
-    def process(self, events: Events, ks: Sequence[int] | None, k0: int) -> list[Message]:
+    def process(self, events: Events, ks: Sequence[int] | None, k0: int) -> MessageBatch:
         """Turn one batch of readings into the messages to send now.
 
         Args:
@@ -214,31 +210,37 @@ class FaultInjector:
             k0: Stream index of the first reading when ``ks`` is None.
 
         Returns:
-            Messages in send order, including held-back ones that are due.
+            Messages in send order, including held-back ones that are due: readings
+            that pass untouched are rows of the encoded batch.
 
         """
         n = len(events)
         nd = self._n
+        out = BatchBuilder()
         if n == 0:
-            return []
+            return out.build()
+        encoded = None
         if isinstance(events, Readings):
             if self._skew_us:
                 self._skew_columns(events)
-            payloads = events.encode()
-            seqs = events.seq.tolist()
-            eids = events.event_ids()
+            encoded = events.encode_buffer()
             devs = events.dev.tolist()
             event_at = events.event
+            plain = out.rows
         else:
             if self._skew_us:
                 self._apply_skew(events, ks, k0)
             payloads = [orjson.dumps(ev) for ev in events]
-            seqs = [ev["seq"] for ev in events]
-            eids = [ev["event_id"] for ev in events]
             devs = [k % nd for k in (ks if ks is not None else range(k0, k0 + n))]
             event_at = events.__getitem__
-        out: list[Message] = []
-        keys = self._keys
+            keys = self._keys
+
+            def plain(a: int, b: int) -> None:
+                for p in range(a, b):
+                    ev = events[p]
+                    out.append((keys[devs[p]], payloads[p], devs[p], ev["seq"], ev["event_id"],
+                                None))  # fmt: skip
+
         held = self._held
         e0 = self._emitted
         pos = 0
@@ -253,21 +255,16 @@ class FaultInjector:
                 rel_pos = bisect.bisect_left(ks, release_at, pos)
             end = min(n, self._next_hit - e0, rel_pos)
             if end > pos:
-                run = devs[pos:end]
-                out += zip(
-                    map(keys.__getitem__, run), payloads[pos:end], run, seqs[pos:end],
-                    eids[pos:end], repeat(None, end - pos), strict=True,
-                )  # fmt: skip
+                plain(pos, end)
                 pos = end
                 if pos >= n:
                     break
             # One reading that is hit by a fault, or after which held messages are due.
             k = ks[pos] if ks is not None else k0 + pos
-            i = devs[pos]
             if e0 + pos == self._next_hit:
-                self._faulty(event_at(pos), k, i, e0 + pos, out)
+                self._faulty(event_at(pos), k, devs[pos], e0 + pos, out)
             else:
-                out.append((keys[i], payloads[pos], i, seqs[pos], eids[pos], None))
+                plain(pos, pos + 1)
             if held and k >= held[0][0]:
                 self._release(k, out)
             pos += 1
@@ -275,7 +272,9 @@ class FaultInjector:
         self._last_k = last_k = ks[-1] if ks is not None else k0 + n - 1
         if self._held_by_time:
             self._release_by_time(self.clock.micros(last_k), out)
-        return out
+        if encoded is None:
+            return out.build()
+        return out.build(events, encoded)  # type: ignore[arg-type]
 
     def _skew_columns(self, events: Readings) -> None:
         """Shift the event times of the skewed devices' readings (as ``_apply_skew``)."""
@@ -307,7 +306,7 @@ class FaultInjector:
                 ev = events[pos]
                 ev["event_time"] = fmt(_micros_of(ev["event_time"]) + offset)
 
-    def _faulty(self, ev: dict[str, Any], k: int, i: int, e: int, out: list[Message]) -> None:
+    def _faulty(self, ev: dict[str, Any], k: int, i: int, e: int, out: BatchBuilder) -> None:
         """The slow path: a reading hit by at least one per-reading fault."""
         kinds = []
         for kind, hits in self._hits:
@@ -364,7 +363,7 @@ class FaultInjector:
         self._order += 1
         heapq.heappush(self._held, (release_k, self._order, msg, rec))
 
-    def _release(self, k: int, out: list[Message]) -> None:
+    def _release(self, k: int, out: BatchBuilder) -> None:
         held = self._held
         while held and held[0][0] <= k:
             _, _, msg, rec = heapq.heappop(held)
@@ -372,7 +371,7 @@ class FaultInjector:
                 self._sent_late(rec, self.clock.micros(k))
             out.append(msg)
 
-    def _release_by_time(self, now_us: int, out: list[Message]) -> None:
+    def _release_by_time(self, now_us: int, out: BatchBuilder) -> None:
         held = self._held_by_time
         while held and held[0][0] <= now_us:
             _, _, msg, rec = heapq.heappop(held)
@@ -385,9 +384,9 @@ class FaultInjector:
         if "_event_us" in rec:
             rec["sent_after_s"] = round((now_us - rec.pop("_event_us")) / 1_000_000, 6)
 
-    def drain(self) -> list[Message]:
+    def drain(self) -> MessageBatch:
         """Release every held-back message, in due order (the stream is ending)."""
-        out: list[Message] = []
+        out = BatchBuilder()
         now_us = self.clock.micros(max(self._last_k, 0))
         while self._held:
             _, _, msg, rec = heapq.heappop(self._held)
@@ -401,7 +400,7 @@ class FaultInjector:
                 self._sent_late(rec, now_us)
                 rec["cut_short"] = True
             out.append(msg)
-        return out
+        return out.build()
 
     def _malformed(self, kind: str, ev: dict[str, Any], i: int) -> Message:
         rng = self._detail

@@ -49,6 +49,7 @@ class FleetLayout:
     def __init__(self, fleet: Sequence[Device]) -> None:
         """Lay out the devices' metrics and their JSON fragments."""
         self.device_ids = [d.device_id for d in fleet]
+        self.keys = [i.encode() for i in self.device_ids]  # message keys
         self.metric_names = [tuple(d.kind.metrics) for d in fleet]
         self.slots = [{m: j for j, m in enumerate(names)} for names in self.metric_names]
         self.width = max(len(names) for names in self.metric_names)

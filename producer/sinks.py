@@ -8,15 +8,17 @@ manifest do not care which sink they have.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from producer.faults import Message
+import numpy as np
+
+from producer.messages import Message, MessageBatch
 
 Failure = tuple[bytes | None, Any, str]
 
@@ -33,7 +35,7 @@ class Sink(Protocol):
     latencies_s: list[float]
     failures: list[Failure]
 
-    def send_batch(self, msgs: Sequence[Message]) -> None:
+    def send_batch(self, msgs: Sequence[Message] | MessageBatch) -> None:
         """Queue a batch of messages, in order."""
 
     def send(self, key: bytes | None, value: bytes) -> None:
@@ -53,12 +55,17 @@ class Sink(Protocol):
 
 
 class KafkaSink:
-    """Produces to one topic with confluent-kafka; counts acks, errors, latency and throttling.
+    """Produces to one topic through librdkafka; counts acks, errors, latency and throttling.
 
-    Messages go through ``produce_batch``; each one's delivery report is counted,
-    and a failed one is kept in ``failures``. When librdkafka's local queue stays
-    full with no acknowledgement for ``stall_timeout_s``, ``send_batch`` raises
-    ``SinkStalledError`` rather than wait forever.
+    Each batch is one ``rd_kafka_produce_batch`` call, its messages pointing into the
+    batch's own buffers (``producer.native``): no Python object per message. Every
+    delivery report is counted by a compiled callback; a failed message is kept in
+    ``failures``. When librdkafka's local queue stays full with no acknowledgement
+    for ``stall_timeout_s``, ``send_batch`` raises ``SinkStalledError`` rather than
+    wait forever.
+
+    ``conf`` is a librdkafka config as ``common.kafka.librdkafka_config`` builds it for
+    confluent-kafka: property names and values, and ``oauth_cb`` for OAUTHBEARER.
     """
 
     def __init__(
@@ -68,6 +75,7 @@ class KafkaSink:
         *,
         latency_sample_every: int = 16,
         stall_timeout_s: float = 30.0,
+        slots: int = 1 << 16,
     ) -> None:
         """Create the producer.
 
@@ -77,11 +85,17 @@ class KafkaSink:
             latency_sample_every: Keep one acknowledgement latency out of this many.
             stall_timeout_s: Give up when nothing is acknowledged for this long while
                 the local queue is full.
+            slots: Most batches in flight at once.
+
+        Raises:
+            ValueError: librdkafka refused a property (the message names it, never
+                its value) or the producer could not be created.
 
         """
-        from confluent_kafka import KafkaError, Producer
+        from producer import native
 
-        self._queue_full = KafkaError._QUEUE_FULL
+        self._native = native
+        so = self._lib = native.lib()
         self.topic = topic
         self.acked = 0
         self.errors: Counter[str] = Counter()
@@ -90,75 +104,157 @@ class KafkaSink:
         self.throttle_events = 0
         self.throttle_ms_total = 0
         self.stall_timeout_s = stall_timeout_s
-        self._sample = latency_sample_every
-        self._producer = Producer({**conf, "throttle_cb": self._on_throttle})
+        self._rk: int | None = None
+        self._rkt: int | None = None
+        self._slots = slots
+        self._next_slot = 0
+        self._inflight: dict[int, MessageBatch] = {}
+        self._order: deque[int] = deque()
+        self._producing = -1
+        self._keys: dict[int, tuple[Any, np.ndarray, np.ndarray, np.ndarray]] = {}
+        queue_max = int(conf.get("queue.buffering.max.messages", 100_000))
+        self._shared = native.Shared(slots, queue_max + 1, 1 << 16, latency_sample_every)
+        errstr = ctypes.create_string_buffer(512)
+        c = so.rd_kafka_conf_new()
+        oauth = conf.get("oauth_cb")
+        for key, value in conf.items():
+            if key == "oauth_cb":
+                continue
+            if callable(value):
+                so.rd_kafka_conf_destroy(c)
+                raise ValueError(f"config property {key!r} cannot be a callable here")
+            if so.rd_kafka_conf_set(c, key.encode(), native.conf_value(value).encode(),
+                                    errstr, len(errstr)) != 0:  # fmt: skip
+                so.rd_kafka_conf_destroy(c)
+                raise ValueError(f"librdkafka refused the config property {key!r}")
+        so.rd_kafka_conf_set_dr_msg_cb(c, native.callback_address())
+        self._throttle_cb = native.THROTTLE_CB(self._on_throttle)
+        so.rd_kafka_conf_set_throttle_cb(c, self._throttle_cb)
+        if oauth is not None:
+            self._oauth = oauth
+            self._oauth_cb = native.OAUTH_CB(self._on_oauth)
+            so.rd_kafka_conf_set_oauthbearer_token_refresh_cb(c, self._oauth_cb)
+        so.rd_kafka_conf_set_opaque(c, self._shared.address)
+        rk = so.rd_kafka_new(0, c, errstr, len(errstr))
+        if not rk:
+            so.rd_kafka_conf_destroy(c)
+            raise ValueError(f"could not create the Kafka producer: {errstr.value.decode()}")
+        self._rk = rk
+        self._rkt = so.rd_kafka_topic_new(rk, topic.encode(), None)
 
-    def _on_delivery(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self.errors[err.name()] += 1
-            self.failures.append((msg.value(), None, err.name()))
-            return
-        self.acked += 1
-        if self.acked % self._sample == 0:
-            lat = msg.latency()
-            if lat is not None:
-                self.latencies_s.append(lat)
-
-    def _on_tagged(self, tag: Any, err: Any, msg: Any) -> None:
-        if err is not None:
-            self.errors[err.name()] += 1
-            self.failures.append((msg.value(), tag, err.name()))
-        else:
-            self.acked += 1
-
-    def _on_throttle(self, event: Any) -> None:
+    def _on_throttle(self, _rk: int, _name: bytes, _id: int, ms: int, _opaque: int) -> None:
         self.throttle_events += 1
-        self.throttle_ms_total += int(event.throttle_time * 1000)
+        self.throttle_ms_total += ms
 
-    def send_batch(self, msgs: Sequence[Message]) -> None:
+    def _on_oauth(self, rk: int, config: bytes | None, _opaque: int) -> None:
+        so = self._lib
+        try:
+            token, expiry = self._oauth((config or b"").decode())
+            errstr = ctypes.create_string_buffer(512)
+            if so.rd_kafka_oauthbearer_set_token(
+                rk, token.encode(), int(expiry * 1000), b"", None, 0, errstr, len(errstr)
+            ):
+                so.rd_kafka_oauthbearer_set_token_failure(rk, errstr.value)
+        except Exception as exc:  # librdkafka retries; it must hear why
+            reason = f"no OAuth token: {type(exc).__name__}: {exc}"
+            so.rd_kafka_oauthbearer_set_token_failure(rk, reason.encode())
+
+    def _key_table(self, keys: list[bytes]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+        """A list of keys as one buffer, with each one's offset and length (kept per list)."""
+        table = self._keys.get(id(keys))
+        if table is None:
+            if len(self._keys) > 64:  # one-off lists (batches of lines); librdkafka copies keys
+                self._keys.clear()
+            lens = np.array([len(k) for k in keys], dtype=np.int64)
+            starts = np.zeros(len(lens), dtype=np.int64)
+            np.cumsum(lens[:-1], out=starts[1:])
+            text = np.frombuffer(b"".join(keys) or b"\0", dtype=np.uint8)
+            table = self._keys[id(keys)] = (keys, text, starts, lens)
+        return table
+
+    def send_batch(self, msgs: Sequence[Message] | MessageBatch) -> None:
         """Queue a batch, waiting (bounded) for room when the local queue is full.
 
         Raises:
             SinkStalledError: No room and no acknowledgement for ``stall_timeout_s``.
 
         """
-        tagged = self._on_tagged
-        batch = [
-            {"key": m[0], "value": m[1]}
-            if m[5] is None
-            else {"key": m[0], "value": m[1], "callback": partial(tagged, m[5])}
-            for m in msgs
-        ]
-        self._produce(batch, msgs)
+        batch = msgs if isinstance(msgs, MessageBatch) else MessageBatch.of(msgs)
+        m = len(batch)
+        if m == 0:
+            return
+        native = self._native
+        arr = np.zeros((m, native.MSG_WORDS), dtype=np.int64)
+        order = batch.order
+        rows = order >= 0
+        if rows.any():
+            r = order[rows]
+            starts = batch.starts[r]
+            arr[rows, native.PAYLOAD] = batch.buf.ctypes.data + starts
+            arr[rows, native.LEN] = batch.ends[r] - starts
+            _, text, key_starts, key_lens = self._key_table(batch.keys)
+            dev = batch.dev[r]
+            arr[rows, native.KEY] = text.ctypes.data + key_starts[dev]
+            arr[rows, native.KEY_LEN] = key_lens[dev]
+        extras = batch.extras
+        for pos in np.flatnonzero(~rows).tolist():
+            key, value = extras[-1 - int(order[pos])][:2]
+            arr[pos, native.PAYLOAD] = _address(value)
+            arr[pos, native.LEN] = len(value)
+            if key is not None:
+                arr[pos, native.KEY] = _address(key)
+                arr[pos, native.KEY_LEN] = len(key)
+        slot = self._take_slot()
+        arr[:, native.PRIVATE] = (slot << 32) | np.arange(m, dtype=np.int64)
+        self._inflight[slot] = batch
+        self._order.append(slot)
+        self._producing = slot
+        try:
+            self._produce(arr, batch, slot)
+        finally:
+            self._producing = -1
 
     def send(self, key: bytes | None, value: bytes) -> None:
         """Queue one message with no bookkeeping beyond the counters."""
-        self._produce([{"key": key, "value": value}], [(key, value, -1, 0, "", None)])
+        self.send_batch([(key, value, -1, 0, "", None)])  # type: ignore[list-item]
 
-    def _produce(self, batch: list[dict[str, Any]], msgs: Sequence[Message]) -> None:
-        producer = self._producer
+    def _take_slot(self) -> int:
+        slot = self._next_slot % self._slots
+        deadline = time.monotonic() + self.stall_timeout_s
+        while slot in self._inflight:  # every slot busy: wait for the oldest batch
+            self.poll(0.05)
+            if time.monotonic() > deadline:
+                raise SinkStalledError(
+                    f"{self._slots:,} batches waited for acknowledgements for "
+                    f"{self.stall_timeout_s:.0f} s: check the broker"
+                )
+        self._next_slot += 1
+        return slot
+
+    def _produce(self, arr: np.ndarray, batch: MessageBatch, slot: int) -> None:
+        native, so = self._native, self._lib
+        pending = self._shared.pending
         deadline: float | None = None
         acked_before = self.acked
-        while batch:
-            queued = producer.produce_batch(self.topic, batch, on_delivery=self._on_delivery)
-            if queued == len(batch):
+        while True:
+            queued = so.rd_kafka_produce_batch(
+                self._rkt, native.PARTITION_UA, 0, arr.ctypes.data, len(arr)
+            )
+            pending[slot] += queued
+            if queued == len(arr):
                 return
-            retry: list[dict[str, Any]] = []
-            retry_msgs: list[Message] = []
-            for m, msg in zip(batch, msgs, strict=True):
-                err = m.pop("_error", None)
-                if err is None:
-                    continue
-                if err.code() == self._queue_full:
-                    retry.append(m)
-                    retry_msgs.append(msg)
-                else:
-                    self.errors[err.name()] += 1
-                    self.failures.append((m.get("value"), msg[5], err.name()))
-            batch, msgs = retry, retry_msgs
-            if not batch:
+            errs = arr.view(np.int32)[:, 0]
+            full = errs == native.QUEUE_FULL
+            for pos in np.flatnonzero((errs != 0) & ~full).tolist():
+                name = native.err_name(int(errs[pos]))
+                msg = batch[int(arr[pos, native.PRIVATE]) & 0xFFFFFFFF]
+                self.errors[name] += 1
+                self.failures.append((msg[1], msg[5], name))
+            arr = np.ascontiguousarray(arr[full])
+            if not len(arr):
                 return
-            producer.poll(0.05)
+            arr.view(np.int32)[:, 0] = 0
+            self.poll(0.05)
             now = time.monotonic()
             if self.acked != acked_before:
                 acked_before, deadline = self.acked, None
@@ -167,35 +263,68 @@ class KafkaSink:
             elif now > deadline:
                 raise SinkStalledError(
                     f"the broker acknowledged nothing for {self.stall_timeout_s:.0f} s while "
-                    f"{len(producer):,} messages waited: it is unreachable, refusing the "
+                    f"{self.in_flight():,} messages waited: it is unreachable, refusing the "
                     "credentials, or throttling hard; check the broker and the throughput units"
                 )
 
-    def poll(self) -> None:
-        """Serve delivery callbacks."""
-        self._producer.poll(0)
+    def _collect(self) -> None:
+        """Take in what the delivery callback counted; let go of finished batches."""
+        shared = self._shared
+        self.acked = shared.acked
+        samples = shared.take_samples()
+        if len(samples):
+            self.latencies_s.extend((samples / 1e6).tolist())
+        for slot, pos, err in shared.take_failures().tolist():
+            name = self._native.err_name(err)
+            msg = self._inflight[slot][pos]
+            self.errors[name] += 1
+            self.failures.append((msg[1], msg[5], name))
+        order, pending = self._order, shared.pending
+        while order and pending[order[0]] == 0 and order[0] != self._producing:
+            del self._inflight[order.popleft()]
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        """Serve delivery reports (and throttling and token callbacks)."""
+        if self._rk is not None:
+            self._lib.rd_kafka_poll(self._rk, int(timeout_s * 1000))
+            self._collect()
 
     def in_flight(self) -> int:
         """Messages queued or waiting for an acknowledgement."""
-        return len(self._producer)
+        return int(self._shared.pending.sum())
 
     def flush(self, timeout_s: float) -> int:
-        """Wait for outstanding deliveries."""
-        return self._producer.flush(timeout_s)
+        """Wait for outstanding deliveries; return how many are still undelivered."""
+        if self._rk is None:
+            return 0
+        self._lib.rd_kafka_flush(self._rk, int(timeout_s * 1000))
+        self._collect()
+        return self.in_flight()
 
     def abandon(self) -> int:
         """Purge what is still queued or in flight; their reports come as failures."""
-        left = len(self._producer)
+        left = self.in_flight()
         if left:
-            self._producer.purge()
-            self._producer.flush(5.0)
+            native = self._native
+            self._lib.rd_kafka_purge(self._rk, native.PURGE_QUEUE | native.PURGE_INFLIGHT)
+            self.flush(5.0)
         return left
 
     def close(self) -> None:
-        """Shut the client down (its threads stop reconnecting); call after ``flush``."""
-        close = getattr(self._producer, "close", None)  # confluent-kafka >= 2.x
-        if close is not None:
-            close()
+        """Shut the client down (its threads stop); call after ``flush``."""
+        if self._rk is None:
+            return
+        so = self._lib
+        so.rd_kafka_topic_destroy(self._rkt)
+        so.rd_kafka_destroy(self._rk)
+        self._rk = self._rkt = None
+        self._inflight.clear()
+        self._order.clear()
+
+
+def _address(data: bytes) -> int:
+    """Where a bytes object keeps its bytes (valid while the object lives)."""
+    return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
 
 
 class FileSink:
@@ -237,12 +366,12 @@ class FileSink:
         self._opened = 0.0
         self._file_no = len(list(out_dir.glob(f"{prefix}-*.jsonl")))
 
-    def send_batch(self, msgs: Sequence[Message]) -> None:
+    def send_batch(self, msgs: Sequence[Message] | MessageBatch) -> None:
         """Buffer messages; write a file whenever the buffer is full."""
         if not self._buf and msgs:
             self._opened = time.monotonic()
         room = self.roll_events - len(self._buf)
-        values = [m[1] for m in msgs]
+        values = msgs.values() if isinstance(msgs, MessageBatch) else [m[1] for m in msgs]
         while values:
             self._buf.extend(values[:room])
             values = values[room:]
@@ -298,9 +427,10 @@ class StdoutSink:
         self.failures: list[Failure] = []
         self._out = sys.stdout.buffer
 
-    def send_batch(self, msgs: Sequence[Message]) -> None:
+    def send_batch(self, msgs: Sequence[Message] | MessageBatch) -> None:
         """Write one line per message."""
-        self._out.write(b"".join(m[1] + b"\n" for m in msgs))
+        values = msgs.values() if isinstance(msgs, MessageBatch) else [m[1] for m in msgs]
+        self._out.write(b"".join(v + b"\n" for v in values))
         self.acked += len(msgs)
 
     def send(self, key: bytes | None, value: bytes) -> None:

@@ -16,6 +16,7 @@ import orjson
 from common.fleet import Device
 from producer.anomalies import AnomalyConfig, AnomalyInjector
 from producer.faults import FaultConfig, FaultInjector, Message
+from producer.messages import MessageBatch
 from producer.signals import Clock, FleetSimulator, StridedClock
 
 
@@ -25,10 +26,10 @@ class Source(Protocol):
     device_ids: list[str]
     generated: int
 
-    def next_batch(self, n: int) -> list[Message] | None:
+    def next_batch(self, n: int) -> MessageBatch | None:
         """Up to ``n`` more readings' messages (None: nothing left)."""
 
-    def drain(self) -> list[Message]:
+    def drain(self) -> MessageBatch:
         """Messages still held back, to send before stopping."""
 
     def ground_truth(self) -> dict[str, Any]:
@@ -90,7 +91,7 @@ class SimulationSource:
         self.device_ids = [d.device_id for d in devices]
         self.generated = 0
 
-    def next_batch(self, n: int) -> list[Message]:
+    def next_batch(self, n: int) -> MessageBatch:
         """The messages of the next ``n`` readings (plus held-back ones now due)."""
         k0 = self.sim.k
         events = self.sim.columns(n)
@@ -100,7 +101,7 @@ class SimulationSource:
         self.generated += n
         return self.faults.process(events, ks, k0)
 
-    def drain(self) -> list[Message]:
+    def drain(self) -> MessageBatch:
         """Every held-back message; also closes open anomaly episodes."""
         if self.anomalies is not None:
             self.anomalies.close()
@@ -154,7 +155,7 @@ class ReplaySource:
                 return (device.encode(), line, -1, 0, "", "raw")
         return (b"", line, -1, 0, "", "raw")
 
-    def next_batch(self, n: int) -> list[Message] | None:
+    def next_batch(self, n: int) -> MessageBatch | None:
         """The next ``n`` non-empty lines (None at the end of the file)."""
         out: list[Message] = []
         while len(out) < n:
@@ -168,11 +169,11 @@ class ReplaySource:
         if not out:
             self._fh.close()
             return None
-        return out
+        return MessageBatch.of(out)
 
-    def drain(self) -> list[Message]:
+    def drain(self) -> MessageBatch:
         """Nothing is held back in a replay."""
-        return []
+        return MessageBatch.of([])
 
     def ground_truth(self) -> dict[str, Any]:
         """A replay injects nothing."""

@@ -1,0 +1,102 @@
+"""The Kafka sink's librdkafka transport, without a broker: config, failures, batch slots."""
+
+from __future__ import annotations
+
+import socket
+from collections import Counter
+
+import pytest
+
+from producer.messages import MessageBatch
+from producer.native import conf_value
+from producer.settings import ProducerSettings
+from producer.sinks import KafkaSink, SinkStalledError
+from producer.sources import SimulationSource
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket is closed
+
+
+def _source(scenario: str = "chaos", **rates: float) -> SimulationSource:
+    from producer.__main__ import make_source
+
+    settings = ProducerSettings(
+        _env_file=None, scenario=scenario, fleet_size=30, seed=11,
+        start_time="2026-01-01T00:00:00Z", clock_rate=50.0, **rates,
+    )  # fmt: skip
+    source = make_source(settings)
+    assert isinstance(source, SimulationSource)
+    return source
+
+
+def test_config_values_are_librdkafka_text():
+    assert [conf_value(v) for v in (True, False, 20, "all", 1.5)] == [
+        "true", "false", "20", "all", "1.5",
+    ]  # fmt: skip
+
+
+def test_a_refused_property_is_named_without_its_value():
+    with pytest.raises(ValueError) as info:
+        KafkaSink({"bootstrap.servers": "127.0.0.1:1", "no.such.property": "s3cret-value"}, "t")
+    assert "'no.such.property'" in str(info.value)
+    assert "s3cret-value" not in str(info.value)
+    with pytest.raises(ValueError, match="'acks' cannot be a callable"):
+        KafkaSink({"acks": lambda: "all"}, "t")
+
+
+def test_undelivered_messages_come_back_with_their_own_payload_and_tag():
+    """Rows and single messages of a chaos batch, purged unsent: each failure is its message."""
+    source = _source(oversized_rate=0.005)
+    batches = [source.next_batch(n) for n in (700, 1, 300)]
+    sent = [m for b in batches for m in b]
+    assert any(m[5] is not None for m in sent) and any(m[5] is None for m in sent)
+    sink = KafkaSink(
+        {"bootstrap.servers": f"127.0.0.1:{_closed_port()}", "log_level": 0,
+         "message.max.bytes": 1_000_000},
+        "t",
+    )  # fmt: skip
+    for batch in batches:
+        sink.send_batch(batch)
+    too_large = [m for m in sent if len(m[1]) > 1_000_000]
+    assert len(too_large) >= 1
+    assert sink.errors == {"MSG_SIZE_TOO_LARGE": len(too_large)}  # refused when queued
+    assert sink.abandon() == len(sent) - len(too_large)
+    assert sink.acked == 0
+    assert sink.errors == {
+        "MSG_SIZE_TOO_LARGE": len(too_large),
+        "_PURGE_QUEUE": len(sent) - len(too_large),
+    }
+    got = Counter((value, repr(tag)) for value, tag, _error in sink.failures)
+    assert got == Counter((m[1], repr(m[5])) for m in sent)
+    sink.close()
+
+
+def test_lines_are_rows_keyed_by_their_own_key():
+    batch = MessageBatch.of_lines([b'{"a":1}', b"", b"x y"], [b"k1", b"k2", b"k1"])
+    assert list(batch) == [
+        (b"k1", b'{"a":1}', -1, 0, "", "raw"),
+        (b"k2", b"", -1, 0, "", "raw"),
+        (b"k1", b"x y", -1, 0, "", "raw"),
+    ]
+    assert batch.values() == [b'{"a":1}', b"", b"x y"]
+
+
+def test_a_batch_slot_is_reused_only_once_its_messages_are_reported():
+    """Two slots, nothing delivered: the third batch waits for a slot, then gives up."""
+    sink = KafkaSink(
+        {"bootstrap.servers": f"127.0.0.1:{_closed_port()}", "log_level": 0},
+        "t", slots=2, stall_timeout_s=0.5,
+    )  # fmt: skip
+    source = _source("clean")
+    sink.send_batch(source.next_batch(10))
+    sink.send_batch(source.next_batch(10))
+    with pytest.raises(SinkStalledError, match="2 batches waited"):
+        sink.send_batch(source.next_batch(10))
+    assert sink.abandon() == 20
+    assert sink.errors == {"_PURGE_QUEUE": 20}
+    sink.send_batch(source.next_batch(10))  # both slots are free again
+    assert sink.abandon() == 10
+    sink.close()
