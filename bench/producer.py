@@ -6,8 +6,12 @@ anomalies, faults and the ground-truth manifest) as fast as it can, consumes wha
 it produced into a ``key<TAB>value`` file, replays that file with kcat into a
 second topic with the same client settings (acks=all, idempotence, linger.ms),
 checks that the topic holds every line (the baseline counts only what was delivered),
-then stops the broker. A warm-up round (not counted) warms the broker's JVM; then
-each side runs ``--rounds`` times and the best round counts.
+then stops the broker. Every producer run with the same settings sends the same bytes,
+so the first run's dump is what kcat replays in every round. The broker's JIT makes
+every side faster run after run, so a warm-up round of each side is not counted, and
+the sides take turns (the producer first in even rounds, last in odd ones), each run
+after a pause that lets the previous one's disk writes and garbage settle; each side
+runs ``--rounds`` times and its best round counts (``round_ratios`` has each round's).
 
 A third side measures the producer's ceiling on this machine: the same file sent by
 the producer's own ``KafkaSink`` (librdkafka through ``producer.native``) in
@@ -211,7 +215,10 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--warmup", type=int, default=200_000, help="readings of a warm-up round (0: none)"
+        "--warmup-rounds", type=int, default=1, help="rounds of each side not counted"
+    )
+    parser.add_argument(
+        "--settle-s", type=float, default=3.0, help="pause (after a sync) before each run"
     )
     args = parser.parse_args()
     if shutil.which("kcat") is None:
@@ -221,45 +228,69 @@ def main() -> None:
     info = broker.start(work / "broker", quiet=True)
     try:
         bootstrap = info.plaintext
-        ours, theirs, client = [], [], []
-        if args.warmup:  # warm the broker's JVM up; not counted
-            warm = argparse.Namespace(**vars(args) | {"count": args.warmup})
-            broker.ensure_topic(bootstrap, "bench-warmup", partitions=3)
-            report = run_producer(bootstrap, "bench-warmup", warm, work)
-            dump = work / "warmup.tsv"
-            dump_topic(bootstrap, "bench-warmup", report["acked"], dump)
-            broker.ensure_topic(bootstrap, "bench-warmup-kcat", partitions=3)
-            run_kcat(bootstrap, "bench-warmup-kcat", dump, args)
-            dump.unlink()
-        for r in range(args.rounds):
-            topic, kcat_topic = f"bench-producer-{r}", f"bench-kcat-{r}"
-            client_topic = f"bench-client-{r}"
-            for t in (topic, kcat_topic):
-                broker.ensure_topic(bootstrap, t, partitions=3)
-            report = run_producer(bootstrap, topic, args, work)
-            rate = report["acked"] / report["duration_s"]
-            ours.append(rate)
-            dump = work / f"events-{r}.tsv"
-            lines = dump_topic(bootstrap, topic, report["acked"], dump)
-            seconds = run_kcat(bootstrap, kcat_topic, dump, args)
+        # The events: every run with the same seed, count and workers sends exactly these
+        # bytes, so one run, dumped, is what kcat and the client replay in every round.
+        broker.ensure_topic(bootstrap, "bench-events", partitions=3)
+        report = run_producer(bootstrap, "bench-events", args, work)
+        events = work / "events.tsv"
+        lines = dump_topic(bootstrap, "bench-events", report["acked"], events)
+        if lines != report["acked"]:
+            raise SystemExit(f"read {lines:,} of the {report['acked']:,} messages back")
+        n_topics = 0
+
+        def fresh_topic() -> str:
+            nonlocal n_topics
+            n_topics += 1
+            broker.ensure_topic(bootstrap, f"bench-{n_topics}", partitions=3)
+            return f"bench-{n_topics}"
+
+        def producer_side() -> float:
+            report = run_producer(bootstrap, fresh_topic(), args, work)
+            if report["acked"] != lines:
+                raise SystemExit(f"the producer acknowledged {report['acked']:,}, not {lines:,}")
+            return report["acked"] / report["duration_s"]
+
+        def kcat_side() -> float:
+            topic = fresh_topic()
+            seconds = run_kcat(bootstrap, topic, events, args)
             # The baseline counts only if every line reached the broker.
-            held = topic_messages(bootstrap, kcat_topic)
-            if held != lines:
-                raise SystemExit(f"kcat delivered {held:,} of {lines:,} messages to {kcat_topic}")
-            theirs.append(lines / seconds)
-            broker.ensure_topic(bootstrap, client_topic, partitions=3)
-            client.append(run_client(bootstrap, client_topic, dump, args))
-            if (held := topic_messages(bootstrap, client_topic)) != lines:
+            if (held := topic_messages(bootstrap, topic)) != lines:
+                raise SystemExit(f"kcat delivered {held:,} of {lines:,} messages to {topic}")
+            return lines / seconds
+
+        def client_side() -> float:
+            topic = fresh_topic()
+            rate = run_client(bootstrap, topic, events, args)
+            if (held := topic_messages(bootstrap, topic)) != lines:
                 raise SystemExit(f"the client baseline left {held:,} of {lines:,} messages")
+            return rate
+
+        def settle() -> None:
+            # The last run's log pages are still being written back and the broker's
+            # heap collected: let that finish so it does not land on the next run.
+            os.sync()
+            time.sleep(args.settle_s)
+
+        sides = {"producer": producer_side, "kcat": kcat_side, "client": client_side}
+        # The broker's JIT speeds every side up run after run: warm it first, and take
+        # turns (producer first in even rounds, last in odd ones) so no side is always later.
+        for _ in range(args.warmup_rounds):
+            for side in ("kcat", "client", "producer"):
+                settle()
+                sides[side]()
+        rates: dict[str, list[float]] = {side: [] for side in sides}
+        for r in range(args.rounds):
+            order = ["producer", "kcat", "client"]
+            for side in order if r % 2 == 0 else order[::-1]:
+                settle()
+                rates[side].append(sides[side]())
             print(
-                f"round {r}: producer {report['acked']:,} acked in {report['duration_s']:.2f} s "
-                f"= {rate:,.0f}/s (p99 ack {report['ack_latency_ms'].get('p99')} ms); "
-                f"kcat {lines:,} in {seconds:.2f} s = {lines / seconds:,.0f}/s; "
-                f"client alone {client[-1]:,.0f}/s",
+                f"round {r}: producer {rates['producer'][-1]:,.0f}/s, "
+                f"kcat {rates['kcat'][-1]:,.0f}/s, client alone {rates['client'][-1]:,.0f}/s "
+                f"({lines:,} messages each; ratio {rates['producer'][-1] / rates['kcat'][-1]:.3f})",
                 flush=True,
             )
-            dump.unlink()
-        best, best_kcat, best_client = max(ours), max(theirs), max(client)
+        best, best_kcat, best_client = (max(rates[s]) for s in ("producer", "kcat", "client"))
         print(
             json.dumps(
                 {
@@ -269,6 +300,10 @@ def main() -> None:
                     "client_events_per_s": round(best_client),
                     "client_ratio": round(best_client / best_kcat, 3),
                     "share_of_client": round(best / best_client, 3),
+                    "round_ratios": [
+                        round(p / k, 3)
+                        for p, k in zip(rates["producer"], rates["kcat"], strict=True)
+                    ],
                     "count": args.count,
                     "workers": args.workers,
                     "scenario": "realistic",

@@ -40,6 +40,7 @@ import orjson
 
 from common.contract import METRIC_NAMES, REQUIRED
 from common.fleet import Device
+from producer import kernels
 from producer.messages import BatchBuilder, Message, MessageBatch
 from producer.readings import Readings
 from producer.sampling import NEVER, Hits, sub_rng
@@ -223,9 +224,15 @@ class FaultInjector:
         if isinstance(events, Readings):
             if self._skew_us:
                 self._skew_columns(events)
-            encoded = events.encode_buffer()
+            encoded = buf, ends, slow = events.encode_buffer()
             devs = events.dev.tolist()
             event_at = events.event
+
+            def payload_at(p: int) -> bytes:
+                if slow[p]:
+                    return orjson.dumps(events.event(p))
+                return buf[(ends[p - 1] + 1 if p else 0) : ends[p]].tobytes()
+
             plain = out.rows
         else:
             if self._skew_us:
@@ -233,6 +240,7 @@ class FaultInjector:
             payloads = [orjson.dumps(ev) for ev in events]
             devs = [k % nd for k in (ks if ks is not None else range(k0, k0 + n))]
             event_at = events.__getitem__
+            payload_at = payloads.__getitem__
             keys = self._keys
 
             def plain(a: int, b: int) -> None:
@@ -262,7 +270,8 @@ class FaultInjector:
             # One reading that is hit by a fault, or after which held messages are due.
             k = ks[pos] if ks is not None else k0 + pos
             if e0 + pos == self._next_hit:
-                self._faulty(event_at(pos), k, devs[pos], e0 + pos, out)
+                out.skip(pos)
+                self._faulty(event_at(pos), payload_at(pos), k, devs[pos], e0 + pos, out)
             else:
                 plain(pos, pos + 1)
             if held and k >= held[0][0]:
@@ -284,10 +293,7 @@ class FaultInjector:
             for i, offset in self._skew_us.items():
                 self._skew_dev[i] = True
                 self._skew_off[i] = offset
-        hit = self._skew_dev[events.dev]
-        us = events.us[hit]
-        # The text is cut to milliseconds before the shift, as _apply_skew reads it back.
-        events.us[hit] = us - us % 1000 + self._skew_off[events.dev[hit]]
+        kernels.skew(events.us, events.dev, self._skew_dev, self._skew_off)
 
     def _apply_skew(self, events: list[dict[str, Any]], ks: Sequence[int] | None, k0: int) -> None:
         """Shift the event times of the skewed devices' readings."""
@@ -306,8 +312,8 @@ class FaultInjector:
                 ev = events[pos]
                 ev["event_time"] = fmt(_micros_of(ev["event_time"]) + offset)
 
-    def _faulty(self, ev: dict[str, Any], k: int, i: int, e: int, out: BatchBuilder) -> None:
-        """The slow path: a reading hit by at least one per-reading fault."""
+    def _faulty(self, ev: Any, payload: bytes, k: int, i: int, e: int, out: BatchBuilder) -> None:
+        """The slow path: a reading (its event, or a view of it) hit by a per-reading fault."""
         kinds = []
         for kind, hits in self._hits:
             if hits.next == e:
@@ -319,7 +325,7 @@ class FaultInjector:
         if malformed is not None:
             out.append(self._malformed(malformed, ev, i))
             return
-        msg: Message = (self._keys[i], orjson.dumps(ev), i, seq, eid, None)
+        msg: Message = (self._keys[i], payload, i, seq, eid, None)
         base = {"device_id": ev["device_id"], "event_id": eid, "seq": seq}
         release_k = k
         due_us = 0

@@ -361,3 +361,15 @@ def encode(
         buf[at] = 10  # JSON text never holds a raw newline
         at += 1
     return at
+
+
+@njit(cache=True)
+def skew(us: np.ndarray, dev: np.ndarray, skewed: np.ndarray, offset: np.ndarray) -> None:
+    """Shift the event times of skewed devices' readings by their clock's offset (µs).
+
+    The time is cut to whole milliseconds first, as its text would be read back.
+    """
+    for p in range(len(us)):
+        i = dev[p]
+        if skewed[i]:
+            us[p] = us[p] - us[p] % 1000 + offset[i]

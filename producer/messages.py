@@ -121,25 +121,36 @@ class MessageBatch:
 
 
 class BatchBuilder:
-    """Collects a batch in send order: runs of rows and single messages."""
+    """Collects a batch in send order: runs of rows and single messages.
+
+    Rows must come in increasing order, each once; a row that is not sent as itself
+    (its reading was turned into single messages) is ``skip``-ped.
+    """
 
     def __init__(self) -> None:
         """Start empty."""
-        self._parts: list[tuple[int, int] | int] = []
+        self._count = 0
+        self._skipped: list[int] = []
+        self._at: list[int] = []  # where each single message goes in the batch
         self.extras: list[Message] = []
 
     def rows(self, a: int, b: int) -> None:
         """Rows ``a .. b - 1``, in order."""
         if b > a:
-            self._parts.append((a, b))
+            self._count += b - a
+
+    def skip(self, r: int) -> None:
+        """Row ``r`` is not sent as itself."""
+        self._skipped.append(r)
 
     def append(self, msg: Message) -> None:
         """One single message."""
-        self._parts.append(-1 - len(self.extras))
+        self._at.append(self._count)
+        self._count += 1
         self.extras.append(msg)
 
     def __len__(self) -> int:
-        return sum(p[1] - p[0] if isinstance(p, tuple) else 1 for p in self._parts)
+        return self._count
 
     def build(
         self,
@@ -151,31 +162,25 @@ class BatchBuilder:
         A row the encoder left to Python (``slow``) becomes a single message with the
         bytes ``orjson.dumps`` gives for its event.
         """
-        order = np.empty(len(self), dtype=np.int64)
-        at = 0
-        for part in self._parts:
-            if isinstance(part, tuple):
-                a, b = part
-                order[at : at + b - a] = np.arange(a, b)
-                at += b - a
-            else:
-                order[at] = part
-                at += 1
+        order = np.empty(self._count, dtype=np.int64)
+        at = np.array(self._at, dtype=np.int64)
+        order[at] = -1 - np.arange(len(at), dtype=np.int64)
         if readings is None or encoded is None:
+            if len(at) != self._count:
+                raise ValueError("rows were added without the readings they refer to")
             return MessageBatch(None, np.zeros(0, dtype=np.uint8), np.zeros(0, np.int64),
                                 order, self.extras)  # fmt: skip
+        is_row = np.ones(self._count, dtype=bool)
+        is_row[at] = False
+        order[is_row] = np.delete(np.arange(len(readings), dtype=np.int64), self._skipped)
         buf, ends, slow = encoded
         if slow.any():
             for r in np.flatnonzero(slow).tolist():
                 for m in np.flatnonzero(order == r).tolist():
                     i = int(readings.dev[r])
-                    self.append_at(order, m, (
+                    order[m] = -1 - len(self.extras)
+                    self.extras.append((
                         readings.layout.keys[i], orjson.dumps(readings.event(r)), i,
                         int(readings.seq[r]), readings.eid[r].tobytes().decode(), None,
                     ))  # fmt: skip
         return MessageBatch(readings, buf, ends, order, self.extras)
-
-    def append_at(self, order: np.ndarray, m: int, msg: Message) -> None:
-        """Make message ``m`` of ``order`` the single message ``msg``."""
-        order[m] = -1 - len(self.extras)
-        self.extras.append(msg)
