@@ -93,15 +93,15 @@ def _gauss(mt: np.ndarray, pos: np.ndarray) -> float:
 @njit(cache=True)
 def round3(x: float) -> float:
     """``round(x, 3)``, exactly as CPython rounds (correctly, ties to even)."""
+    a = abs(x)
+    if not a < 1e12:  # huge (x * 1000 may round twice) or not finite: leave it to CPython
+        with objmode(y="float64"):
+            y = round(x, 3)
+        return y
     t = x * 1000.0
     r = np.rint(t)
     if r != 0.0 and abs(t - r) < _NEAR_HALF:
         return r / 1000.0
-    a = abs(x)
-    if not a < 1e12:  # huge or not finite: rare, leave it to CPython
-        with objmode(y="float64"):
-            y = round(x, 3)
-        return y
     if a == 0.0:
         return x
     # |x| = mi * 2**-sh exactly; round mi * 1000 * 2**-sh to an integer, ties to even.

@@ -58,8 +58,9 @@ def _on_delivery(_rk: Any, msg: Any, opaque: Any) -> None:
         st[SEEN] += 1
         if st[SEEN] >= st[SAMPLE_EVERY]:
             st[SEEN] = 0
-            if st[N_SAMPLES] < st[SAMPLE_CAP]:
-                st[st[SAMPLE_AT] + st[N_SAMPLES]] = _latency_us(msg)
+            latency = _latency_us(msg)
+            if latency >= 0 and st[N_SAMPLES] < st[SAMPLE_CAP]:
+                st[st[SAMPLE_AT] + st[N_SAMPLES]] = latency
                 st[N_SAMPLES] += 1
     else:
         k = st[N_FAILED]
@@ -177,14 +178,19 @@ class Shared:
         """Messages acknowledged so far."""
         return int(self.array[ACKED])
 
-    def take_failures(self) -> np.ndarray:
-        """The failures reported since the last call (slot, message, error) rows."""
+    def take_failures(self) -> tuple[np.ndarray, int]:
+        """The failures reported since the last call.
+
+        Returns:
+            ``(slot, message, error)`` rows, and how many more failures there were than
+            the record holds (their messages are unknown).
+
+        """
         a = self.array
         n = int(a[N_FAILED])
-        if n > len(self.failures):
-            raise RuntimeError(f"{n:,} delivery failures in one poll overflowed the record")
         a[N_FAILED] = 0
-        return self.failures[:n].copy()
+        kept = min(n, len(self.failures))
+        return self.failures[:kept].copy(), n - kept
 
     def take_samples(self) -> np.ndarray:
         """Latency samples (µs) since the last call."""
@@ -195,7 +201,11 @@ class Shared:
 
 
 @functools.cache
-def callback_address() -> int:
-    """Address of the compiled delivery-report callback (compiled once, then cached)."""
+def _callback() -> Any:
     lib()  # librdkafka's symbols must be loaded before the callback is compiled or loaded
-    return cfunc(_DR_SIGNATURE, cache=True)(_on_delivery).address
+    return cfunc(_DR_SIGNATURE, cache=True)(_on_delivery)
+
+
+def callback_address() -> int:
+    """Address of the compiled delivery-report callback (compiled once, kept for good)."""
+    return _callback().address

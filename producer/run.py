@@ -305,16 +305,18 @@ def run(
         fatal = str(exc)
         stopped_by = "stalled"
     finally:
-        # Wait for acknowledgements in short steps, so that a second Ctrl-C cuts it short.
-        deadline = time.monotonic() + (0.0 if fatal else flush_timeout_s)
-        undelivered = sink.flush(0)
-        while undelivered and stop.count < 2 and time.monotonic() < deadline:
-            undelivered = sink.flush(min(0.5, max(0.0, deadline - time.monotonic())))
-        if undelivered:
-            sink.abandon()
-        sink.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        try:
+            # Wait for acknowledgements in short steps, so that a second Ctrl-C cuts it short.
+            deadline = time.monotonic() + (0.0 if fatal else flush_timeout_s)
+            undelivered = sink.flush(0)
+            while undelivered and stop.count < 2 and time.monotonic() < deadline:
+                undelivered = sink.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+            if undelivered:
+                sink.abandon()
+        finally:
+            sink.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     duration = time.monotonic() - t0
     if manifest is not None:
         for value, tag, error in sink.failures:

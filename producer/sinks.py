@@ -11,7 +11,8 @@ from __future__ import annotations
 import ctypes
 import sys
 import time
-from collections import Counter, deque
+import weakref
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ import numpy as np
 from producer.messages import Message, MessageBatch
 
 Failure = tuple[bytes | None, Any, str]
+MAX_FAILURES_PER_POLL = 1_000_000  # failure records the delivery callback keeps between polls
 
 
 class SinkStalledError(RuntimeError):
@@ -107,13 +109,14 @@ class KafkaSink:
         self._rk: int | None = None
         self._rkt: int | None = None
         self._slots = slots
-        self._next_slot = 0
+        self._free = list(range(slots - 1, -1, -1))
         self._inflight: dict[int, MessageBatch] = {}
-        self._order: deque[int] = deque()
         self._producing = -1
         self._keys: dict[int, tuple[Any, np.ndarray, np.ndarray, np.ndarray]] = {}
+        # Failures reported in one poll: at most the messages librdkafka may hold (0: no limit).
         queue_max = int(conf.get("queue.buffering.max.messages", 100_000))
-        self._shared = native.Shared(slots, queue_max + 1, 1 << 16, latency_sample_every)
+        fail_cap = min(queue_max, MAX_FAILURES_PER_POLL) if queue_max > 0 else MAX_FAILURES_PER_POLL
+        self._shared = native.Shared(slots, fail_cap + 1, 1 << 16, latency_sample_every)
         errstr = ctypes.create_string_buffer(512)
         c = so.rd_kafka_conf_new()
         oauth = conf.get("oauth_cb")
@@ -123,6 +126,9 @@ class KafkaSink:
             if callable(value):
                 so.rd_kafka_conf_destroy(c)
                 raise ValueError(f"config property {key!r} cannot be a callable here")
+            if key == "delivery.report.only.error" and native.conf_value(value) == "true":
+                so.rd_kafka_conf_destroy(c)
+                raise ValueError("delivery.report.only.error=true: the sink counts every report")
             if so.rd_kafka_conf_set(c, key.encode(), native.conf_value(value).encode(),
                                     errstr, len(errstr)) != 0:  # fmt: skip
                 so.rd_kafka_conf_destroy(c)
@@ -139,8 +145,23 @@ class KafkaSink:
         if not rk:
             so.rd_kafka_conf_destroy(c)
             raise ValueError(f"could not create the Kafka producer: {errstr.value.decode()}")
-        self._rk = rk
-        self._rkt = so.rd_kafka_topic_new(rk, topic.encode(), None)
+        rkt = so.rd_kafka_topic_new(rk, topic.encode(), None)
+        if not rkt:
+            so.rd_kafka_destroy(rk)
+            raise ValueError(f"could not create a handle for the topic {topic!r}")
+        self._rk, self._rkt = rk, rkt
+        # If close() is never reached, librdkafka must stop before the payloads it points
+        # into are freed: the finalizer holds them (and the callback's array) until then.
+        self._finalizer = weakref.finalize(
+            self,
+            _destroy,
+            so,
+            rk,
+            rkt,
+            self._inflight,
+            self._shared,
+            native.PURGE_QUEUE | native.PURGE_INFLIGHT,
+        )
 
     def _on_throttle(self, _rk: int, _name: bytes, _id: int, ms: int, _opaque: int) -> None:
         self.throttle_events += 1
@@ -155,8 +176,8 @@ class KafkaSink:
                 rk, token.encode(), int(expiry * 1000), b"", None, 0, errstr, len(errstr)
             ):
                 so.rd_kafka_oauthbearer_set_token_failure(rk, errstr.value)
-        except Exception as exc:  # librdkafka retries; it must hear why
-            reason = f"no OAuth token: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # librdkafka retries; it must hear why (not what: no secrets)
+            reason = f"no OAuth token: the credential raised {type(exc).__name__}"
             so.rd_kafka_oauthbearer_set_token_failure(rk, reason.encode())
 
     def _key_table(self, keys: list[bytes]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
@@ -179,6 +200,8 @@ class KafkaSink:
             SinkStalledError: No room and no acknowledgement for ``stall_timeout_s``.
 
         """
+        if self._rk is None:
+            raise RuntimeError("the Kafka sink is closed")
         batch = msgs if isinstance(msgs, MessageBatch) else MessageBatch.of(msgs)
         m = len(batch)
         if m == 0:
@@ -204,10 +227,13 @@ class KafkaSink:
             if key is not None:
                 arr[pos, native.KEY] = _address(key)
                 arr[pos, native.KEY_LEN] = len(key)
-        slot = self._take_slot()
+        try:
+            slot = self._take_slot()
+        except SinkStalledError:
+            self._unsent(batch, range(m))
+            raise
         arr[:, native.PRIVATE] = (slot << 32) | np.arange(m, dtype=np.int64)
         self._inflight[slot] = batch
-        self._order.append(slot)
         self._producing = slot
         try:
             self._produce(arr, batch, slot)
@@ -219,17 +245,28 @@ class KafkaSink:
         self.send_batch([(key, value, -1, 0, "", None)])  # type: ignore[list-item]
 
     def _take_slot(self) -> int:
-        slot = self._next_slot % self._slots
-        deadline = time.monotonic() + self.stall_timeout_s
-        while slot in self._inflight:  # every slot busy: wait for the oldest batch
+        deadline: float | None = None
+        acked_before = self.acked
+        while not self._free:  # every slot busy: wait for a batch to be reported
             self.poll(0.05)
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if self.acked != acked_before:
+                acked_before, deadline = self.acked, None
+            elif deadline is None:
+                deadline = now + self.stall_timeout_s
+            elif now > deadline:
                 raise SinkStalledError(
-                    f"{self._slots:,} batches waited for acknowledgements for "
+                    f"{self._slots:,} batches waited for acknowledgements and none came for "
                     f"{self.stall_timeout_s:.0f} s: check the broker"
                 )
-        self._next_slot += 1
-        return slot
+        return self._free.pop()
+
+    def _unsent(self, batch: MessageBatch, positions: Any) -> None:
+        """Report messages that never reached librdkafka's queue as failed."""
+        for pos in positions:
+            msg = batch[pos]
+            self.errors["_QUEUE_FULL"] += 1
+            self.failures.append((msg[1], msg[5], "_QUEUE_FULL"))
 
     def _produce(self, arr: np.ndarray, batch: MessageBatch, slot: int) -> None:
         native, so = self._native, self._lib
@@ -261,6 +298,7 @@ class KafkaSink:
             elif deadline is None:
                 deadline = now + self.stall_timeout_s
             elif now > deadline:
+                self._unsent(batch, (int(x) & 0xFFFFFFFF for x in arr[:, native.PRIVATE]))
                 raise SinkStalledError(
                     f"the broker acknowledged nothing for {self.stall_timeout_s:.0f} s while "
                     f"{self.in_flight():,} messages waited: it is unreachable, refusing the "
@@ -274,14 +312,20 @@ class KafkaSink:
         samples = shared.take_samples()
         if len(samples):
             self.latencies_s.extend((samples / 1e6).tolist())
-        for slot, pos, err in shared.take_failures().tolist():
+        failures, unrecorded = shared.take_failures()
+        for slot, pos, err in failures.tolist():
             name = self._native.err_name(err)
             msg = self._inflight[slot][pos]
             self.errors[name] += 1
             self.failures.append((msg[1], msg[5], name))
-        order, pending = self._order, shared.pending
-        while order and pending[order[0]] == 0 and order[0] != self._producing:
-            del self._inflight[order.popleft()]
+        if unrecorded:
+            self.errors["_UNRECORDED_FAILURE"] += unrecorded
+        if self._inflight:
+            slots = np.fromiter(self._inflight, dtype=np.int64, count=len(self._inflight))
+            for slot in slots[shared.pending[slots] == 0].tolist():
+                if slot != self._producing:
+                    del self._inflight[slot]
+                    self._free.append(slot)
 
     def poll(self, timeout_s: float = 0.0) -> None:
         """Serve delivery reports (and throttling and token callbacks)."""
@@ -303,7 +347,7 @@ class KafkaSink:
 
     def abandon(self) -> int:
         """Purge what is still queued or in flight; their reports come as failures."""
-        left = self.in_flight()
+        left = self.in_flight() if self._rk is not None else 0
         if left:
             native = self._native
             self._lib.rd_kafka_purge(self._rk, native.PURGE_QUEUE | native.PURGE_INFLIGHT)
@@ -311,15 +355,21 @@ class KafkaSink:
         return left
 
     def close(self) -> None:
-        """Shut the client down (its threads stop); call after ``flush``."""
+        """Shut the client down (its threads stop); call after ``flush`` (or ``abandon``)."""
         if self._rk is None:
             return
-        so = self._lib
-        so.rd_kafka_topic_destroy(self._rkt)
-        so.rd_kafka_destroy(self._rk)
+        self._finalizer()
         self._rk = self._rkt = None
-        self._inflight.clear()
-        self._order.clear()
+        self._free = list(range(self._slots - 1, -1, -1))
+
+
+def _destroy(so: Any, rk: int, rkt: int, inflight: dict[int, Any], shared: Any, purge: int) -> None:
+    """Stop a librdkafka producer, then let go of the buffers its messages pointed into."""
+    so.rd_kafka_purge(rk, purge)  # nothing left after a flush; else it is dropped unsent
+    so.rd_kafka_topic_destroy(rkt)
+    so.rd_kafka_destroy(rk)
+    inflight.clear()
+    shared.pending[:] = 0
 
 
 def _address(data: bytes) -> int:

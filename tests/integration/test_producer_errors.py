@@ -99,6 +99,8 @@ def test_a_broker_that_stops_answering_mid_run_stops_the_sink(tmp_path):
     with pytest.raises(SinkStalledError, match="acknowledged nothing for 1 s"):
         sink.send_batch(msgs)
     assert time.monotonic() - t0 < 5
+    # 10 were queued (and are purged), 40 never were: all 50 are reported as failed.
+    assert sink.errors == {"_QUEUE_FULL": 40}
     assert sink.abandon() == 10
-    assert sink.errors == {"_PURGE_QUEUE": 10}
-    assert sorted(f[0] for f in sink.failures) == [b"v"] * 10
+    assert sink.errors == {"_QUEUE_FULL": 40, "_PURGE_QUEUE": 10}
+    assert sorted(f[0] for f in sink.failures) == [b"v"] * 50

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from producer import native
 from producer.messages import MessageBatch
 from producer.native import conf_value
 from producer.settings import ProducerSettings
@@ -93,10 +94,29 @@ def test_a_batch_slot_is_reused_only_once_its_messages_are_reported():
     source = _source("clean")
     sink.send_batch(source.next_batch(10))
     sink.send_batch(source.next_batch(10))
+    third = list(source.next_batch(10))
     with pytest.raises(SinkStalledError, match="2 batches waited"):
-        sink.send_batch(source.next_batch(10))
+        sink.send_batch(third)
+    assert sink.errors == {"_QUEUE_FULL": 10}  # never queued: reported as failed at once
+    assert [(f[0], f[2]) for f in sink.failures] == [(m[1], "_QUEUE_FULL") for m in third]
     assert sink.abandon() == 20
-    assert sink.errors == {"_PURGE_QUEUE": 20}
+    assert sink.errors == {"_QUEUE_FULL": 10, "_PURGE_QUEUE": 20}
     sink.send_batch(source.next_batch(10))  # both slots are free again
     assert sink.abandon() == 10
     sink.close()
+    with pytest.raises(RuntimeError, match="the Kafka sink is closed"):
+        sink.send_batch(source.next_batch(1))
+
+
+def test_failures_beyond_the_record_are_counted_not_lost():
+    shared = native.Shared(slots=2, fail_cap=2, sample_cap=4, sample_every=1)
+    shared.failures[:] = [[0, 7, -192], [1, 3, -192]]
+    shared.array[native.N_FAILED] = 5  # the callback saw 5 failures, kept 2
+    rows, unrecorded = shared.take_failures()
+    assert rows.tolist() == [[0, 7, -192], [1, 3, -192]] and unrecorded == 3
+    assert shared.take_failures()[0].tolist() == [] and shared.array[native.N_FAILED] == 0
+
+
+def test_delivery_reports_for_errors_only_are_refused():
+    with pytest.raises(ValueError, match="counts every report"):
+        KafkaSink({"bootstrap.servers": "127.0.0.1:1", "delivery.report.only.error": True}, "t")

@@ -102,6 +102,7 @@ def test_round3_is_round_to_three_places_exactly():
         tie = k / 1000 + 0.0005
         values += [tie, math.nextafter(tie, math.inf), math.nextafter(tie, -math.inf)]
     values += [0.0, -0.0, -0.0004, 0.0004, -0.0005, 0.0005, 1e6, 999999.9995, 123.4565]
+    values += [194999146372036.66, -4.5e12 - 0.0625, 1e12, 2.0**60 + 2048.0, 1e300]
     for x in values:
         got, want = round3(x), round(x, 3)
         assert got == want and math.copysign(1, got) == math.copysign(1, want), x
