@@ -13,7 +13,7 @@ import sys
 import time
 import weakref
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -244,17 +244,23 @@ class KafkaSink:
         """Queue one message with no bookkeeping beyond the counters."""
         self.send_batch([(key, value, -1, 0, "", None)])  # type: ignore[list-item]
 
-    def _take_slot(self) -> int:
-        deadline: float | None = None
-        acked_before = self.acked
-        while not self._free:  # every slot busy: wait for a batch to be reported
+    def _wait_stalled(self) -> Callable[[], bool]:
+        """A wait step (poll 50 ms) that says True once no ack came for ``stall_timeout_s``."""
+        acked, deadline = self.acked, time.monotonic() + self.stall_timeout_s
+
+        def stalled() -> bool:
+            nonlocal acked, deadline
             self.poll(0.05)
-            now = time.monotonic()
-            if self.acked != acked_before:
-                acked_before, deadline = self.acked, None
-            elif deadline is None:
-                deadline = now + self.stall_timeout_s
-            elif now > deadline:
+            if self.acked != acked:
+                acked, deadline = self.acked, time.monotonic() + self.stall_timeout_s
+            return time.monotonic() > deadline
+
+        return stalled
+
+    def _take_slot(self) -> int:
+        stalled = self._wait_stalled()
+        while not self._free:  # every slot busy: wait for a batch to be reported
+            if stalled():
                 raise SinkStalledError(
                     f"{self._slots:,} batches waited for acknowledgements and none came for "
                     f"{self.stall_timeout_s:.0f} s: check the broker"
@@ -271,8 +277,7 @@ class KafkaSink:
     def _produce(self, arr: np.ndarray, batch: MessageBatch, slot: int) -> None:
         native, so = self._native, self._lib
         pending = self._shared.pending
-        deadline: float | None = None
-        acked_before = self.acked
+        stalled = self._wait_stalled()
         while True:
             queued = so.rd_kafka_produce_batch(
                 self._rkt, native.PARTITION_UA, 0, arr.ctypes.data, len(arr)
@@ -291,13 +296,7 @@ class KafkaSink:
             if not len(arr):
                 return
             arr.view(np.int32)[:, 0] = 0
-            self.poll(0.05)
-            now = time.monotonic()
-            if self.acked != acked_before:
-                acked_before, deadline = self.acked, None
-            elif deadline is None:
-                deadline = now + self.stall_timeout_s
-            elif now > deadline:
+            if stalled():
                 self._unsent(batch, (int(x) & 0xFFFFFFFF for x in arr[:, native.PRIVATE]))
                 raise SinkStalledError(
                     f"the broker acknowledged nothing for {self.stall_timeout_s:.0f} s while "
