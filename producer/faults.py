@@ -224,14 +224,12 @@ class FaultInjector:
         if isinstance(events, Readings):
             if self._skew_us:
                 self._skew_columns(events)
-            encoded = buf, ends, slow = events.encode_buffer()
+            encoded = events.encode_buffer()
             devs = events.dev.tolist()
             event_at = events.event
 
             def payload_at(p: int) -> bytes:
-                if slow[p]:
-                    return orjson.dumps(events.event(p))
-                return buf[(ends[p - 1] + 1 if p else 0) : ends[p]].tobytes()
+                return events.payload(encoded, p)
 
             plain = out.rows
         else:

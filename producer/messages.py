@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 
 from producer.readings import Readings
 
@@ -162,25 +161,21 @@ class BatchBuilder:
         A row the encoder left to Python (``slow``) becomes a single message with the
         bytes ``orjson.dumps`` gives for its event.
         """
+        if readings is None or encoded is None:
+            if len(self.extras) != self._count:
+                raise ValueError("rows were added without the readings they refer to")
+            return MessageBatch.of(self.extras)
         order = np.empty(self._count, dtype=np.int64)
         at = np.array(self._at, dtype=np.int64)
         order[at] = -1 - np.arange(len(at), dtype=np.int64)
-        if readings is None or encoded is None:
-            if len(at) != self._count:
-                raise ValueError("rows were added without the readings they refer to")
-            return MessageBatch(None, np.zeros(0, dtype=np.uint8), np.zeros(0, np.int64),
-                                order, self.extras)  # fmt: skip
         is_row = np.ones(self._count, dtype=bool)
         is_row[at] = False
         order[is_row] = np.delete(np.arange(len(readings), dtype=np.int64), self._skipped)
         buf, ends, slow = encoded
-        if slow.any():
-            for r in np.flatnonzero(slow).tolist():
-                for m in np.flatnonzero(order == r).tolist():
-                    i = int(readings.dev[r])
-                    order[m] = -1 - len(self.extras)
-                    self.extras.append((
-                        readings.layout.keys[i], orjson.dumps(readings.event(r)), i,
-                        int(readings.seq[r]), readings.eid[r].tobytes().decode(), None,
-                    ))  # fmt: skip
-        return MessageBatch(readings, buf, ends, order, self.extras)
+        batch = MessageBatch(readings, buf, ends, order, self.extras)
+        for r in np.flatnonzero(slow).tolist():
+            for m in np.flatnonzero(order == r).tolist():  # none if the row was skipped
+                key, _empty, i, seq, eid, tag = batch[m]
+                order[m] = -1 - len(self.extras)
+                self.extras.append((key, readings.payload(encoded, r), i, seq, eid, tag))
+        return batch

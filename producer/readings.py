@@ -55,7 +55,6 @@ class FleetLayout:
         self.width = max(len(names) for names in self.metric_names)
         self.battery = np.array([d.battery_powered for d in fleet], dtype=bool)
         self.n_metrics = np.array([len(names) for names in self.metric_names], dtype=np.int64)
-        self.valid = np.arange(self.width) < self.n_metrics[:, None]
         # Every JSON fragment in one byte string, addressed by (start, end) pairs.
         pieces: list[bytes] = []
         size = 0
@@ -187,11 +186,6 @@ class Readings:
         """Every reading as its event dict."""
         return [self.event(p) for p in range(len(self))]
 
-    def event_ids(self) -> list[str]:
-        """The event ids, as text."""
-        text = self.eid.tobytes().decode()
-        return [text[j : j + 36] for j in range(0, len(text), 36)]
-
     def encode_buffer(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every reading's JSON, each ending in a newline, in one buffer.
 
@@ -213,13 +207,20 @@ class Readings:
         )  # fmt: skip
         return buf[:size], ends, slow
 
+    def payload(self, encoded: tuple[np.ndarray, np.ndarray, np.ndarray], p: int) -> bytes:
+        """Reading ``p``'s JSON from an ``encode_buffer()`` result (orjson's if it is slow)."""
+        buf, ends, slow = encoded
+        if slow[p]:
+            return orjson.dumps(self.event(p))
+        return buf[(ends[p - 1] + 1 if p else 0) : ends[p]].tobytes()
+
     def encode(self) -> list[bytes]:
         """Each reading's JSON, exactly ``orjson.dumps(self.event(pos))``."""
         if len(self) == 0:
             return []
-        buf, _ends, slow = self.encode_buffer()
+        encoded = buf, _ends, slow = self.encode_buffer()
         out = buf.tobytes().split(b"\n")
         out.pop()
         for p in np.flatnonzero(slow).tolist():
-            out[p] = orjson.dumps(self.event(p))
+            out[p] = self.payload(encoded, p)
         return out

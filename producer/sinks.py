@@ -230,7 +230,8 @@ class KafkaSink:
         try:
             slot = self._take_slot()
         except SinkStalledError:
-            self._unsent(batch, range(m))
+            for pos in range(m):  # never queued
+                self._failed(batch, pos, "_QUEUE_FULL")
             raise
         arr[:, native.PRIVATE] = (slot << 32) | np.arange(m, dtype=np.int64)
         self._inflight[slot] = batch
@@ -267,12 +268,11 @@ class KafkaSink:
                 )
         return self._free.pop()
 
-    def _unsent(self, batch: MessageBatch, positions: Any) -> None:
-        """Report messages that never reached librdkafka's queue as failed."""
-        for pos in positions:
-            msg = batch[pos]
-            self.errors["_QUEUE_FULL"] += 1
-            self.failures.append((msg[1], msg[5], "_QUEUE_FULL"))
+    def _failed(self, batch: MessageBatch, pos: int, error: str) -> None:
+        """Count message ``pos`` of ``batch`` as failed with ``error``, and keep it."""
+        msg = batch[pos]
+        self.errors[error] += 1
+        self.failures.append((msg[1], msg[5], error))
 
     def _produce(self, arr: np.ndarray, batch: MessageBatch, slot: int) -> None:
         native, so = self._native, self._lib
@@ -288,16 +288,15 @@ class KafkaSink:
             errs = arr.view(np.int32)[:, 0]
             full = errs == native.QUEUE_FULL
             for pos in np.flatnonzero((errs != 0) & ~full).tolist():
-                name = native.err_name(int(errs[pos]))
-                msg = batch[int(arr[pos, native.PRIVATE]) & 0xFFFFFFFF]
-                self.errors[name] += 1
-                self.failures.append((msg[1], msg[5], name))
+                index = int(arr[pos, native.PRIVATE]) & 0xFFFFFFFF
+                self._failed(batch, index, native.err_name(int(errs[pos])))
             arr = np.ascontiguousarray(arr[full])
             if not len(arr):
                 return
             arr.view(np.int32)[:, 0] = 0
             if stalled():
-                self._unsent(batch, (int(x) & 0xFFFFFFFF for x in arr[:, native.PRIVATE]))
+                for private in arr[:, native.PRIVATE].tolist():  # never queued
+                    self._failed(batch, private & 0xFFFFFFFF, "_QUEUE_FULL")
                 raise SinkStalledError(
                     f"the broker acknowledged nothing for {self.stall_timeout_s:.0f} s while "
                     f"{self.in_flight():,} messages waited: it is unreachable, refusing the "
@@ -313,10 +312,7 @@ class KafkaSink:
             self.latencies_s.extend((samples / 1e6).tolist())
         failures, unrecorded = shared.take_failures()
         for slot, pos, err in failures.tolist():
-            name = self._native.err_name(err)
-            msg = self._inflight[slot][pos]
-            self.errors[name] += 1
-            self.failures.append((msg[1], msg[5], name))
+            self._failed(self._inflight[slot], pos, self._native.err_name(err))
         if unrecorded:
             self.errors["_UNRECORDED_FAILURE"] += unrecorded
         if self._inflight:
