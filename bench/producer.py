@@ -13,6 +13,12 @@ the sides take turns (the producer first in even rounds, last in odd ones), each
 after a pause that lets the previous one's disk writes and garbage settle; each side
 runs ``--rounds`` times and its best round counts (``round_ratios`` has each round's).
 
+The sides are timed alike: the producer's clock (its report's ``duration_s``) starts
+once its kernels are loaded and the broker has given it a producer id, and stops when
+the last acknowledgement is in; kcat's is its run, launch to exit, less the fixed cost
+of launching, connecting and exiting, which is timed on a one-line file
+(``kcat_startup_s``, the median of three).
+
 A third side measures the producer's ceiling on this machine: the same file sent by
 the producer's own ``KafkaSink`` (librdkafka through ``producer.native``) in
 ``--workers`` processes, with no simulation, faults or manifest. ``client_ratio`` is
@@ -154,6 +160,7 @@ def _client_worker(
                                   [p[0] for p in pairs[at : at + BATCH]])
             for at in range(0, len(pairs), BATCH)
         ]  # fmt: skip
+        sink.wait_ready(10.0)  # as the producer does before its clock starts
         ready.set()
         go.wait()
         t0 = time.perf_counter()
@@ -252,7 +259,7 @@ def main() -> None:
 
         def kcat_side() -> float:
             topic = fresh_topic()
-            seconds = run_kcat(bootstrap, topic, events, args)
+            seconds = run_kcat(bootstrap, topic, events, args) - kcat_startup
             # The baseline counts only if every line reached the broker.
             if (held := topic_messages(bootstrap, topic)) != lines:
                 raise SystemExit(f"kcat delivered {held:,} of {lines:,} messages to {topic}")
@@ -274,10 +281,16 @@ def main() -> None:
         sides = {"producer": producer_side, "kcat": kcat_side, "client": client_side}
         # The broker's JIT speeds every side up run after run: warm it first, and take
         # turns (producer first in even rounds, last in odd ones) so no side is always later.
+        kcat_startup = 0.0
         for _ in range(args.warmup_rounds):
             for side in ("kcat", "client", "producer"):
                 settle()
                 sides[side]()
+        one_line = work / "one.tsv"
+        with events.open("rb") as fh:
+            one_line.write_bytes(fh.readline())
+        startups = sorted(run_kcat(bootstrap, fresh_topic(), one_line, args) for _ in range(3))
+        kcat_startup = startups[1]
         rates: dict[str, list[float]] = {side: [] for side in sides}
         for r in range(args.rounds):
             order = ["producer", "kcat", "client"]
@@ -299,6 +312,7 @@ def main() -> None:
                     "ratio": round(best / best_kcat, 3),
                     "client_events_per_s": round(best_client),
                     "client_ratio": round(best_client / best_kcat, 3),
+                    "kcat_startup_s": round(kcat_startup, 3),
                     "share_of_client": round(best / best_client, 3),
                     "round_ratios": [
                         round(p / k, 3)

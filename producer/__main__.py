@@ -140,6 +140,7 @@ def run_one(
     workers: int = 1,
     stop: StopFlag | None = None,
     on_tick: Callable[[int, int, int, int], None] | None = None,
+    start_gate: Callable[[], None] | None = None,
     manifest_path: Path | None = None,
     conf: dict[str, Any] | None = None,
     install_signal_handlers: bool = True,
@@ -150,8 +151,13 @@ def run_one(
         The report and the raw acknowledgement-latency samples (seconds).
 
     """
-    source = make_source(settings, worker=worker, workers=workers)
+    # The sink first: its connection (and producer id) comes while the fleet is built.
     sink = build_sink(settings, worker=worker, workers=workers, conf=conf)
+    try:
+        source = make_source(settings, worker=worker, workers=workers)
+    except BaseException:
+        sink.close()
+        raise
     manifest = (
         Manifest(source.device_ids, uuid_ids=isinstance(source, SimulationSource))
         if manifest_path is not None
@@ -175,6 +181,7 @@ def run_one(
         install_signal_handlers=install_signal_handlers and workers == 1,
         flush_timeout_s=settings.flush_timeout_s,
         on_tick=on_tick,
+        start_gate=start_gate,
     )
     if manifest is not None and manifest_path is not None:
         truth = source.ground_truth()

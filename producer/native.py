@@ -109,6 +109,7 @@ def lib() -> ctypes.CDLL:
         "rd_kafka_conf_set": (i, [p, c, c, c, sz]),
         "rd_kafka_conf_set_dr_msg_cb": (None, [p, p]),
         "rd_kafka_conf_set_throttle_cb": (None, [p, p]),
+        "rd_kafka_conf_set_stats_cb": (None, [p, p]),
         "rd_kafka_conf_set_oauthbearer_token_refresh_cb": (None, [p, p]),
         "rd_kafka_conf_set_opaque": (None, [p, p]),
         "rd_kafka_new": (p, [i, p, c, sz]),
@@ -140,6 +141,10 @@ THROTTLE_CB = ctypes.CFUNCTYPE(
     None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int, ctypes.c_void_p
 )
 OAUTH_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+# stats_cb(rk, json, json_len, opaque); returning 0 lets librdkafka free the JSON.
+STATS_CB = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p
+)
 
 
 class ConfigError(ValueError):

@@ -26,6 +26,9 @@ MAX_SLEEP_S = 0.05
 # ``batch_size`` readings): a batch per reading costs a vectorized step each, and at
 # a few thousand readings/s that alone would keep a core busy.
 MIN_STEP_S = 0.01
+# Most seconds to wait, before the clock starts, for the sink to be ready to send at
+# once (Kafka: the idempotent producer's id); sending works anyway after that.
+READY_TIMEOUT_S = 10.0
 # While sending, a young-generation collection every this many container allocations
 # (CPython's default is 700): each batch makes a tuple and a dict per message, none
 # of them in a reference cycle, and scanning them was a tenth of the producer's CPU.
@@ -38,6 +41,8 @@ class RunReport:
 
     ``per_second``, ``per_second_acked`` and ``per_second_target`` hold, for each whole
     second of the run, the messages sent, the messages acknowledged and the target.
+    ``ready_wait_s`` is the time spent, before the clock started, waiting for the sink
+    to be ready (Kafka: the broker assigning the idempotent producer its id).
     """
 
     target_rate: float
@@ -66,6 +71,7 @@ class RunReport:
     warnings: list[str] = field(default_factory=list)
     fatal: str | None = None
     manifest_path: str | None = None
+    ready_wait_s: float = 0.0
 
     def summary(self) -> str:
         """A readable multi-line summary."""
@@ -93,6 +99,11 @@ class RunReport:
                     "  of which injected on purpose: "
                     + ", ".join(f"{k}={v}" for k, v in sorted(self.expected_errors.items()))
                 )
+        if self.ready_wait_s >= 0.05:
+            lines.append(
+                f"waited {self.ready_wait_s:.1f} s for the sink to be ready (the broker to "
+                "assign a producer id) before the clock started"
+            )
         if self.fatal:
             lines.append(f"stopped early: {self.fatal}")
         for warning in self.warnings:
@@ -194,6 +205,7 @@ def run(
     install_signal_handlers: bool = True,
     flush_timeout_s: float = 30.0,
     on_tick: Callable[[int, int, int, int], None] | None = None,
+    start_gate: Callable[[], None] | None = None,
 ) -> RunReport:
     """Send the source's messages to ``sink`` at the profile's rate until a limit or a stop.
 
@@ -219,6 +231,8 @@ def run(
             then is purged and reported as failed.
         on_tick: Called every step with (readings, sent, acked, errors), e.g. to share
             progress with a parent process.
+        start_gate: Called once the sink is ready, just before the clock starts (workers
+            wait there for each other).
 
     Returns:
         The run report, after the sink has been flushed.
@@ -230,6 +244,10 @@ def run(
     if install_signal_handlers:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, stop)
+    source.prepare()
+    ready_wait = sink.wait_ready(READY_TIMEOUT_S, stop.is_set)
+    if start_gate is not None:
+        start_gate()
     started_at = datetime.now(UTC).isoformat()
     t0 = time.monotonic()
     next_progress = t0 + progress_s
@@ -356,6 +374,7 @@ def run(
         expected_errors=expected,
         unexpected_errors=unexpected,
         fatal=fatal,
+        ready_wait_s=round(ready_wait, 3),
     )
 
 

@@ -9,6 +9,7 @@ manifest do not care which sink they have.
 from __future__ import annotations
 
 import ctypes
+import re
 import sys
 import time
 import weakref
@@ -23,6 +24,10 @@ from producer.messages import Message, MessageBatch
 
 Failure = tuple[bytes | None, Any, str]
 MAX_FAILURES_PER_POLL = 1_000_000  # failure records the delivery callback keeps between polls
+# An idempotent producer sends nothing until the broker gives it a producer id, and
+# librdkafka (2.x) asks for one on a 500 ms timer; its statistics say when it has one.
+READY_STATS_MS = 50
+_PID_ASSIGNED = re.compile(rb'"idemp_state":\s*"Assigned"')
 
 
 class SinkStalledError(RuntimeError):
@@ -45,6 +50,9 @@ class Sink(Protocol):
 
     def poll(self) -> None:
         """Serve delivery reports without blocking."""
+
+    def wait_ready(self, timeout_s: float, stop: Callable[[], bool] | None = None) -> float:
+        """Wait until a message sent now would go out at once; return the seconds waited."""
 
     def flush(self, timeout_s: float) -> int:
         """Deliver what is queued; return how many are still undelivered."""
@@ -117,6 +125,11 @@ class KafkaSink:
         queue_max = int(conf.get("queue.buffering.max.messages", 100_000))
         fail_cap = min(queue_max, MAX_FAILURES_PER_POLL) if queue_max > 0 else MAX_FAILURES_PER_POLL
         self._shared = native.Shared(slots, fail_cap + 1, 1 << 16, latency_sample_every)
+        idempotent = native.conf_value(conf.get("enable.idempotence", False)) == "true"
+        if idempotent and "statistics.interval.ms" not in conf:
+            conf = {**conf, "statistics.interval.ms": READY_STATS_MS}
+        # Without statistics the producer id cannot be seen: do not wait for it.
+        self._ready = not idempotent or int(conf.get("statistics.interval.ms", 0)) <= 0
         errstr = ctypes.create_string_buffer(512)
         c = so.rd_kafka_conf_new()
         oauth = conf.get("oauth_cb")
@@ -136,6 +149,8 @@ class KafkaSink:
         so.rd_kafka_conf_set_dr_msg_cb(c, native.callback_address())
         self._throttle_cb = native.THROTTLE_CB(self._on_throttle)
         so.rd_kafka_conf_set_throttle_cb(c, self._throttle_cb)
+        self._stats_cb = native.STATS_CB(self._on_stats)
+        so.rd_kafka_conf_set_stats_cb(c, self._stats_cb)
         if oauth is not None:
             self._oauth = oauth
             self._oauth_cb = native.OAUTH_CB(self._on_oauth)
@@ -166,6 +181,39 @@ class KafkaSink:
     def _on_throttle(self, _rk: int, _name: bytes, _id: int, ms: int, _opaque: int) -> None:
         self.throttle_events += 1
         self.throttle_ms_total += ms
+
+    def _on_stats(self, _rk: int, json: int, length: int, _opaque: int) -> int:
+        if not self._ready and _PID_ASSIGNED.search(ctypes.string_at(json, length)):
+            self._ready = True
+        return 0  # librdkafka frees the JSON
+
+    @property
+    def ready(self) -> bool:
+        """True once a message sent now would go out at once (or when that cannot be seen)."""
+        return self._ready
+
+    def wait_ready(self, timeout_s: float, stop: Callable[[], bool] | None = None) -> float:
+        """Wait (bounded) until the idempotent producer has its producer id.
+
+        Messages queued before that wait in librdkafka: about half a second at start
+        with librdkafka 2.x. Returns at once without idempotence.
+
+        Args:
+            timeout_s: Give up waiting after this long (sending then still works).
+            stop: Stop waiting early once this says True.
+
+        Returns:
+            The seconds waited.
+
+        """
+        if self._ready or self._rk is None:
+            return 0.0
+        t0 = time.monotonic()
+        while not self._ready and not (stop and stop()):
+            if time.monotonic() - t0 >= timeout_s:
+                break
+            self.poll(0.02)
+        return time.monotonic() - t0
 
     def _on_oauth(self, rk: int, config: bytes | None, _opaque: int) -> None:
         so = self._lib
@@ -443,6 +491,10 @@ class FileSink:
         self._file_no += 1
         self._buf.clear()
 
+    def wait_ready(self, timeout_s: float, stop: Callable[[], bool] | None = None) -> float:
+        """A folder is ready at once."""
+        return 0.0
+
     def poll(self) -> None:
         """Roll the file when it has been open for ``roll_s``."""
         if self.roll_s is not None and self._buf and time.monotonic() - self._opened >= self.roll_s:
@@ -482,6 +534,10 @@ class StdoutSink:
         """Write one line."""
         self._out.write(value + b"\n")
         self.acked += 1
+
+    def wait_ready(self, timeout_s: float, stop: Callable[[], bool] | None = None) -> float:
+        """Stdout is ready at once."""
+        return 0.0
 
     def poll(self) -> None:
         """Nothing to serve."""

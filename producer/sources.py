@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+import numpy as np
 import orjson
 
 from common.fleet import Device
+from producer import kernels
 from producer.anomalies import AnomalyConfig, AnomalyInjector
 from producer.faults import FaultConfig, FaultInjector, Message
 from producer.messages import MessageBatch
@@ -25,6 +27,9 @@ class Source(Protocol):
 
     device_ids: list[str]
     generated: int
+
+    def prepare(self) -> None:
+        """Load what making the first batch needs, before the send loop's clock starts."""
 
     def next_batch(self, n: int) -> MessageBatch | None:
         """Up to ``n`` more readings' messages (None: nothing left)."""
@@ -91,6 +96,12 @@ class SimulationSource:
         self.device_ids = [d.device_id for d in devices]
         self.generated = 0
 
+    def prepare(self) -> None:
+        """Load the compiled kernels (from numba's cache) by running them on no readings."""
+        empty = self.sim.columns(0)
+        empty.encode_buffer()
+        kernels.skew(empty.us, empty.dev, np.zeros(1, dtype=np.bool_), np.zeros(1, dtype=np.int64))
+
     def next_batch(self, n: int) -> MessageBatch:
         """The messages of the next ``n`` readings (plus held-back ones now due)."""
         k0 = self.sim.k
@@ -154,6 +165,9 @@ class ReplaySource:
             if isinstance(device, str):
                 return (device.encode(), line, -1, 0, "", "raw")
         return (b"", line, -1, 0, "", "raw")
+
+    def prepare(self) -> None:
+        """Nothing to load."""
 
     def next_batch(self, n: int) -> MessageBatch | None:
         """The next ``n`` non-empty lines (None at the end of the file)."""

@@ -17,6 +17,7 @@ import tempfile
 import time
 import types
 from dataclasses import asdict, fields
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -25,6 +26,7 @@ from producer.manifest import merge_manifests
 from producer.run import RunReport, StopFlag, percentiles
 
 _STATS = 4  # readings, sent, acked, errors
+START_WAIT_S = 30.0  # most a ready worker waits for the others before it starts anyway
 
 
 class _SharedStop(StopFlag):
@@ -53,8 +55,24 @@ class _SharedStop(StopFlag):
         pass
 
 
+def _start_gate(ready: Any, workers: int, stop: StopFlag) -> None:
+    """Count this worker ready, then wait (bounded) until every worker is, or a stop."""
+    with ready.get_lock():
+        ready.value += 1
+    deadline = time.monotonic() + START_WAIT_S
+    while ready.value < workers and not stop.is_set() and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
 def _worker_main(
-    settings: Any, worker: int, workers: int, out: str, stop: Any, hurry: Any, stats: Any
+    settings: Any,
+    worker: int,
+    workers: int,
+    out: str,
+    stop: Any,
+    hurry: Any,
+    stats: Any,
+    ready: Any,
 ) -> None:
     """Entry point of one worker process."""
     from producer.__main__ import run_one
@@ -73,6 +91,7 @@ def _worker_main(
         workers=workers,
         stop=flag,
         on_tick=tick,
+        start_gate=lambda: _start_gate(ready, workers, flag),
         manifest_path=Path(out) / f"manifest-{worker}.jsonl",
     )
     part = asdict(report) | {"_latency_samples": samples}
@@ -93,7 +112,11 @@ def merge_reports(parts: list[dict[str, Any]]) -> RunReport:
                 out[k] = out.get(k, 0) + v
         return out
 
-    duration = max(p["duration_s"] for p in parts)
+    # The workers' clocks start together (``_start_gate``) but may end apart: the run
+    # lasts from the first start to the last end.
+    starts = [datetime.fromisoformat(p["started_at"]).timestamp() for p in parts]
+    duration = round(max(t + p["duration_s"] for t, p in zip(starts, parts, strict=True))
+                     - min(starts), 3)  # fmt: skip
     sent = sum(p["sent"] for p in parts)
     acked = sum(p["acked"] for p in parts)
     samples = [s for p in parts for s in p["_latency_samples"]]
@@ -117,6 +140,7 @@ def merge_reports(parts: list[dict[str, Any]]) -> RunReport:
             "ack_latency_ms": {k: round(v * 1000, 3) for k, v in percentiles(samples).items()},
             "throttle_events": sum(p["throttle_events"] for p in parts),
             "throttle_ms_total": sum(p["throttle_ms_total"] for p in parts),
+            "ready_wait_s": max(p["ready_wait_s"] for p in parts),
             "stopped_by": "+".join(stopped),
             "started_at": min(p["started_at"] for p in parts),
             "per_second": summed("per_second"),
@@ -149,6 +173,7 @@ def run_workers(
     ctx = mp.get_context("spawn")
     stop, hurry = ctx.Event(), ctx.Event()
     stats = ctx.Array("q", workers * _STATS, lock=False)
+    ready = ctx.Value("i", 0)
     out = Path(tempfile.mkdtemp(prefix="iot-producer-"))
     flag = StopFlag()
 
@@ -162,7 +187,7 @@ def run_workers(
     procs = [
         ctx.Process(
             target=_worker_main,
-            args=(settings, w, workers, str(out), stop, hurry, stats),
+            args=(settings, w, workers, str(out), stop, hurry, stats, ready),
             name=f"producer-worker-{w}",
         )
         for w in range(workers)

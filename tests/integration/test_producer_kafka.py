@@ -380,3 +380,26 @@ def test_the_sink_delivers_each_payload_intact_while_it_reuses_batch_slots(
     assert Counter(held) == Counter((m[0], m[1]) for m in sent)
     for key in {m[0] for m in sent}:  # one key, one partition: send order kept
         assert [v for k, v in held if k == key] == [m[1] for m in sent if m[0] == key]
+
+
+def test_the_sink_is_ready_once_the_broker_gives_it_a_producer_id(kafka_broker: BrokerInfo):
+    from producer.sinks import KafkaSink
+
+    topic = f"ready-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=1)
+    sink = KafkaSink(
+        {"bootstrap.servers": kafka_broker.plaintext, "acks": "all", "enable.idempotence": True},
+        topic,
+    )
+    try:
+        assert not sink.ready  # librdkafka asks for the id on a timer, after connecting
+        assert sink.wait_ready(20.0) < 20.0
+        assert sink.ready
+        sink.send_batch([(b"k", b"%d" % i, 0, i, "", None) for i in range(5)])
+        assert sink.flush(20) == 0
+        assert sink.acked == 5 and not sink.errors
+    finally:
+        sink.close()
+    assert _consume({"bootstrap.servers": kafka_broker.plaintext}, topic, 5) == [
+        (b"k", b"%d" % i) for i in range(5)
+    ]

@@ -120,3 +120,32 @@ def test_failures_beyond_the_record_are_counted_not_lost():
 def test_delivery_reports_for_errors_only_are_refused():
     with pytest.raises(ValueError, match="counts every report"):
         KafkaSink({"bootstrap.servers": "127.0.0.1:1", "delivery.report.only.error": True}, "t")
+
+
+def test_waiting_for_readiness_is_bounded_and_can_be_stopped():
+    conf = {"bootstrap.servers": f"127.0.0.1:{_closed_port()}", "enable.idempotence": True}
+    sink = KafkaSink(conf, "t")
+    try:
+        assert not sink.ready  # no broker, so no producer id
+        assert sink.wait_ready(0.3) >= 0.3
+        assert not sink.ready
+        assert sink.wait_ready(30.0, stop=lambda: True) < 0.3
+    finally:
+        sink.close()
+    assert sink.wait_ready(30.0) == 0.0  # closed: nothing to wait for
+
+
+def test_readiness_is_not_awaited_when_it_cannot_be_seen():
+    port = _closed_port()
+    plain = KafkaSink({"bootstrap.servers": f"127.0.0.1:{port}"}, "t")
+    no_stats = KafkaSink(
+        {"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True,
+         "statistics.interval.ms": 0}, "t",
+    )  # fmt: skip
+    try:
+        for sink in (plain, no_stats):
+            assert sink.ready
+            assert sink.wait_ready(30.0) == 0.0
+    finally:
+        plain.close()
+        no_stats.close()

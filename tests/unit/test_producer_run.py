@@ -233,6 +233,9 @@ class _CountingSource:
         self.generated = 0
         self.batches: list[int] = []
 
+    def prepare(self) -> None:
+        pass
+
     def next_batch(self, n: int) -> list:
         self.batches.append(n)
         msgs = [(b"k", b"{}", 0, self.generated + i, "", None) for i in range(n)]
@@ -252,6 +255,9 @@ class _NullSink:
 
     def poll(self) -> None:
         pass
+
+    def wait_ready(self, timeout_s: float, stop=None) -> float:
+        return 0.0
 
     def flush(self, timeout_s: float) -> int:
         return 0
@@ -355,3 +361,56 @@ def test_step_and_spike_profiles_are_held_second_by_second(tmp_path, profile, wa
     assert rc == 0
     assert rep["per_second_target"][:2] == want
     assert all(abs(n - w) <= 0.05 * w for n, w in zip(rep["per_second"][:2], want, strict=True))
+
+
+def test_the_clock_starts_after_the_source_is_prepared_and_the_sink_is_ready():
+    from producer.rate import parse_profile
+    from producer.run import READY_TIMEOUT_S, run
+
+    calls: list[object] = []
+
+    class _Source(_CountingSource):
+        def prepare(self) -> None:
+            calls.append("prepare")
+
+        def next_batch(self, n: int) -> list:
+            calls.append("batch")
+            return super().next_batch(n)
+
+    class _SlowSink(_NullSink):
+        def wait_ready(self, timeout_s: float, stop=None) -> float:
+            calls.append(("wait_ready", timeout_s, stop()))
+            return 0.25
+
+    report = run(_Source(), _SlowSink(), profile=parse_profile("constant", 0.0), count=20,
+                 batch_size=10, show_progress=False, install_signal_handlers=False,
+                 start_gate=lambda: calls.append("gate"))  # fmt: skip
+    assert calls == ["prepare", ("wait_ready", READY_TIMEOUT_S, False), "gate", "batch", "batch"]
+    assert report.ready_wait_s == 0.25 and report.sent == 20
+    assert "waited 0.2 s for the sink to be ready" in report.summary()
+
+
+def test_merged_workers_last_from_the_first_start_to_the_last_end():
+    from dataclasses import asdict
+
+    from producer.run import RunReport
+    from producer.workers import merge_reports
+
+    def part(started_at: str, duration_s: float, sent: int, ready: float) -> dict:
+        report = RunReport(
+            target_rate=0.0, sent=sent, acked=sent, undelivered=0, duration_s=duration_s,
+            achieved_rate=0.0, errors={}, ack_latency_ms={}, started_at=started_at,
+            per_second=[sent], per_second_acked=[sent], per_second_target=[0.0],
+            ready_wait_s=ready,
+        )  # fmt: skip
+        return asdict(report) | {"_latency_samples": [0.01]}
+
+    merged = merge_reports([
+        part("2026-01-01T00:00:00.500000+00:00", 1.0, 300, 0.5),
+        part("2026-01-01T00:00:00+00:00", 1.25, 500, 0.25),
+    ])  # fmt: skip
+    # The second starts first (0.0) and the first ends last (0.5 + 1.0): 1.5 s in all.
+    assert merged.duration_s == 1.5
+    assert merged.achieved_rate == 533.3 == merged.acked_rate  # 800 / 1.5, to 0.1
+    assert merged.started_at == "2026-01-01T00:00:00+00:00"
+    assert merged.ready_wait_s == 0.5
