@@ -11,7 +11,8 @@ so the first run's dump is what kcat replays in every round. The broker's JIT ma
 every side faster run after run, so a warm-up round of each side is not counted, and
 the sides take turns (the producer first in even rounds, last in odd ones), each run
 after a pause that lets the previous one's disk writes and garbage settle; each side
-runs ``--rounds`` times and its best round counts (``round_ratios`` has each round's).
+runs ``--rounds`` times and its best round counts (``round_ratios`` has each round's,
+``median_round_ratio`` their median).
 
 The sides are timed alike: the producer's clock (its report's ``duration_s``) starts
 once its kernels are loaded and the broker has given it a producer id, and stops when
@@ -31,7 +32,7 @@ The last line printed is one JSON object::
     {"events_per_s": ..., "kcat_events_per_s": ..., "ratio": ...,
      "client_events_per_s": ..., "client_ratio": ..., "share_of_client": ..., ...}
 
-Usage: ``python bench/producer.py [--count 1000000] [--workers 2] [--rounds 3]``
+Usage: ``python bench/producer.py [--count 2000000] [--workers 2] [--rounds 5]``
 (kcat: ``apt-get install kcat``).
 """
 
@@ -42,6 +43,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -216,11 +218,11 @@ def run_client(bootstrap: str, topic: str, path: Path, args: argparse.Namespace)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=1_000_000, help="readings per round")
+    parser.add_argument("--count", type=int, default=2_000_000, help="readings per round")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--fleet-size", type=int, default=1000)
     parser.add_argument("--linger-ms", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--warmup-rounds", type=int, default=1, help="rounds of each side not counted"
     )
@@ -314,6 +316,12 @@ def main() -> None:
                     "client_ratio": round(best_client / best_kcat, 3),
                     "kcat_startup_s": round(kcat_startup, 3),
                     "share_of_client": round(best / best_client, 3),
+                    "median_round_ratio": round(
+                        statistics.median(
+                            p / k for p, k in zip(rates["producer"], rates["kcat"], strict=True)
+                        ),
+                        3,
+                    ),  # fmt: skip
                     "round_ratios": [
                         round(p / k, 3)
                         for p, k in zip(rates["producer"], rates["kcat"], strict=True)

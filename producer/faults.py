@@ -42,7 +42,7 @@ from common.contract import METRIC_NAMES, REQUIRED
 from common.fleet import Device
 from producer import kernels
 from producer.messages import BatchBuilder, Message, MessageBatch
-from producer.readings import Readings
+from producer.readings import EventView, Readings
 from producer.sampling import NEVER, Hits, sub_rng
 from producer.signals import Clock, TimeFormatter, to_micros
 
@@ -226,7 +226,7 @@ class FaultInjector:
                 self._skew_columns(events)
             encoded = events.encode_buffer()
             devs = events.dev.tolist()
-            event_at = events.event
+            event_at = events.__getitem__  # a view: a fault reads a few fields
 
             def payload_at(p: int) -> bytes:
                 return events.payload(encoded, p)
@@ -321,7 +321,9 @@ class FaultInjector:
         seq, eid = ev["seq"], ev["event_id"]
         malformed = next((kd for kd in kinds if kd in MALFORMED_KINDS), None)
         if malformed is not None:
-            out.append(self._malformed(malformed, ev, i))
+            out.append(
+                self._malformed(malformed, ev.to_dict() if isinstance(ev, EventView) else ev, i)
+            )
             return
         msg: Message = (self._keys[i], payload, i, seq, eid, None)
         base = {"device_id": ev["device_id"], "event_id": eid, "seq": seq}

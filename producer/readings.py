@@ -123,6 +123,10 @@ class EventView:
         r, p = self._r, self._pos
         r.values[p, r.layout.slots[r.dev[p]][key]] = value
 
+    def to_dict(self) -> dict[str, object]:
+        """The whole event dict (``Readings.event``)."""
+        return self._r.event(self._pos)
+
 
 @dataclass(slots=True, eq=False)
 class Readings:

@@ -149,3 +149,16 @@ def test_readiness_is_not_awaited_when_it_cannot_be_seen():
     finally:
         plain.close()
         no_stats.close()
+
+
+def test_addresses_of_many_payloads_are_where_their_bytes_are():
+    import ctypes
+
+    from producer.sinks import _address, _addresses
+
+    items = [b"", b"x", b"{}" * 300, bytes(range(256)), None, "-".join(["dev", "1"]).encode()]
+    got = _addresses(items).tolist()
+    assert got == [0 if x is None else _address(x) for x in items]
+    assert [ctypes.string_at(a, len(x)) for a, x in zip(got, items, strict=True) if x] == [
+        x for x in items if x
+    ]
