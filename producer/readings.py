@@ -81,7 +81,7 @@ class FleetLayout:
         for i, names in enumerate(self.metric_names):
             for j, name in enumerate(names):
                 self.key_at[i, j] = span(b"," + orjson.dumps(name) + b":")
-        self.text = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+        self.text = np.frombuffer(b"".join(pieces) + bytes(kernels.WORD_SLACK), dtype=np.uint8)
         longest_keys = int((self.key_at[:, :, 1] - self.key_at[:, :, 0]).sum(axis=1).max())
         # Most bytes one reading can take: every fragment at its longest, 20 digits of seq,
         # 24 of time, 12 of each number, the closing brace and the newline.
@@ -201,7 +201,7 @@ class Readings:
         """
         n = len(self)
         lay = self.layout
-        buf = np.empty(n * lay.max_bytes, dtype=np.uint8)
+        buf = np.empty(n * lay.max_bytes + kernels.WORD_SLACK, dtype=np.uint8)
         ends = np.empty(n, dtype=np.int64)
         slow = np.zeros(n, dtype=np.bool_)
         size = kernels.encode(

@@ -126,6 +126,12 @@ def test_columns_encode_exactly_what_orjson_writes():
         )
         want = [orjson.dumps(e) for e in readings.to_dicts()]
         assert readings.encode() == want
+    # The kernel copies fragments by 8-byte words: the fragment text has room past its end.
+    from producer.kernels import WORD_SLACK
+
+    lay = sim.layout
+    end = int(max(lay.consts[:, 1].max(), lay.dev_at[:, 1].max(), lay.key_at[:, :, 1].max()))
+    assert len(lay.text) == end + WORD_SLACK == end + 8
 
 
 def test_signals_drain_batteries_cycle_daily_and_stay_near_their_baseline():
