@@ -8,7 +8,7 @@ second topic with the same client settings (acks=all, idempotence, linger.ms),
 checks that the topic holds every line (the baseline counts only what was delivered),
 then stops the broker. Every producer run with the same settings sends the same bytes,
 so the first run's dump is what kcat replays in every round. The broker's JIT makes
-every side faster run after run, so a warm-up round of each side is not counted, and
+every side faster run after run, so two warm-up rounds of each side are not counted, and
 the sides take turns (the producer first in even rounds, last in odd ones), each run
 after a pause that lets the previous one's disk writes and garbage settle; each side
 runs ``--rounds`` times and its best round counts (``round_ratios`` has each round's,
@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
-        "--warmup-rounds", type=int, default=1, help="rounds of each side not counted"
+        "--warmup-rounds", type=int, default=2, help="rounds of each side not counted"
     )
     parser.add_argument(
         "--settle-s", type=float, default=3.0, help="pause (after a sync) before each run"
