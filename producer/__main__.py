@@ -153,20 +153,19 @@ def run_one(
     """
     # The sink first: its connection (and producer id) comes while the fleet is built.
     sink = build_sink(settings, worker=worker, workers=workers, conf=conf)
-    try:
+    try:  # run() closes the sink once it is called
         source = make_source(settings, worker=worker, workers=workers)
+        manifest = (
+            Manifest(source.device_ids, uuid_ids=isinstance(source, SimulationSource))
+            if manifest_path is not None
+            else None
+        )
+        profile: RateProfile = settings.profile()
+        if workers > 1:
+            profile = profile.scaled(1.0 / workers)
     except BaseException:
         sink.close()
         raise
-    manifest = (
-        Manifest(source.device_ids, uuid_ids=isinstance(source, SimulationSource))
-        if manifest_path is not None
-        else None
-    )
-    profile: RateProfile = settings.profile()
-    if workers > 1:
-        profile = profile.scaled(1.0 / workers)
-    started_at = datetime.now(UTC).isoformat()
     report = run(
         source,
         sink,
@@ -189,7 +188,7 @@ def run_one(
             manifest_path,
             manifest_header(
                 settings,
-                started_at=started_at,
+                started_at=report.started_at,
                 stopped_by=report.stopped_by,
                 **({"worker": worker} if workers > 1 else {}),
             ),

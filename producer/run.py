@@ -244,13 +244,6 @@ def run(
     if install_signal_handlers:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, stop)
-    source.prepare()
-    ready_wait = sink.wait_ready(READY_TIMEOUT_S, stop.is_set)
-    if start_gate is not None:
-        start_gate()
-    started_at = datetime.now(UTC).isoformat()
-    t0 = time.monotonic()
-    next_progress = t0 + progress_s
     c = _Counters()
     stopped_by = "limit"
     fatal: str | None = None
@@ -267,6 +260,13 @@ def run(
         c.sent += len(msgs)
 
     try:
+        source.prepare()
+        ready_wait = sink.wait_ready(READY_TIMEOUT_S, stop.is_set)
+        if start_gate is not None:
+            start_gate()
+        started_at = datetime.now(UTC).isoformat()
+        t0 = time.monotonic()
+        next_progress = t0 + progress_s
         while True:
             now = time.monotonic()
             elapsed = now - t0

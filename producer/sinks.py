@@ -26,7 +26,8 @@ Failure = tuple[bytes | None, Any, str]
 MAX_FAILURES_PER_POLL = 1_000_000  # failure records the delivery callback keeps between polls
 # An idempotent producer sends nothing until the broker gives it a producer id, and
 # librdkafka (2.x) asks for one on a 500 ms timer; its statistics say when it has one.
-READY_STATS_MS = 50
+READY_STATS_MS = 100
+MAX_READY_STATS_MS = 1000  # statistics further apart than this: do not wait on them
 _PID_ASSIGNED = re.compile(rb'"idemp_state":\s*"Assigned"')
 
 
@@ -125,11 +126,16 @@ class KafkaSink:
         queue_max = int(conf.get("queue.buffering.max.messages", 100_000))
         fail_cap = min(queue_max, MAX_FAILURES_PER_POLL) if queue_max > 0 else MAX_FAILURES_PER_POLL
         self._shared = native.Shared(slots, fail_cap + 1, 1 << 16, latency_sample_every)
-        idempotent = native.conf_value(conf.get("enable.idempotence", False)) == "true"
+        idempotent = native.conf_value(conf.get("enable.idempotence", False)).lower() in (
+            "true",
+            "t",
+            "1",
+        ) or bool(conf.get("transactional.id"))
         if idempotent and "statistics.interval.ms" not in conf:
             conf = {**conf, "statistics.interval.ms": READY_STATS_MS}
-        # Without statistics the producer id cannot be seen: do not wait for it.
-        self._ready = not idempotent or int(conf.get("statistics.interval.ms", 0)) <= 0
+        # Without (frequent) statistics the producer id cannot be seen: do not wait for it.
+        interval = int(conf.get("statistics.interval.ms", 0))
+        self._ready = not idempotent or not 0 < interval <= MAX_READY_STATS_MS
         errstr = ctypes.create_string_buffer(512)
         c = so.rd_kafka_conf_new()
         oauth = conf.get("oauth_cb")
@@ -428,7 +434,15 @@ _BYTES_OFFSET = _address(_PROBE) - id(_PROBE)
 
 
 def _addresses(items: list[bytes | None]) -> np.ndarray:
-    """``_address`` of each bytes object, at once (0 for None)."""
+    """``_address`` of each bytes object, at once (0 for None).
+
+    Raises:
+        TypeError: An item is neither bytes nor None.
+
+    """
+    if not all(type(x) is bytes or x is None for x in items):
+        bad = next(x for x in items if type(x) is not bytes and x is not None)
+        raise TypeError(f"a Kafka key or value must be bytes, not {type(bad).__name__}")
     out = np.fromiter(map(id, items), dtype=np.int64, count=len(items)) + _BYTES_OFFSET
     out[[x is None for x in items]] = 0
     return out

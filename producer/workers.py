@@ -85,15 +85,28 @@ def _worker_main(
     def tick(readings: int, sent: int, acked: int, errors: int) -> None:
         stats[base : base + _STATS] = [readings, sent, acked, errors]
 
-    report, samples = run_one(
-        settings,
-        worker=worker,
-        workers=workers,
-        stop=flag,
-        on_tick=tick,
-        start_gate=lambda: _start_gate(ready, workers, flag),
-        manifest_path=Path(out) / f"manifest-{worker}.jsonl",
-    )
+    gated = False
+
+    def gate() -> None:
+        nonlocal gated
+        gated = True
+        _start_gate(ready, workers, flag)
+
+    try:
+        report, samples = run_one(
+            settings,
+            worker=worker,
+            workers=workers,
+            stop=flag,
+            on_tick=tick,
+            start_gate=gate,
+            manifest_path=Path(out) / f"manifest-{worker}.jsonl",
+        )
+    except BaseException:
+        if not gated:  # the others must not wait for a worker that will never come
+            with ready.get_lock():
+                ready.value += 1
+        raise
     part = asdict(report) | {"_latency_samples": samples}
     (Path(out) / f"report-{worker}.json").write_text(json.dumps(part))
 

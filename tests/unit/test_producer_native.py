@@ -138,17 +138,20 @@ def test_waiting_for_readiness_is_bounded_and_can_be_stopped():
 def test_readiness_is_not_awaited_when_it_cannot_be_seen():
     port = _closed_port()
     plain = KafkaSink({"bootstrap.servers": f"127.0.0.1:{port}"}, "t")
-    no_stats = KafkaSink(
-        {"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True,
-         "statistics.interval.ms": 0}, "t",
-    )  # fmt: skip
+    sinks = [plain] + [
+        KafkaSink({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": idem,
+                   "statistics.interval.ms": interval}, "t")
+        for idem, interval in ((True, 0), ("TRUE", 60_000))
+    ]  # fmt: skip
+    waiting = KafkaSink({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": "1"}, "t")
     try:
-        for sink in (plain, no_stats):
+        for sink in sinks:
             assert sink.ready
             assert sink.wait_ready(30.0) == 0.0
+        assert not waiting.ready  # "1" means true to librdkafka too
     finally:
-        plain.close()
-        no_stats.close()
+        for sink in [*sinks, waiting]:
+            sink.close()
 
 
 def test_addresses_of_many_payloads_are_where_their_bytes_are():
@@ -156,6 +159,8 @@ def test_addresses_of_many_payloads_are_where_their_bytes_are():
 
     from producer.sinks import _address, _addresses
 
+    with pytest.raises(TypeError, match="must be bytes, not str"):
+        _addresses([b"ok", "text"])
     items = [b"", b"x", b"{}" * 300, bytes(range(256)), None, "-".join(["dev", "1"]).encode()]
     got = _addresses(items).tolist()
     assert got == [0 if x is None else _address(x) for x in items]

@@ -414,3 +414,24 @@ def test_merged_workers_last_from_the_first_start_to_the_last_end():
     assert merged.achieved_rate == 533.3 == merged.acked_rate  # 800 / 1.5, to 0.1
     assert merged.started_at == "2026-01-01T00:00:00+00:00"
     assert merged.ready_wait_s == 0.5
+
+
+def test_a_worker_that_fails_before_the_start_does_not_hold_the_others(tmp_path):
+    import multiprocessing as mp
+
+    from producer.workers import _worker_main
+
+    settings = ProducerSettings(
+        _env_file=None, transport="file", out_dir=tmp_path / "out",
+        replay=tmp_path / "missing.jsonl",
+    )  # fmt: skip
+    ready = mp.Value("i", 0)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+            _worker_main(settings, 0, 2, str(tmp_path), mp.Event(), mp.Event(),
+                         mp.Array("q", 8, lock=False), ready)  # fmt: skip
+    finally:  # a worker takes over the signals of its process
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert ready.value == 1  # counted as arrived: the other worker starts at once
