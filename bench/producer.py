@@ -314,6 +314,7 @@ def main() -> None:
                 flush=True,
             )
         best, best_kcat, best_client = (max(rates[s]) for s in ("producer", "kcat", "client"))
+        ratios = [p / k for p, k in zip(rates["producer"], rates["kcat"], strict=True)]
         print(
             json.dumps(
                 {
@@ -324,16 +325,8 @@ def main() -> None:
                     "client_ratio": round(best_client / best_kcat, 3),
                     "kcat_startup_s": round(kcat_startup, 3),
                     "share_of_client": round(best / best_client, 3),
-                    "median_round_ratio": round(
-                        statistics.median(
-                            p / k for p, k in zip(rates["producer"], rates["kcat"], strict=True)
-                        ),
-                        3,
-                    ),  # fmt: skip
-                    "round_ratios": [
-                        round(p / k, 3)
-                        for p, k in zip(rates["producer"], rates["kcat"], strict=True)
-                    ],
+                    "median_round_ratio": round(statistics.median(ratios), 3),
+                    "round_ratios": [round(x, 3) for x in ratios],
                     "count": args.count,
                     "workers": args.workers,
                     "scenario": "realistic",

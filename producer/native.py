@@ -158,6 +158,11 @@ def conf_value(value: Any) -> str:
     return str(value)
 
 
+def conf_true(value: Any) -> bool:
+    """Whether librdkafka reads a boolean config value as true (``true``, ``t`` or ``1``)."""
+    return conf_value(value).lower() in ("true", "t", "1")
+
+
 class Shared:
     """The array the delivery callback writes: header, pending per slot, failures, samples."""
 

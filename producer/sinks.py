@@ -126,11 +126,9 @@ class KafkaSink:
         queue_max = int(conf.get("queue.buffering.max.messages", 100_000))
         fail_cap = min(queue_max, MAX_FAILURES_PER_POLL) if queue_max > 0 else MAX_FAILURES_PER_POLL
         self._shared = native.Shared(slots, fail_cap + 1, 1 << 16, latency_sample_every)
-        idempotent = native.conf_value(conf.get("enable.idempotence", False)).lower() in (
-            "true",
-            "t",
-            "1",
-        ) or bool(conf.get("transactional.id"))
+        idempotent = native.conf_true(conf.get("enable.idempotence", False)) or bool(
+            conf.get("transactional.id")
+        )
         if idempotent and "statistics.interval.ms" not in conf:
             conf = {**conf, "statistics.interval.ms": READY_STATS_MS}
         # Without (frequent) statistics the producer id cannot be seen: do not wait for it.
@@ -145,7 +143,7 @@ class KafkaSink:
             if callable(value):
                 so.rd_kafka_conf_destroy(c)
                 raise ValueError(f"config property {key!r} cannot be a callable here")
-            if key == "delivery.report.only.error" and native.conf_value(value) == "true":
+            if key == "delivery.report.only.error" and native.conf_true(value):
                 so.rd_kafka_conf_destroy(c)
                 raise ValueError("delivery.report.only.error=true: the sink counts every report")
             if so.rd_kafka_conf_set(c, key.encode(), native.conf_value(value).encode(),

@@ -55,10 +55,15 @@ class _SharedStop(StopFlag):
         pass
 
 
-def _start_gate(ready: Any, workers: int, stop: StopFlag) -> None:
-    """Count this worker ready, then wait (bounded) until every worker is, or a stop."""
+def _arrive(ready: Any) -> None:
+    """Count one more worker at the start gate."""
     with ready.get_lock():
         ready.value += 1
+
+
+def _start_gate(ready: Any, workers: int, stop: StopFlag) -> None:
+    """Count this worker ready, then wait (bounded) until every worker is, or a stop."""
+    _arrive(ready)
     deadline = time.monotonic() + START_WAIT_S
     while ready.value < workers and not stop.is_set() and time.monotonic() < deadline:
         time.sleep(0.002)
@@ -104,8 +109,7 @@ def _worker_main(
         )
     except BaseException:
         if not gated:  # the others must not wait for a worker that will never come
-            with ready.get_lock():
-                ready.value += 1
+            _arrive(ready)
         raise
     part = asdict(report) | {"_latency_samples": samples}
     (Path(out) / f"report-{worker}.json").write_text(json.dumps(part))

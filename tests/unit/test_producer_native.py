@@ -167,3 +167,12 @@ def test_addresses_of_many_payloads_are_where_their_bytes_are():
     assert [ctypes.string_at(a, len(x)) for a, x in zip(got, items, strict=True) if x] == [
         x for x in items if x
     ]
+
+
+def test_booleans_are_read_as_librdkafka_reads_them():
+    from producer.native import conf_true
+
+    assert [conf_true(v) for v in (True, "true", "TRUE", "t", "1", 1)] == [True] * 6
+    assert [conf_true(v) for v in (False, "false", "f", "0", 0, "yes")] == [False] * 6
+    with pytest.raises(ValueError, match="delivery.report.only.error=true"):
+        KafkaSink({"bootstrap.servers": "127.0.0.1:1", "delivery.report.only.error": "1"}, "t")
