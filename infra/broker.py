@@ -18,7 +18,8 @@ Command line::
     python -m infra.broker stop [--data-dir DIR]
 
 State (ports, pid, cluster id) is kept in ``broker.json`` in the data dir, so any
-process can ask for the status of, or stop, a broker another process started.
+process can ask for the status of, or stop, a broker another process started, and a
+restart (after ``stop`` or a crash) comes back at once on the same ports.
 """
 
 from __future__ import annotations
@@ -268,7 +269,7 @@ def _start_locked(
     classpath = _classpath(quiet=quiet)
     java = _java_executable()
     state = _read_state(layout)
-    ports = _choose_ports(wanted, state.get("ports"))
+    ports = _choose_ports(wanted, state.get("ports"), say)
     cluster_id = state.get("cluster_id") or _new_cluster_id()
     _write_config(layout, ports)
     if not layout.formatted():
@@ -331,7 +332,11 @@ def _java_executable() -> str:
     return java
 
 
-def _choose_ports(wanted: tuple[int | None, int | None, int | None], previous: Any) -> Ports:
+def _choose_ports(
+    wanted: tuple[int | None, int | None, int | None],
+    previous: Any,
+    say: Callable[[str], None],
+) -> Ports:
     """Explicit ports win; otherwise reuse the last run's ports if free, else pick new ones."""
     names = ("plaintext", "sasl_ssl", "controller")
     prev = previous if isinstance(previous, dict) else {}
@@ -350,15 +355,28 @@ def _choose_ports(wanted: tuple[int | None, int | None, int | None], previous: A
             chosen.append(old)
             continue
         chosen.append(_free_port(exclude=chosen))
+        if isinstance(old, int):
+            say(
+                f"{name} port {old} of the last run is taken by another process; using "
+                f"{chosen[-1]} (clients configured with {old} must change)"
+            )
     if len(set(chosen)) != len(chosen):
         raise BrokerError(f"the broker's ports must differ, got {chosen}; pass distinct ports")
     return Ports(*chosen)
 
 
 def _port_free(port: int) -> bool:
+    """Whether the broker could listen on ``port``.
+
+    The probe sets ``SO_REUSEADDR`` as Kafka's acceptor (a Java server socket) does,
+    so connections of a just-stopped broker lingering in TIME_WAIT do not count as
+    "in use"; a socket listening on the port still does.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((BIND_HOST, port))
+            sock.listen(1)
         except OSError:
             return False
     return True
