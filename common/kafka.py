@@ -9,7 +9,7 @@ settings, never the code.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from common.settings import KafkaSettings
@@ -29,6 +29,10 @@ EVENTHUBS_JAVA = {
     "kafka.connections.max.idle.ms": "180000",
     "kafka.max.request.size": "1000000",
 }
+_BOOTSTRAP_HINT = (
+    f"{KafkaSettings.env_name('bootstrap_servers')} (when unset: the host and port of the "
+    f"connection string's Endpoint)"
+)
 _SECRET_KEYS = ("sasl.password", "sasl.jaas.config", "kafka.sasl.jaas.config", "oauth_cb")
 # The Entra ID login callback handler for Spark's JVM Kafka client, built by infra/jars.py
 # from infra/maven/eventhubs-oauth into the processor's jar folder.
@@ -231,8 +235,13 @@ def check_connection(
             raise KafkaConnectionError(
                 f"authentication failed at {where} with SASL mechanism "
                 f"{conf.get('sasl.mechanism')}: check the connection string or credential "
-                "(IOT_KAFKA_CONNECTION_STRING) and that it grants access to this namespace"
+                f"({KafkaSettings.env_name('connection_string')}) and that it grants access "
+                "to this namespace"
             )
+        tls_codes = (KafkaError._SSL, KafkaError._TRANSPORT)
+        tls = tls_failure([e.str() for e in errors if e.code() in tls_codes], where)
+        if tls is not None:
+            raise KafkaConnectionError(tls)
         if md is None:
             continue
         if topic is None:
@@ -249,5 +258,40 @@ def check_connection(
     reason = errors[-1].str() if errors else (str(last) if last else "no answer")
     raise KafkaConnectionError(
         f"could not reach the Kafka broker at {where} within {timeout_s:.0f} s ({reason}); "
-        "check IOT_KAFKA_BOOTSTRAP_SERVERS and that the broker is running"
+        f"check {_BOOTSTRAP_HINT} and that the broker is running"
     )
+
+
+def tls_failure(reasons: Sequence[str], where: str) -> str | None:
+    """The message for a failed TLS handshake, from librdkafka's error texts, else None.
+
+    Args:
+        reasons: librdkafka's texts of the ``_SSL`` and ``_TRANSPORT`` errors seen.
+        where: The broker and protocol, as the other messages of ``check_connection``.
+
+    Returns:
+        One line: an untrusted certificate says to set the CA setting; a TLS client
+        at a listener that does not speak TLS says to check the port. None when no text
+        is about a TLS handshake.
+    """
+    for text in reasons:
+        if "SSL handshake failed" not in text and "certificate" not in text:
+            continue
+        detail = text.split("SSL handshake failed: ", 1)[-1].split(" (after ", 1)[0]
+        detail = detail.split(", verify that", 1)[0]  # librdkafka's hint names its own setting
+        ca = KafkaSettings.env_name("ssl_ca_location")
+        if "certificate" in detail:
+            return (
+                f"the TLS handshake with {where} failed: the broker's certificate is not "
+                f"signed by a CA this client trusts ({detail}); set {ca} to the PEM file of "
+                "the CA that signed it (the local broker's is the 'CA file' that "
+                "python -m infra.broker status prints)"
+            )
+        if "PLAINTEXT" in detail:
+            return (
+                f"the TLS handshake with {where} failed: nothing speaks TLS on that port "
+                f"({detail}); check {_BOOTSTRAP_HINT}: it must be the broker's SASL_SSL "
+                "listener (Event Hubs: port 9093)"
+            )
+        return f"the TLS handshake with {where} failed ({detail}); check {_BOOTSTRAP_HINT} and {ca}"
+    return None

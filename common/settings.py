@@ -8,22 +8,28 @@ Every service has one settings object. Values come from, lowest precedence first
 4. command-line flags (``--bootstrap-servers``, ``--kafka-topic`` ...).
 
 Each environment variable name is derived once, from the class's ``env_prefix``
-and the field name. Secrets are ``SecretStr`` and never printed.
+and the field name (``Settings.env_name``). Secrets are ``SecretStr``: never printed,
+not in ``--help``, and not in any validation error (``load_settings`` turns those into
+one line naming the variable and flag that are wrong).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import tomllib
 import types
 import typing
 from contextvars import ContextVar
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -59,13 +65,102 @@ class _TomlSectionSource(PydanticBaseSettingsSource):
         return section
 
 
+class SettingsError(ValueError):
+    """Settings that failed validation, said in one line that never holds a secret."""
+
+
+# Shown in place of a secret wherever pydantic would show the input.
+_HIDDEN = SecretStr("hidden")
+# Text holding one of these is treated as a connection string, whatever field it was given to.
+_SECRET_MARKERS = ("sharedaccesskey", "sharedaccesssignature")
+
+
+def _looks_secret(text: str) -> bool:
+    folded = text.lower()
+    return any(marker in folded for marker in _SECRET_MARKERS)
+
+
+def _is_secret(annotation: Any) -> bool:
+    if annotation is SecretStr:
+        return True
+    return any(_is_secret(arg) for arg in typing.get_args(annotation))
+
+
+def _hide(value: Any, secret_fields: frozenset[str]) -> Any:
+    """``value`` with every secret in it replaced by ``_HIDDEN`` (the same object if none)."""
+    if isinstance(value, str):
+        return _HIDDEN if _looks_secret(value) else value
+    if isinstance(value, dict):
+        hidden = {
+            k: _HIDDEN if k in secret_fields and v is not None else _hide(v, secret_fields)
+            for k, v in value.items()
+        }
+        return value if all(hidden[k] is value[k] for k in value) else hidden
+    if isinstance(value, list | tuple):
+        items = [_hide(v, secret_fields) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
+def _hidden_errors(exc: ValidationError, secret_fields: frozenset[str]) -> ValidationError:
+    """``exc`` with no secret in any error's input (``exc`` itself if it held none).
+
+    pydantic records each error's raw input, and a model-level check's input is the
+    whole input dict: this replaces secret fields' values, and any text that looks like
+    a connection string, before the error leaves the model.
+    """
+    details: list[InitErrorDetails] = []
+    changed = False
+    for err in exc.errors(include_url=False):
+        raw = err.get("input")
+        last = err["loc"][-1] if err["loc"] else None
+        if last in secret_fields and raw is not None and not isinstance(raw, SecretStr):
+            shown = _HIDDEN
+        else:
+            shown = _hide(raw, secret_fields)
+        changed = changed or shown is not raw
+        details.append(
+            {
+                "type": PydanticCustomError(err["type"], err["msg"]),
+                "loc": err["loc"],
+                "input": shown,
+            }
+        )
+    return ValidationError.from_exception_data(exc.title, details) if changed else exc
+
+
 class Settings(BaseSettings):
-    """Base of every settings class: file < .env < environment < CLI flags."""
+    """Base of every settings class: file < .env < environment < CLI flags.
+
+    No validation error of a settings class shows a secret: secret fields
+    (``SecretStr``) are sealed before they are validated, and errors are scrubbed of
+    them (see ``_hidden_errors``).
+    """
 
     config_section: ClassVar[str] = ""
     cli_prefix: ClassVar[str] = ""
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", validate_default=True)
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise _hidden_errors(exc, type(self).secret_fields()) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seal_secrets(cls, data: Any) -> Any:
+        """Wrap secret fields' raw text in ``SecretStr`` so that field errors never show it."""
+        if not isinstance(data, dict):
+            return data
+        own = {n for n, info in cls.model_fields.items() if _is_secret(info.annotation)}
+        sealed = {
+            k: SecretStr(str(v)) if k in own and v is not None and not isinstance(v, SecretStr)
+            else v
+            for k, v in data.items()
+        }  # fmt: skip
+        return sealed
 
     @classmethod
     def settings_customise_sources(
@@ -79,14 +174,155 @@ class Settings(BaseSettings):
         """Order the sources: init (CLI) > environment > .env > TOML file."""
         return (init_settings, env_settings, dotenv_settings, _TomlSectionSource(settings_cls))
 
+    @classmethod
+    def env_name(cls, field: str) -> str:
+        """The environment variable of a field, e.g. ``IOT_KAFKA_SSL_CA_LOCATION``.
+
+        Raises:
+            KeyError: ``cls`` has no such field.
+
+        """
+        if field not in cls.model_fields:
+            raise KeyError(f"{cls.__name__} has no setting {field!r}")
+        return (str(cls.model_config.get("env_prefix", "")) + field).upper()
+
+    @classmethod
+    def flag(cls, field: str) -> str:
+        """The command-line flag of a field, e.g. ``--kafka-ssl-ca-location``."""
+        cls.env_name(field)  # the same check that the field exists
+        return "--" + (cls.cli_prefix + field).replace("_", "-")
+
+    @classmethod
+    def secret_fields(cls) -> frozenset[str]:
+        """Names of the secret fields of this class and of its nested settings."""
+        names: set[str] = set()
+        for name, info in cls.model_fields.items():
+            nested = _nested_settings(info.annotation)
+            if nested is not None:
+                names |= nested.secret_fields()
+            elif _is_secret(info.annotation):
+                names.add(name)
+        return frozenset(names)
+
+
+CONNECTION_STRING_SHAPE = (
+    "Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<policy>;"
+    "SharedAccessKey=<key>[;EntityPath=<event hub>]"
+)
+_WHERE_TO_COPY = (
+    "copy it whole from the portal (the namespace's or event hub's 'Shared access policies') "
+    "or from 'terraform output -raw kafka_connection_string'"
+)
+_PARTS = ("Endpoint", "SharedAccessKeyName", "SharedAccessKey", "EntityPath")
+_REQUIRED_PARTS = _PARTS[:3]
+_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+EVENTHUBS_KAFKA_PORT = 9093
+
+
+@dataclass(frozen=True)
+class ConnectionString:
+    """The public parts of an Event Hubs connection string (the key is not kept).
+
+    Attributes:
+        host: The namespace host, e.g. ``pulse-ns.servicebus.windows.net``.
+        port: The Kafka port: the Endpoint's, else 9093.
+        key_name: The shared access policy's name.
+        entity_path: The event hub of a hub-level string, else None.
+    """
+
+    host: str
+    port: int
+    key_name: str
+    entity_path: str | None
+
+    @property
+    def bootstrap_server(self) -> str:
+        """``host:port`` of the Kafka endpoint."""
+        return f"{self.host}:{self.port}"
+
+
+def _refuse(what: str) -> ValueError:
+    return ValueError(f"the Event Hubs connection string {what}; {_WHERE_TO_COPY}")
+
+
+def _endpoint(value: str) -> tuple[str, int]:
+    """Host and port of ``sb://HOST[:PORT][/]``; errors name the part, never its value."""
+    scheme, sep, rest = value.strip().partition("://")
+    if not sep or scheme.lower() != "sb":
+        raise _refuse("has an Endpoint that does not start with sb://")
+    authority, _, path = rest.partition("/")
+    if path:
+        raise _refuse("has an Endpoint with a path after the host (expected sb://HOST[:PORT]/)")
+    host, colon, port_text = authority.partition(":")
+    if not host:
+        raise _refuse("has an Endpoint with no host (expected sb://HOST[:PORT]/)")
+    if not _HOST_RE.match(host):
+        raise _refuse("has an Endpoint whose host is not a host name")
+    if not colon:
+        return host, EVENTHUBS_KAFKA_PORT
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise _refuse("has an Endpoint whose port is not a number from 1 to 65535")
+    return host, int(port_text)
+
+
+def parse_connection_string(text: str) -> ConnectionString:
+    """Check an Event Hubs connection string and return its public parts.
+
+    The string is ``Endpoint=sb://HOST[:PORT]/;SharedAccessKeyName=...;SharedAccessKey=...``
+    with an optional ``EntityPath=...``, parts in any order, names in any case.
+
+    Args:
+        text: The connection string (a secret).
+
+    Returns:
+        Host, port, policy name and event hub.
+
+    Raises:
+        ValueError: A part is unknown, repeated, missing or empty, or the Endpoint is not
+            ``sb://HOST[:PORT]/``. The message names the part, never any of the text.
+
+    """
+    values: dict[str, str] = {}
+    segments = [seg for seg in text.split(";") if seg.strip()]
+    if not segments:
+        raise _refuse(f"is empty (expected {CONNECTION_STRING_SHAPE})")
+    canonical = {name.lower(): name for name in _PARTS}
+    for position, segment in enumerate(segments, start=1):
+        key, sep, value = segment.partition("=")
+        name = canonical.get(key.strip().lower())
+        if not sep:
+            raise _refuse(f"has a part (number {position}) without '=' ({CONNECTION_STRING_SHAPE})")
+        if name is None:
+            if key.strip().lower() == "sharedaccesssignature":
+                raise _refuse(
+                    "holds a SharedAccessSignature (a SAS token), which the Kafka endpoint "
+                    "does not accept: use a shared access policy's connection string"
+                )
+            raise _refuse(f"has a part (number {position}) that is not one of {', '.join(_PARTS)}")
+        if name in values:
+            raise _refuse(f"has {name} twice")
+        if not value.strip():
+            raise _refuse(f"has an empty {name}")
+        values[name] = value
+    missing = [name for name in _REQUIRED_PARTS if name not in values]
+    if missing:
+        raise _refuse(f"has no {' and no '.join(missing)} part ({CONNECTION_STRING_SHAPE})")
+    host, port = _endpoint(values["Endpoint"])
+    return ConnectionString(
+        host=host,
+        port=port,
+        key_name=values["SharedAccessKeyName"].strip(),
+        entity_path=values["EntityPath"].strip() if "EntityPath" in values else None,
+    )
+
 
 class KafkaSettings(Settings):
     """How to reach the broker: local Kafka or Azure Event Hubs' Kafka endpoint.
 
     Switching from a local broker to Event Hubs is a change of these settings only:
     ``auth=connection_string`` with ``connection_string`` (and the namespace's
-    ``bootstrap_servers``, derived from the connection string when left empty), or
-    ``auth=entra`` with ``bootstrap_servers`` and an Azure credential.
+    ``bootstrap_servers``, derived from the connection string's Endpoint when left
+    empty), or ``auth=entra`` with ``bootstrap_servers`` and an Azure credential.
     """
 
     config_section: ClassVar[str] = "kafka"
@@ -94,7 +330,10 @@ class KafkaSettings(Settings):
     model_config = SettingsConfigDict(env_prefix="IOT_KAFKA_")
 
     bootstrap_servers: str = Field(
-        "", description="host:port[,host:port]; Event Hubs: NS.servicebus.windows.net:9093"
+        "",
+        description="host:port[,host:port]; Event Hubs: NS.servicebus.windows.net:9093; "
+        "empty: the connection string's Endpoint (port 9093 unless it gives one), else "
+        "localhost:9092",
     )
     topic: str = Field("iot-events", description="Topic (Event Hubs: the event hub's name)")
     auth: Literal["none", "connection_string", "entra"] = Field(
@@ -102,26 +341,40 @@ class KafkaSettings(Settings):
         description="none: PLAINTEXT; connection_string: SASL_SSL+PLAIN; entra: OAUTHBEARER",
     )
     connection_string: SecretStr | None = Field(
-        None, description="Event Hubs connection string (secret)"
+        None, description="Event Hubs connection string of a namespace or event hub"
     )
     ssl_ca_location: Path | None = Field(
-        None, description="CA bundle for TLS (default: system CAs)"
+        None, description="CA bundle (PEM) for TLS; unset: the system CAs"
     )
     entra_scope: str = Field("", description="OAuth scope; default https://<namespace>/.default")
+
+    @field_validator("connection_string")
+    @classmethod
+    def _well_formed(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_connection_string(value.get_secret_value())
+        return value
 
     @model_validator(mode="after")
     def _derive_bootstrap(self) -> KafkaSettings:
         if self.auth == "connection_string" and self.connection_string is None:
             raise ValueError(
-                "auth=connection_string needs a connection string: set IOT_KAFKA_CONNECTION_STRING "
-                "(in the environment or a .env file)"
+                "auth=connection_string needs a connection string: set "
+                f"{self.env_name('connection_string')} (in the environment or a .env file)"
             )
-        if not self.bootstrap_servers and self.connection_string is not None:
-            host = endpoint_host(self.connection_string.get_secret_value())
-            object.__setattr__(self, "bootstrap_servers", f"{host}:9093")
+        parts = self.connection_parts
+        if not self.bootstrap_servers and parts is not None:
+            object.__setattr__(self, "bootstrap_servers", parts.bootstrap_server)
         if not self.bootstrap_servers:
             object.__setattr__(self, "bootstrap_servers", "localhost:9092")
         return self
+
+    @property
+    def connection_parts(self) -> ConnectionString | None:
+        """The connection string's public parts, if there is one."""
+        if self.connection_string is None:
+            return None
+        return parse_connection_string(self.connection_string.get_secret_value())
 
     @property
     def namespace_host(self) -> str:
@@ -129,29 +382,7 @@ class KafkaSettings(Settings):
         return self.bootstrap_servers.split(",")[0].rsplit(":", 1)[0]
 
 
-def endpoint_host(connection_string: str) -> str:
-    """Host of the ``Endpoint=sb://HOST/`` part of an Event Hubs connection string.
-
-    Raises:
-        ValueError: the string has no Endpoint (the message never repeats the secret).
-
-    """
-    for part in connection_string.split(";"):
-        key, _, value = part.partition("=")
-        if key.strip().lower() == "endpoint" and "://" in value:
-            return value.split("://", 1)[1].split("/", 1)[0].split(":")[0]
-    raise ValueError(
-        "the Event Hubs connection string has no "
-        "'Endpoint=sb://<namespace>.servicebus.windows.net/' part; "
-        "copy it whole from the portal's 'Shared access policies' page"
-    )
-
-
 S = TypeVar("S", bound=Settings)
-
-
-def _flag(cls: type[Settings], name: str) -> str:
-    return "--" + (cls.cli_prefix + name).replace("_", "-")
 
 
 def _is_bool(annotation: Any) -> bool:
@@ -163,14 +394,63 @@ def _is_bool(annotation: Any) -> bool:
     return False
 
 
+def _choices(annotation: Any) -> list[str] | None:
+    """The allowed values of a ``Literal`` or ``Enum`` field (optional or not), else None."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        found = [c for a in typing.get_args(annotation) if (c := _choices(a)) is not None]
+        return found[0] if len(found) == 1 else None
+    if typing.get_origin(annotation) is Literal:
+        values = typing.get_args(annotation)
+        return list(values) if all(isinstance(v, str) for v in values) else None
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        values = [member.value for member in annotation]
+        return values if all(isinstance(v, str) for v in values) else None
+    return None
+
+
 def _nested_settings(annotation: Any) -> type[Settings] | None:
     if isinstance(annotation, type) and issubclass(annotation, Settings):
         return annotation
     return None
 
 
+def _shown_default(info: FieldInfo) -> str:
+    """A field's default as a user would write it (``true``, ``unset``, ``""`` ...)."""
+    try:
+        value = info.get_default(call_default_factory=True, validated_data={})
+    except Exception:  # noqa: BLE001 - a factory needing other fields: say so, not fail --help
+        return "computed"
+    if isinstance(value, Enum):
+        value = value.value
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if value == "":
+        return '""'
+    return str(value)
+
+
+def _help(cls: type[Settings], name: str, info: FieldInfo) -> str:
+    """Help of one flag: its description, its default (never a secret's) and its variable."""
+    env = cls.env_name(name)
+    if _is_secret(info.annotation):
+        extra = f"secret: set {env} in the environment or .env, where others cannot see it"
+    else:
+        extra = f"default: {_shown_default(info)}; env {env}"
+    text = f"{info.description} ({extra})" if info.description else extra
+    return text.replace("%", "%%")  # argparse formats help with %
+
+
 def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[Settings]) -> None:
-    """Add one ``--flag`` per field of ``cls`` to ``parser`` (default: not given)."""
+    """Add one ``--flag`` per field of ``cls`` to ``parser`` (default: not given).
+
+    Each flag's help shows the field's default (never a secret's) and environment
+    variable; ``Literal`` and ``Enum`` fields take only their allowed values, which
+    argparse lists and checks.
+    """
     group = parser.add_argument_group(
         f"{cls.config_section} settings (env {cls.model_config.get('env_prefix', '')}*)"
     )
@@ -179,17 +459,52 @@ def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[Settings])
         if nested is not None:
             add_settings_arguments(parser, nested)
             continue
-        help_text = info.description or ""
+        options: dict[str, Any] = {
+            "dest": f"{cls.config_section}.{name}", "default": None,
+            "help": _help(cls, name, info),
+        }  # fmt: skip
+        choices = _choices(info.annotation)
         if _is_bool(info.annotation):
-            group.add_argument(
-                _flag(cls, name), dest=f"{cls.config_section}.{name}",
-                action=argparse.BooleanOptionalAction, default=None, help=help_text,
-            )  # fmt: skip
+            options["action"] = argparse.BooleanOptionalAction
+        elif choices is not None:
+            options["choices"] = choices
         else:
-            group.add_argument(
-                _flag(cls, name), dest=f"{cls.config_section}.{name}", default=None,
-                metavar=name.upper(), help=help_text,
-            )  # fmt: skip
+            options["metavar"] = name.upper()
+        group.add_argument(cls.flag(name), **options)
+
+
+def settings_message(cls: type[Settings], exc: ValidationError) -> str:
+    """One line saying what is wrong with each invalid setting, never with a secret.
+
+    Each error names the environment variable and flag it is about and, for a field
+    that is not secret, the value given.
+    """
+    secrets_ = cls.secret_fields()
+    said = []
+    for err in _hidden_errors(exc, secrets_).errors(include_url=False):
+        owner, name = cls, None
+        for part in err["loc"]:
+            info = owner.model_fields.get(part) if isinstance(part, str) else None
+            if info is None:
+                break
+            nested = _nested_settings(info.annotation)
+            if nested is None:
+                name = part
+                break
+            owner = nested
+        message = err["msg"].removeprefix("Value error, ")
+        raw = err.get("input")
+        if name is None:
+            said.append(f"[{owner.config_section}] {message}")
+            continue
+        if (
+            err["type"] != "value_error"
+            and name not in secrets_
+            and isinstance(raw, str | int | float)
+        ):
+            message += f" (got {raw!r})"
+        said.append(f"{owner.env_name(name)} ({owner.flag(name)}): {message}")
+    return "; ".join(said)
 
 
 def load_settings(cls: type[S], args: argparse.Namespace | None = None, **overrides: Any) -> S:
@@ -203,6 +518,10 @@ def load_settings(cls: type[S], args: argparse.Namespace | None = None, **overri
 
     Returns:
         The validated settings.
+
+    Raises:
+        SettingsError: A setting is invalid (one line, see ``settings_message``).
+        FileNotFoundError: The TOML file does not exist.
 
     """
     cli: dict[str, Any] = {}
@@ -219,7 +538,10 @@ def load_settings(cls: type[S], args: argparse.Namespace | None = None, **overri
             nested = _nested_settings(info.annotation)
             if nested is not None and name not in overrides:
                 overrides[name] = load_settings(nested, args)
-        return cls(**cli, **overrides)
+        try:
+            return cls(**cli, **overrides)
+        except ValidationError as exc:
+            raise SettingsError(settings_message(cls, exc)) from None
     finally:
         _config_file.reset(token)
 

@@ -181,7 +181,7 @@ def test_spark_connection_string_escapes_quotes_and_sets_pem_truststore():
         auth="connection_string", connection_string=weird, ssl_ca_location=Path("/ca/root.pem")
     )
     opts = spark_kafka_options(kafka)
-    assert opts["kafka.bootstrap.servers"] == "localhost:9093"
+    assert opts["kafka.bootstrap.servers"] == "localhost:1"  # the Endpoint's port
     assert opts["kafka.sasl.jaas.config"] == (
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
         'username="$ConnectionString" '
