@@ -5,9 +5,39 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from dashboard.data import STATUS_COLORS
+from dashboard.data import STATUS_COLORS, STATUS_SHAPES
 
 HEIGHT = 260
+# Time axes read UTC, like every other time on the page, in 24-hour labels; the
+# browser's own time zone and 12-hour default labels never apply.
+_UTC_LABELS = {
+    "year": "%Y",
+    "quarter": "%b %d",
+    "month": "%b %d",
+    "week": "%b %d",
+    "date": "%b %d",
+    "hours": "%H:%M",
+    "minutes": "%H:%M",
+    "seconds": "%H:%M:%S",
+    "milliseconds": "%H:%M:%S.%L",
+}
+TIME_TITLE = "time (UTC)"
+
+
+def utc_x(field: str, title: str | None = TIME_TITLE) -> alt.X:
+    """A time x axis on a UTC scale with 24-hour labels."""
+    return alt.X(
+        f"{field}:T",
+        title=title,
+        scale=alt.Scale(type="utc"),
+        axis=alt.Axis(format=_UTC_LABELS, labelOverlap=True),
+    )
+
+
+def utc_tooltip(field: str, title: str, *, seconds: bool = False) -> alt.Tooltip:
+    """A tooltip of a time as UTC ``HH:MM`` (``HH:MM:SS`` with ``seconds``)."""
+    unit = "utchoursminutesseconds" if seconds else "utchoursminutes"
+    return alt.Tooltip(f"{field}:T", timeUnit=unit, title=f"{title} (UTC)")
 
 
 def lines(
@@ -18,38 +48,48 @@ def lines(
         alt.Chart(frame, title=title)
         .mark_line(point=frame.height <= 120)
         .encode(
-            x=alt.X(f"{x}:T", title=None),
+            x=utc_x(x),
             y=alt.Y(f"{y}:Q", title=y_title),
             color=alt.Color(f"{color}:N", title=color.replace("_", " ")),
-            tooltip=[alt.Tooltip(f"{x}:T", format="%H:%M"), f"{color}:N", f"{y}:Q"],
+            tooltip=[utc_tooltip(x, "time", seconds=True), f"{color}:N", f"{y}:Q"],
         )
         .properties(height=HEIGHT)
     )
 
 
-def device_map(status: pl.DataFrame) -> alt.Chart:
-    """Devices at their coordinates, coloured by status (no tiles: works offline)."""
-    return (
-        alt.Chart(status, title="Devices by status")
-        .mark_circle(size=70, opacity=0.8)
+def device_grid(grid: pl.DataFrame) -> alt.FacetChart:
+    """Every device as one mark in its site's block, shaped and coloured by status.
+
+    Needs no map tiles or coordinates. ``grid`` is ``data.device_grid``'s rows with a
+    ``link`` column: clicking a device opens that URL (its Device page).
+    """
+    status_scale = alt.Scale(domain=list(STATUS_COLORS), range=list(STATUS_COLORS.values()))
+    shape_scale = alt.Scale(domain=list(STATUS_SHAPES), range=list(STATUS_SHAPES.values()))
+    cells = (
+        alt.Chart(grid)
+        .mark_point(filled=True, size=180, opacity=0.95, cursor="pointer")
         .encode(
-            longitude="lon:Q",
-            latitude="lat:Q",
-            color=alt.Color(
-                "status:N",
-                scale=alt.Scale(domain=list(STATUS_COLORS), range=list(STATUS_COLORS.values())),
-            ),
+            x=alt.X("col:O", axis=None),
+            y=alt.Y("row:O", axis=None),
+            color=alt.Color("status:N", scale=status_scale, title="status"),
+            shape=alt.Shape("status:N", scale=shape_scale, title="status"),
+            href="link:N",
             tooltip=[
                 "device_id:N",
                 "device_type:N",
                 "site:N",
-                "status:N",
+                alt.Tooltip("status:N", title="status"),
+                alt.Tooltip("reported_status:N", title="last reported status"),
                 alt.Tooltip("battery_pct:Q", format=".0f"),
-                alt.Tooltip("last_event_time:T", format="%H:%M:%S"),
+                utc_tooltip("last_event_time", "last event", seconds=True),
             ],
         )
-        .project(type="mercator")
-        .properties(height=360)
+        .properties(width=alt.Step(26), height=alt.Step(26))
+    )
+    return cells.facet(
+        facet=alt.Facet("site:N", title=None, header=alt.Header(labelFontSize=13)),
+        columns=4,
+        title="Devices by site (click one to open it)",
     )
 
 
@@ -57,13 +97,13 @@ def metric_band(
     band: pl.DataFrame, title: str, low: float | None, high: float | None
 ) -> alt.LayerChart:
     """A metric's 1-minute min-max band and average, with its alert thresholds as rules."""
-    base = alt.Chart(band).encode(x=alt.X("window_start:T", title=None))
+    base = alt.Chart(band).encode(x=utc_x("window_start"))
     layers: list[alt.Chart] = [
         base.mark_area(opacity=0.25).encode(y=alt.Y("min:Q", title=title), y2="max:Q"),
         base.mark_line().encode(
             y="avg:Q",
             tooltip=[
-                alt.Tooltip("window_start:T", format="%H:%M"),
+                utc_tooltip("window_start", "minute"),
                 alt.Tooltip("min:Q", format=".2f"),
                 alt.Tooltip("avg:Q", format=".2f"),
                 alt.Tooltip("max:Q", format=".2f"),
@@ -89,12 +129,12 @@ def sessions_timeline(sessions: pl.DataFrame) -> alt.Chart:
         alt.Chart(sessions)
         .mark_bar(height=18)
         .encode(
-            x=alt.X("session_start:T", title=None),
+            x=utc_x("session_start"),
             x2="session_end:T",
             y=alt.Y("device_id:N", title=None),
             tooltip=[
-                alt.Tooltip("session_start:T", format="%H:%M:%S"),
-                alt.Tooltip("session_end:T", format="%H:%M:%S"),
+                utc_tooltip("session_start", "start", seconds=True),
+                utc_tooltip("session_end", "end", seconds=True),
                 "events:Q",
                 alt.Tooltip("duration_s:Q", format=".0f"),
             ],
@@ -104,14 +144,21 @@ def sessions_timeline(sessions: pl.DataFrame) -> alt.Chart:
 
 
 def bars(frame: pl.DataFrame, x: str, y: str, *, title: str, color: str | None = None) -> alt.Chart:
-    """A bar chart; horizontal, longest bar first, when ``y`` is categorical (``:N``)."""
+    """A bar chart; horizontal, longest bar first, when ``y`` is categorical (``:N``).
+
+    A temporal ``x`` (``:T``) reads UTC like every time axis here.
+    """
     chart = alt.Chart(frame, title=title).mark_bar()
     x_field, y_field = x.split(":")[0], y.split(":")[0]
+    tooltip: list[object] = [x_field, y_field]
     if y.endswith(":N"):
         x_enc, y_enc = alt.X(x), alt.Y(y, sort="-x", axis=alt.Axis(labelLimit=320))
+    elif x.endswith(":T"):
+        x_enc, y_enc = utc_x(x_field), alt.Y(y)
+        tooltip = [utc_tooltip(x_field, x_field), y_field]
     else:
         x_enc, y_enc = alt.X(x, title=None), alt.Y(y)
-    encoding: dict[str, object] = {"x": x_enc, "y": y_enc, "tooltip": [x_field, y_field]}
+    encoding: dict[str, object] = {"x": x_enc, "y": y_enc, "tooltip": tooltip}
     if color is not None:
         encoding["color"] = color
     return chart.encode(**encoding).properties(height=HEIGHT)

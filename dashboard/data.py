@@ -7,6 +7,7 @@ be checked on a hand-made frame.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
@@ -16,11 +17,26 @@ import polars as pl
 
 from common.contract import FIELD_BY_NAME, METRIC_NAMES
 
+STALE = "stale"
+# Statuses as shown: the device's own report, or stale when nothing recent arrived.
 STATUS_COLORS: dict[str, str] = {
     "online": "#2e7d32",
     "degraded": "#f9a825",
     "offline": "#c62828",
+    STALE: "#757575",
 }
+STATUS_SHAPES: dict[str, str] = {
+    "online": "circle",
+    "degraded": "triangle-up",
+    "offline": "square",
+    STALE: "cross",
+}
+MINUTE = timedelta(minutes=1)
+# What ``complete_windows`` leaves out, as the pages say it.
+PARTIAL_MINUTES = (
+    "the current minute and the first and last minute of a run are left out, as they "
+    "are only partly filled"
+)
 
 
 _METRIC_NAMES_SHOWN = {
@@ -62,8 +78,8 @@ class OverviewKpis:
     Attributes:
         active_devices: Devices whose last event is at most ``active_minutes`` old.
         events: Events in the range.
-        events_per_min: Mean events per closed minute with data (the open minute,
-            whose window has not ended, is left out); None without a closed minute.
+        events_per_min: Mean events per complete minute (see ``complete_windows``);
+            None without one.
         latest_window: Start of the newest 1-minute window.
         freshness_s: Seconds from the newest event in gold to now.
         metric_averages: Event-weighted mean of each metric's 1-minute averages.
@@ -186,7 +202,7 @@ def overview_kpis(parts: GoldParts, now: datetime, active_minutes: int) -> Overv
     if parts.empty:
         return OverviewKpis(0, 0, None, None, None, {})
     cube, devices = parts.cube, parts.devices
-    closed = cube.filter(pl.col("window_start") + timedelta(minutes=1) <= now)
+    complete = complete_windows(cube, now)
     metrics = [m for m in METRIC_NAMES if f"{m}:weight" in cube.columns]
     totals = cube.select(
         [pl.col(f"{m}:sum").sum() for m in metrics] + [pl.col(f"{m}:weight").sum() for m in metrics]
@@ -196,13 +212,13 @@ def overview_kpis(parts: GoldParts, now: datetime, active_minutes: int) -> Overv
         for m in metrics
         if totals[f"{m}:weight"]
     }
-    minutes = closed["window_start"].n_unique()
+    minutes = complete["window_start"].n_unique()
     newest = devices["last_event_time"].max()
     active = devices.filter(pl.col("last_event_time") >= now - timedelta(minutes=active_minutes))
     return OverviewKpis(
         active_devices=active["device_id"].n_unique(),
         events=int(cube["events"].sum()),
-        events_per_min=float(closed["events"].sum()) / minutes if minutes else None,
+        events_per_min=float(complete["events"].sum()) / minutes if minutes else None,
         latest_window=cube["window_start"].max(),  # type: ignore[arg-type]
         # A device clock slightly ahead of the dashboard's reads as fresh, not negative.
         freshness_s=(
@@ -211,6 +227,26 @@ def overview_kpis(parts: GoldParts, now: datetime, active_minutes: int) -> Overv
             else None
         ),
         metric_averages=averages,
+    )
+
+
+def complete_windows(cube: pl.DataFrame, now: datetime) -> pl.DataFrame:
+    """Rows of the 1-minute windows that are complete.
+
+    A window is complete when it has ended by ``now`` and the minutes on both sides
+    of it have data: the current minute, and the first and last minute of a run
+    (the producer starts and stops mid-minute), may be only partly filled, and the
+    last ended minute still gets rows until the processor has moved past it.
+
+    Args:
+        cube: Rows of ``fleet_cube`` (or of ``gold/device_1m``), one scope.
+        now: Current time (aware UTC).
+    """
+    present = cube["window_start"].unique().implode()
+    return cube.filter(
+        pl.col("window_start") + MINUTE <= now,
+        (pl.col("window_start") - MINUTE).is_in(present),
+        (pl.col("window_start") + MINUTE).is_in(present),
     )
 
 
@@ -276,12 +312,54 @@ def latency(silver: pl.DataFrame) -> Latency | None:
     )
 
 
+def shown_status(status: pl.DataFrame, now: datetime, active_minutes: int) -> pl.DataFrame:
+    """``gold/device_status`` rows with the status to show.
+
+    ``status`` becomes ``stale`` for a device whose last event is older than
+    ``active_minutes`` (the threshold of the Active devices KPI, so the two agree);
+    ``reported_status`` keeps what the device last said.
+    """
+    recent = pl.col("last_event_time") >= now - timedelta(minutes=active_minutes)
+    return status.with_columns(
+        reported_status=pl.col("status"),
+        status=pl.when(recent).then(pl.col("status")).otherwise(pl.lit(STALE)),
+    )
+
+
 def status_counts(status: pl.DataFrame) -> dict[str, int]:
-    """Devices per status, every known status included."""
+    """Devices per status (of ``shown_status``), every known status included."""
     counts = dict.fromkeys(STATUS_COLORS, 0)
     for row in status.group_by("status").len().iter_rows():
         counts[row[0]] = row[1]
     return counts
+
+
+# Problems first, so that they sit at the top left of their site's block.
+_SEVERITY = {"offline": 0, "degraded": 1, STALE: 2, "online": 3}
+
+
+def device_grid(status: pl.DataFrame) -> pl.DataFrame:
+    """Each device's cell in a grid per site, no coordinates needed.
+
+    Every site gets a block of ``per_row`` columns (the square root of its largest
+    site's device count, rounded up); within it, devices go row by row, offline,
+    degraded and stale ones first, then by id.
+
+    Args:
+        status: Rows of ``shown_status``.
+
+    Returns:
+        The rows with ``col`` and ``row`` (0-based cell of the device in its site).
+    """
+    if status.height == 0:
+        return status.with_columns(col=pl.lit(0), row=pl.lit(0))
+    largest = int(status.group_by("site").len()["len"].max())  # type: ignore[arg-type]
+    per_row = max(1, math.ceil(math.sqrt(largest)))
+    ordered = status.with_columns(
+        _severity=pl.col("status").replace_strict(_SEVERITY, default=len(_SEVERITY))
+    ).sort("site", "_severity", "device_id")
+    rank = pl.int_range(pl.len()).over("site")
+    return ordered.with_columns(col=rank % per_row, row=rank // per_row).drop("_severity")
 
 
 # ---------------------------------------------------------------- alerts
@@ -337,10 +415,11 @@ def alert_summary(alerts: pl.DataFrame) -> AlertSummary:
     )
 
 
-def alerts_per_minute(alerts: pl.DataFrame) -> pl.DataFrame:
-    """Alerts per minute of event time and metric."""
+def alerts_per_minute(alerts: pl.DataFrame, now: datetime) -> pl.DataFrame:
+    """Alerts per ended minute of event time and metric (the current minute is left out)."""
     return (
         alerts.with_columns(minute=pl.col("event_time").dt.truncate("1m"))
+        .filter(pl.col("minute") + MINUTE <= now)
         .group_by("minute", "metric")
         .len("alerts")
         .sort("minute", "metric")

@@ -212,35 +212,102 @@ def load_gold_parts(
     return LoadedParts(name, data.scope_parts(parts, filters.scope))
 
 
-def waiting(loaded: Loaded | LoadedParts, what: str) -> None:
-    """The friendly state of a table without rows to show.
+@dataclass(frozen=True)
+class EmptyState:
+    """How a page speaks of a table's rows to a person (never the table's name).
+
+    Attributes:
+        noun: What the rows are, e.g. ``"the alerts"``.
+        none: The empty state's opening, e.g. ``"No alerts"``.
+        why: What it means and what to do.
+    """
+
+    noun: str
+    none: str
+    why: str
+
+
+_DEMO = "make demo starts the producer and the processor"
+EMPTY_STATES: dict[str, EmptyState] = {
+    lake.GOLD_DEVICE_1M: EmptyState(
+        "the fleet's readings",
+        "No readings",
+        f"The fleet's figures appear about a minute after readings start ({_DEMO}).",
+    ),
+    lake.GOLD_DEVICE_STATUS: EmptyState(
+        "the devices' status",
+        "No devices",
+        f"A device appears here once its first reading has been processed ({_DEMO}).",
+    ),
+    lake.GOLD_ALERTS: EmptyState(
+        "the alerts",
+        "No alerts",
+        "An alert is raised when a reading crosses its device's threshold or jumps far "
+        "from its recent values. The producer's realistic scenario "
+        "(IOT_PRODUCER_SCENARIO=realistic) injects spikes that raise some within a "
+        "couple of minutes.",
+    ),
+    lake.GOLD_ALERT_RECOVERIES: EmptyState(
+        "the times to recover",
+        "No recoveries",
+        "An alert recovers when its metric is back within the thresholds; the time to "
+        "recover shows once that happens.",
+    ),
+    lake.GOLD_DEVICE_SESSIONS: EmptyState(
+        "the connectivity sessions",
+        "No connectivity sessions",
+        "A session is recorded once the device has been silent for the session gap "
+        "(2 minutes by default, IOT_PROCESSOR_SESSION_GAP).",
+    ),
+    lake.DIM_DEVICES: EmptyState(
+        "the device profiles",
+        "No device profile",
+        "The profiles and alert thresholds are written when the processor starts.",
+    ),
+    lake.OPS_PIPELINE_METRICS: EmptyState(
+        "the streaming queries' progress",
+        "No streaming progress",
+        f"The processor records every micro-batch of its streaming queries here ({_DEMO}).",
+    ),
+    lake.SILVER_QUARANTINE: EmptyState(
+        "the quarantined records",
+        "No quarantined records",
+        "Readings the processor cannot use (unparsable, missing fields, unknown devices) "
+        "are set aside here once it runs.",
+    ),
+    lake.SILVER_EVENTS: EmptyState(
+        "the processed events",
+        "No processed events",
+        f"Events show here once the processor has handled them ({_DEMO}).",
+    ),
+}
+
+
+def empty_state(name: str) -> EmptyState:
+    """The words for a table's rows; a table without its own falls back to plain ones."""
+    return EMPTY_STATES.get(name, EmptyState("the data", "No data", "It appears once written."))
+
+
+def waiting(loaded: Loaded | LoadedParts) -> None:
+    """The state of a table without rows to show, worded for a person.
 
     Args:
         loaded: The read result.
-        what: What would be shown, e.g. ``"the alerts"``.
     """
     missing = loaded.frame is None if isinstance(loaded, Loaded) else loaded.parts is None
     scoped = loaded.scoped if isinstance(loaded, Loaded) else True
+    text = empty_state(loaded.name)
     if loaded.problem is not None:
         st.warning(
-            f"Cannot read {loaded.name} yet ({loaded.problem}); retrying at the next refresh.",
+            f"Cannot read {text.noun} right now ({loaded.problem}); retrying at the next refresh.",
             icon=":material/warning:",
         )
     elif missing:
-        st.info(
-            f"Waiting for data: {loaded.name} does not exist yet. {what} will appear here "
-            "once the processor writes it.",
-            icon=":material/hourglass_empty:",
-        )
-    elif scoped:
-        st.info(
-            f"Waiting for data: {loaded.name} has no rows for the selected time range, "
-            "sites and device types yet.",
-            icon=":material/hourglass_empty:",
-        )
+        st.info(f"{text.none} yet. {text.why}", icon=":material/hourglass_empty:")
     else:
+        where = "time range, sites and device types" if scoped else "time range"
         st.info(
-            f"Waiting for data: {loaded.name} has no rows for the selected time range yet.",
+            f"{text.none} in the selected {where}. {text.why}",
             icon=":material/hourglass_empty:",
         )
 
@@ -296,6 +363,11 @@ def dashboard_settings() -> DashboardSettings:
     return load_settings(DashboardSettings)
 
 
+def default_range_of(settings: DashboardSettings) -> str:
+    """The time range a view starts with (``LOOKBACK_MINUTES``), e.g. ``"1h"``."""
+    return range_from_minutes(settings.lookback_minutes)
+
+
 def _scope_options(settings: DashboardSettings) -> tuple[list[str], list[str]]:
     """Sites and device types known to the lake, from the small dimension tables."""
     sites: set[str] = set()
@@ -321,7 +393,7 @@ def sidebar(settings: DashboardSettings) -> View:
     The first run of a session starts from the URL's query parameters, so a shared
     link opens the same view.
     """
-    default_range = range_from_minutes(settings.lookback_minutes)
+    default_range = default_range_of(settings)
     from_url = filters_from_params(
         {k: st.query_params.get_all(k) for k in ("range", "site", "type")}, default_range
     )

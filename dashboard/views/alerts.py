@@ -46,14 +46,14 @@ def render(now: datetime) -> None:
         time_column="event_time", start=start, end=end,
     ).scope(filters)  # fmt: skip
     if not alerts.ready or alerts.frame is None:
-        ui.waiting(alerts, "The alerts")
+        ui.waiting(alerts)
         return
     recoveries = ui.load(
         settings, lake.GOLD_ALERT_RECOVERIES, lake.RECOVERY_COLUMNS,
         time_column="recovered_time", start=start,
     )  # fmt: skip
     if recoveries.frame is None:
-        ui.waiting(recoveries, "Times to recover")
+        ui.waiting(recoveries)
     rows = data.alerts_with_recovery(alerts.frame, recoveries.frame)
     if metrics:
         rows = rows.filter(pl.col("metric").is_in(metrics))
@@ -74,8 +74,8 @@ def render(now: datetime) -> None:
         return
     st.altair_chart(
         charts.bars(
-            data.alerts_per_minute(rows), "minute:T", "alerts:Q",
-            title="Alerts per minute by metric", color="metric:N",
+            data.alerts_per_minute(rows, now), "minute:T", "alerts:Q",
+            title="Alerts per ended minute by metric", color="metric:N",
         ),
         width="stretch",
     )  # fmt: skip

@@ -50,7 +50,7 @@ def _profile(device_id: str) -> dict[str, object] | None:
         settings, lake.DIM_DEVICES, lake.DEVICE_DIM_COLUMNS, equals={"device_id": device_id}
     )
     if dim.frame is None or dim.frame.height == 0:
-        ui.waiting(dim, "The device's profile and thresholds")
+        ui.waiting(dim)
         return None
     row = dim.frame.row(0, named=True)
     st.caption(
@@ -66,7 +66,7 @@ def _status(device_id: str) -> None:
         settings, lake.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS, equals={"device_id": device_id}
     )
     if status.frame is None or status.frame.height == 0:
-        ui.waiting(status, "The device's latest status")
+        ui.waiting(status)
         return
     row = status.frame.row(0, named=True)
     c = st.columns(3)
@@ -79,7 +79,8 @@ def _status(device_id: str) -> None:
 def render(now: datetime) -> None:
     """One refresh of the page."""
     if not device:
-        st.info("Waiting for data: no devices are known yet.", icon=":material/hourglass_empty:")
+        text = ui.empty_state(lake.GOLD_DEVICE_STATUS)
+        st.info(f"{text.none} yet. {text.why}", icon=":material/hourglass_empty:")
         return
     profile = _profile(device)
     _status(device)
@@ -134,7 +135,7 @@ def render(now: datetime) -> None:
 
     st.subheader("Metrics against thresholds")
     if not bands:
-        ui.waiting(gold, "The device's 1-minute aggregates")
+        ui.waiting(gold)
     for metric, band in bands.items():
         low, high = limits.get(metric, (None, None))
         st.altair_chart(
@@ -143,7 +144,7 @@ def render(now: datetime) -> None:
 
     st.subheader("Alerts")
     if joined is None or joined.height == 0:
-        ui.waiting(alerts if joined is None else alerts.scope(filters), "The device's alerts")
+        ui.waiting(alerts if joined is None else alerts.scope(filters))
     else:
         st.dataframe(
             joined.select(
@@ -156,7 +157,7 @@ def render(now: datetime) -> None:
 
     st.subheader("Connectivity sessions")
     if sessions.frame is None or sessions.frame.height == 0:
-        ui.waiting(sessions, "The device's connectivity sessions")
+        ui.waiting(sessions)
     else:
         ordered = sessions.frame.sort("session_start")
         st.altair_chart(charts.sessions_timeline(ordered), width="stretch")

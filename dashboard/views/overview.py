@@ -1,15 +1,16 @@
-"""Overview: fleet KPIs, time series per device type and site, a map by status."""
+"""Overview: fleet KPIs, time series per device type and site, devices by site and status."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from urllib.parse import urlencode
 
 import polars as pl
 import streamlit as st
 
 from common.contract import METRIC_NAMES
 from dashboard import charts, data, lake, ui
-from dashboard.filters import floor_minute
+from dashboard.filters import filters_to_params, floor_minute
 
 view = ui.current_view()
 settings, filters = view.settings, view.filters
@@ -52,7 +53,7 @@ def _kpis(now: datetime, gold: data.GoldParts) -> None:
     c[1].metric(
         "Events / min",
         f"{kpi.events_per_min:,.0f}" if kpi.events_per_min is not None else "—",
-        help="Mean events per closed minute with data in the range",
+        help=f"Mean events per complete minute in the range: {data.PARTIAL_MINUTES}",
     )
     if alerts.frame is not None:
         joined = data.alerts_with_recovery(alerts.frame, recoveries.frame)
@@ -60,7 +61,7 @@ def _kpis(now: datetime, gold: data.GoldParts) -> None:
         alerts_help = "Alerts in the range without a recovery"
     else:
         open_alerts = "—"
-        alerts_help = f"Waiting for {alerts.name}"
+        alerts_help = "No alerts can be read yet"
     c[2].metric("Open alerts", open_alerts, help=alerts_help)
     c[3].metric(
         "End-to-end latency (p50)",
@@ -69,7 +70,7 @@ def _kpis(now: datetime, gold: data.GoldParts) -> None:
             f"Event time to processed in silver, over {latency.events:,} events of the last "
             f"{settings.latency_window_s} s; p95 {latency.p95_s:.1f} s"
             if latency
-            else f"Waiting for {silver.name} rows of the last {settings.latency_window_s} s"
+            else f"No events processed in the last {settings.latency_window_s} s"
         ),
     )
     c[4].metric(
@@ -88,25 +89,42 @@ def _kpis(now: datetime, gold: data.GoldParts) -> None:
             )
 
 
-def _map(now: datetime) -> None:
+def _devices(now: datetime) -> None:
     status = ui.load(settings, lake.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS).scope(filters)
     if not status.ready or status.frame is None:
-        ui.waiting(status, "The map of devices by status")
+        ui.waiting(status)
         return
-    counts = data.status_counts(status.frame)
-    st.altair_chart(charts.device_map(status.frame), width="stretch")
-    st.caption(" · ".join(f"{name}: {n:,}" for name, n in counts.items()))
+    shown = data.shown_status(status.frame, now, settings.active_minutes)
+    query = urlencode(filters_to_params(filters, ui.default_range_of(settings)), doseq=True)
+    grid = data.device_grid(shown).with_columns(
+        link=pl.concat_str(pl.lit("device?device="), pl.col("device_id"))
+        + (f"&{query}" if query else "")
+    )
+    st.altair_chart(charts.device_grid(grid), width="content")
+    counts = data.status_counts(shown)
+    st.caption(
+        " · ".join(f"{name}: {n:,}" for name, n in counts.items())
+        + f" — {data.STALE}: nothing received for over {settings.active_minutes} min "
+        "(IOT_DASHBOARD_ACTIVE_MINUTES), whatever the device last reported"
+    )
 
 
 def render(now: datetime) -> None:
     """One refresh of the page."""
     gold = ui.load_gold_parts(settings, filters, filters.start(now), ui.reads_end(view))
     if not gold.ready or gold.parts is None:
-        ui.waiting(gold, "The fleet's 1-minute aggregates")
-        _map(now)
+        ui.waiting(gold)
+        _devices(now)
         return
     _kpis(now, gold.parts)
-    cube = gold.parts.cube
+    cube = data.complete_windows(gold.parts.cube, now)
+    if cube.height == 0:
+        st.info(
+            f"The charts start after the first complete minute: {data.PARTIAL_MINUTES}.",
+            icon=":material/hourglass_empty:",
+        )
+        _devices(now)
+        return
     left, right = st.columns(2)
     left.altair_chart(
         charts.lines(
@@ -136,7 +154,8 @@ def render(now: datetime) -> None:
         st.info(
             f"No {data.metric_label(metric)} readings in the selection.", icon=":material/info:"
         )
-    _map(now)
+    st.caption(f"Complete minutes only: {data.PARTIAL_MINUTES}.")
+    _devices(now)
 
 
 ui.live(view, render)

@@ -20,7 +20,7 @@ def _queries(now: datetime) -> None:
         time_column="timestamp", start=filters.start(now), end=ui.reads_end(view),
     )  # fmt: skip
     if not metrics.ready or metrics.frame is None:
-        ui.waiting(metrics, "The streaming queries' progress")
+        ui.waiting(metrics)
         return
     health = data.query_health(metrics.frame)
     st.subheader("Streaming queries")
@@ -81,7 +81,7 @@ def _quarantine(now: datetime) -> None:
         time_column="ingest_time", start=filters.start(now), end=ui.reads_end(view),
     )  # fmt: skip
     if quarantine.frame is None:
-        ui.waiting(quarantine, "Quarantined records")
+        ui.waiting(quarantine)
         return
     counts = data.quarantine_counts(quarantine.frame)
     st.metric("Quarantined rows", f"{quarantine.frame.height:,}")

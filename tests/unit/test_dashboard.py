@@ -6,6 +6,8 @@ with the dashboard's functions.
 
 from __future__ import annotations
 
+import json
+import re
 import statistics
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -88,23 +90,28 @@ def _duration(seconds: float) -> str:
 
 
 def test_every_page_waits_on_an_empty_lake(lake):
+    demo = "(make demo starts the producer and the processor)"
+    no_devices = (
+        f"No devices yet. A device appears here once its first reading has been processed {demo}."
+    )
     expected = {
         "views/overview.py": [
-            "Waiting for data: gold/device_1m does not exist yet. The fleet's 1-minute "
-            "aggregates will appear here once the processor writes it.",
-            "Waiting for data: gold/device_status does not exist yet. The map of devices by "
-            "status will appear here once the processor writes it.",
+            "No readings yet. The fleet's figures appear about a minute after readings start "
+            f"{demo}.",
+            no_devices,
         ],
-        "views/device.py": ["Waiting for data: no devices are known yet."],
+        "views/device.py": [no_devices],
         "views/alerts.py": [
-            "Waiting for data: gold/alerts does not exist yet. The alerts will appear here "
-            "once the processor writes it."
+            "No alerts yet. An alert is raised when a reading crosses its device's threshold "
+            "or jumps far from its recent values. The producer's realistic scenario "
+            "(IOT_PRODUCER_SCENARIO=realistic) injects spikes that raise some within a couple "
+            "of minutes."
         ],
         "views/pipeline.py": [
-            "Waiting for data: ops/pipeline_metrics does not exist yet. The streaming "
-            "queries' progress will appear here once the processor writes it.",
-            "Waiting for data: silver/quarantine does not exist yet. Quarantined records "
-            "will appear here once the processor writes it.",
+            "No streaming progress yet. The processor records every micro-batch of its "
+            f"streaming queries here {demo}.",
+            "No quarantined records yet. Readings the processor cannot use (unparsable, "
+            "missing fields, unknown devices) are set aside here once it runs.",
         ],
         "views/loadtest.py": [
             f"Waiting for data: no producer report at {lake.parent / 'lake-report.json'} yet. "
@@ -116,6 +123,15 @@ def test_every_page_waits_on_an_empty_lake(lake):
         assert [i.value for i in at.info] == expected[page], page
         assert not at.warning, page
         assert _metrics(at) == {}, page
+        _assert_no_table_names(at)
+
+
+def _assert_no_table_names(at: AppTest) -> None:
+    """A person reads the page: no internal table name in a note or caption."""
+    texts = [e.value for e in (*at.info, *at.caption, *at.success)]
+    texts += [m.proto.help for m in at.metric]
+    for text in texts:
+        assert not re.search(r"\b(bronze|silver|gold|ops|dim)/", text), text
 
 
 def test_empty_tables_wait_too(lake):
@@ -127,7 +143,7 @@ def test_empty_tables_wait_too(lake):
     at = _run()
     # An empty table lacking the spec's columns is a problem, said so without a traceback.
     assert [w.value for w in at.warning] == [
-        "Cannot read gold/device_1m yet (gold/device_1m has no column window_end, device_id, "
+        "Cannot read the fleet's readings right now (gold/device_1m has no column window_end, device_id, "
         "device_type, site, events, temperature_c_avg, humidity_pct_avg, co2_ppm_avg, "
         "pm25_ugm3_avg, vibration_mm_s_avg, power_w_avg, voltage_v_avg, last_event_time); "
         "retrying at the next refresh."
@@ -142,13 +158,27 @@ def test_only_gold_device_1m_shows_kpis_and_waits_for_the_rest(lake):
     assert metrics["End-to-end latency (p50)"] == "—"
     assert metrics["Active devices"] == "5"
     assert [i.value for i in at.info] == [
-        "Waiting for data: gold/device_status does not exist yet. The map of devices by "
-        "status will appear here once the processor writes it."
+        "No devices yet. A device appears here once its first reading has been processed "
+        "(make demo starts the producer and the processor)."
     ]
+    _assert_no_table_names(at)
     assert seeded.frames["gold/device_1m"].height == 6 * 31 - 20
 
 
 # ---------------------------------------------------------------- overview
+
+
+def _complete(gold: list[dict]) -> list[dict]:
+    """Rows of ended minutes whose neighbouring minutes both have rows."""
+    starts = {r["window_start"] for r in gold}
+    one = timedelta(minutes=1)
+    return [
+        r
+        for r in gold
+        if r["window_end"] <= AS_OF
+        and r["window_start"] - one in starts
+        and r["window_start"] + one in starts
+    ]
 
 
 def _overview_expected(
@@ -167,8 +197,8 @@ def _overview_expected(
         if start <= r["window_start"] < AS_OF and keep(r)
     ]
     active = {r["device_id"] for r in gold if r["last_event_time"] >= AS_OF - timedelta(minutes=5)}
-    closed = [r for r in gold if r["window_end"] <= AS_OF]
-    per_min = sum(r["events"] for r in closed) / len({r["window_start"] for r in closed})
+    complete = _complete(gold)
+    per_min = sum(r["events"] for r in complete) / len({r["window_start"] for r in complete})
     freshness = (AS_OF - max(r["last_event_time"] for r in gold)).total_seconds()
 
     recovered = {
@@ -248,32 +278,40 @@ def test_overview_rereads_a_table_after_a_new_commit(seeded, lake):
     write_deltalake(str(lake / "gold/device_1m"), extra.to_arrow(), mode="append")
     at.run()
     rows = _rows(pl.concat([seeded.frames["gold/device_1m"], extra]))
-    closed = [
-        r
-        for r in rows
-        if AS_OF.replace(second=0) - timedelta(hours=1) <= r["window_start"]
-        and r["window_end"] <= AS_OF
-    ]
-    per_min = sum(r["events"] for r in closed) / len({r["window_start"] for r in closed})
+    complete = _complete(
+        [r for r in rows if AS_OF.replace(second=0) - timedelta(hours=1) <= r["window_start"]]
+    )
+    per_min = sum(r["events"] for r in complete) / len({r["window_start"] for r in complete})
     assert _metrics(at)["Events / min"] == f"{per_min:,.0f}" != before
 
 
-def test_overview_charts_and_map(seeded):
+def _spec(chart) -> dict:
+    return json.loads(chart.proto.spec)
+
+
+def test_overview_charts_and_devices(seeded):
     at = _run()
     charts = at.get("vega_lite_chart")
-    # events by type, events by site, metric over time (temperature, the default), map
+    # events by type, events by site, metric over time (temperature, the default), devices
     assert len(charts) == 4
     start = AS_OF.replace(second=0) - timedelta(hours=1)
     gold = [r for r in _rows(seeded.frames["gold/device_1m"]) if start <= r["window_start"] < AS_OF]
+    complete = _complete(gold)
+    # The range's first minute and the open one are left out: 28 of the 30 minutes.
+    assert len({r["window_start"] for r in complete}) == 28
     for chart, by in ((charts[0], "device_type"), (charts[1], "site")):
         expected: dict[tuple, int] = {}
-        for r in gold:
+        for r in complete:
             key = (r["window_start"], r[by])
             expected[key] = expected.get(key, 0) + r["events"]
         (shown,) = _chart_data(chart)
         assert {(p["window_start"], p[by]): p["events"] for p in shown} == expected
+        x = _spec(chart)["encoding"]["x"]
+        assert x["scale"] == {"type": "utc"} and x["title"] == "time (UTC)"
+        assert x["axis"]["format"]["minutes"] == "%H:%M"
+        assert x["axis"]["format"]["hours"] == "%H:%M"
     sums: dict[tuple, list[float]] = {}
-    for r in gold:
+    for r in complete:
         if r["temperature_c_avg"] is not None:
             acc = sums.setdefault((r["window_start"], r["device_type"]), [0.0, 0])
             acc[0] += r["temperature_c_avg"] * r["events"]
@@ -282,11 +320,72 @@ def test_overview_charts_and_map(seeded):
     assert {(p["window_start"], p["device_type"]): p["temperature_c"] for p in shown} == (
         pytest.approx({k: total / n for k, (total, n) in sums.items()})
     )
-    (points,) = _chart_data(charts[3])
-    assert {(p["device_id"], p["status"]) for p in points} == {
-        (r["device_id"], r["status"]) for r in _rows(seeded.frames["gold/device_status"])
+    (cells,) = _chart_data(charts[3])
+    # dev-00006 last reported offline 20 minutes ago: stale, the threshold being 5 minutes.
+    assert {(c["device_id"], c["status"], c["reported_status"]) for c in cells} == {
+        (r["device_id"], "stale" if r["device_id"] == "dev-00006" else r["status"], r["status"])
+        for r in _rows(seeded.frames["gold/device_status"])
     }
-    assert [c.value for c in at.caption][0] == "online: 4 · degraded: 1 · offline: 1"
+    assert {c["device_id"]: c["link"] for c in cells}["dev-00003"] == "device?device=dev-00003"
+    captions = [c.value for c in at.caption]
+    assert (
+        "online: 4 · degraded: 1 · offline: 0 · stale: 1 — stale: nothing received for over "
+        "5 min (IOT_DASHBOARD_ACTIVE_MINUTES), whatever the device last reported"
+    ) in captions
+    _assert_no_table_names(at)
+
+
+def test_status_counts_agree_with_active_devices_after_the_pipeline_stops(seeded, monkeypatch):
+    # An hour after the last event every device is stale, and Active devices is 0.
+    monkeypatch.setenv("IOT_DASHBOARD_AS_OF", (AS_OF + timedelta(minutes=50)).isoformat())
+    at = _run()
+    assert _metrics(at)["Active devices"] == "0"
+    (cells,) = _chart_data(at.get("vega_lite_chart")[-1])
+    assert {c["status"] for c in cells} == {"stale"} and len(cells) == 6
+    assert any(
+        c.startswith("online: 0 · degraded: 0 · offline: 0 · stale: 6 — ")
+        for c in (x.value for x in at.caption)
+    )
+
+
+def test_fifty_devices_at_three_sites_are_fifty_marks(lake):
+    seed_lake(lake, ("gold/device_1m",), report=False)
+    sites = ("Austin", "Boston", "Chicago")
+    rows = [
+        {
+            "device_id": f"dev-{i:05d}",
+            "device_type": "thermostat",
+            "site": sites[i % 3],
+            "building": "HQ",
+            "lat": 30.0 + i % 3,
+            "lon": -97.0,  # one point per site
+            "status": "degraded" if i == 17 else "online",
+            "battery_pct": None,
+            "last_event_time": AS_OF - timedelta(seconds=10),
+            "last_seq": i,
+            "updated_time": AS_OF,
+        }  # fmt: skip
+        for i in range(50)
+    ]
+    frame = pl.DataFrame(rows, schema_overrides={"last_event_time": pl.Datetime("us", "UTC"),
+                                                  "updated_time": pl.Datetime("us", "UTC")})  # fmt: skip
+    write_deltalake(str(lake / "gold/device_status"), frame.to_arrow())
+    at = _run()
+    chart = at.get("vega_lite_chart")[-1]
+    (cells,) = _chart_data(chart)
+    assert len(cells) == 50
+    assert len({(c["site"], c["col"], c["row"]) for c in cells}) == 50  # one cell each
+    # 17 devices at the largest site: 5 per row; the degraded one comes first in its site.
+    degraded = [c for c in cells if c["status"] == "degraded"]
+    assert [(c["device_id"], c["site"], c["col"], c["row"]) for c in degraded] == [
+        ("dev-00017", "Chicago", 0, 0)
+    ]
+    assert max(c["col"] for c in cells) == 4 and max(c["row"] for c in cells) == 3
+    spec = _spec(chart)
+    encoding = spec["spec"]["encoding"]
+    assert encoding["href"] == {"field": "link", "type": "nominal"}
+    assert encoding["shape"]["scale"]["domain"] == ["online", "degraded", "offline", "stale"]
+    assert spec["facet"]["field"] == "site"
 
 
 # ---------------------------------------------------------------- device
@@ -372,8 +471,8 @@ def test_device_page_without_dimension_waits_for_thresholds(lake):
     at = _run("views/device.py", device="dev-00003")
     infos = [i.value for i in at.info]
     assert infos[0] == (
-        "Waiting for data: dim/devices does not exist yet. The device's profile and "
-        "thresholds will appear here once the processor writes it."
+        "No device profile yet. The profiles and alert thresholds are written when the "
+        "processor starts."
     )
     assert _metrics(at)["Events"] == f"{sum(10 + 2 + m % 3 for m in range(30)):,}"
     assert len(at.get("vega_lite_chart")) == 3  # co2, pm25, temperature
@@ -432,7 +531,7 @@ def test_alerts_page_warns_on_a_table_without_the_spec_columns(lake):
     )
     at = _run("views/alerts.py")
     assert len(at.warning) == 1
-    assert at.warning[0].value.startswith("Cannot read gold/alerts yet (gold/alerts has no column")
+    assert at.warning[0].value.startswith("Cannot read the alerts right now (gold/alerts has no column")
 
 
 # ---------------------------------------------------------------- pipeline health
@@ -558,4 +657,10 @@ def test_overview_on_the_wall_clock(lake, monkeypatch):
     thermostats = [r for r in rows if r[2] == "thermostat"]
     metrics = _metrics(at)
     assert metrics["Active devices"] == "2"
-    assert metrics["Events / min"] == f"{sum(r[4] for r in thermostats) / 9:,.0f}"
+    # Minutes 3 to 9 before the current one: 2 has no rows after it, 10 none before it.
+    complete = [
+        r
+        for r in thermostats
+        if r[0] <= minute - timedelta(minutes=3) and r[0] >= minute - timedelta(minutes=9)
+    ]
+    assert metrics["Events / min"] == f"{sum(r[4] for r in complete) / 7:,.0f}"

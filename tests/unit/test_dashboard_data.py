@@ -188,7 +188,8 @@ def test_overview_kpis_by_hand():
     kpi = data.overview_kpis(data.gold_parts(gold), now, active_minutes=5)
     assert kpi.active_devices == 2
     assert kpi.events == 65
-    assert kpi.events_per_min == 60 / 2  # the open minute (T0) is left out
+    # T0-10 stands alone, T0-1 has no minute before it, T0 is open: none is complete.
+    assert kpi.events_per_min is None
     assert kpi.latest_window == T0
     assert kpi.freshness_s == 10.0
     assert kpi.metric_averages == {
@@ -210,6 +211,94 @@ def test_overview_kpis_by_hand():
         0, 0, None, None, None, {}
     )
     assert data.overview_kpis(data.combine_parts([]), now, 5).events == 0
+
+
+def _fleet_minutes(events: list[int], site: str = "S") -> pl.DataFrame:
+    """One device's consecutive minutes from T0 with these event counts."""
+    return _gold(
+        [
+            (T0 + timedelta(minutes=m), "a", "t", site, n, 20.0, None,
+             T0 + timedelta(minutes=m, seconds=59))
+            for m, n in enumerate(events)
+        ]
+    )  # fmt: skip
+
+
+def test_events_per_min_counts_complete_minutes_only():
+    # The run starts mid-minute (7,913), then three full minutes of 12,000, then the
+    # current minute, 25 s in.
+    now = T0 + timedelta(minutes=4, seconds=25)
+    gold = _fleet_minutes([7913, 12000, 12000, 12000, 5000])
+    kpi = data.overview_kpis(data.gold_parts(gold), now, active_minutes=5)
+    assert kpi.events_per_min == 12000.0
+    assert kpi.events == 7913 + 3 * 12000 + 5000
+    complete = data.complete_windows(data.fleet_cube(gold), now)
+    assert complete["window_start"].sort().to_list() == [
+        T0 + timedelta(minutes=m) for m in (1, 2, 3)
+    ]
+    # The lines plot the same minutes: no drop at either edge.
+    assert data.events_per_minute(complete, "site")["events"].to_list() == [12000] * 3
+
+
+def test_the_last_minute_of_a_stopped_run_is_left_out():
+    # Stopped 40 s into the fourth minute (4,800): long after, the three full minutes remain.
+    gold = _fleet_minutes([6000, 12000, 12000, 12000, 4800])
+    later = T0 + timedelta(hours=1)
+    assert data.overview_kpis(data.gold_parts(gold), later, 5).events_per_min == 12000.0
+    assert data.overview_kpis(data.gold_parts(gold), later, 5).active_devices == 0
+    # The minute just ended counts once the processor has rows of the next one.
+    cube = data.fleet_cube(_fleet_minutes([6000, 12000, 12000, 12000]))
+    at = T0 + timedelta(minutes=4, seconds=3)
+    assert data.complete_windows(cube, at)["events"].to_list() == [12000, 12000]
+
+
+def test_shown_status_marks_silent_devices_stale_and_the_grid_shows_each():
+    status = pl.DataFrame(
+        {
+            "device_id": ["d1", "d2", "d3", "d4", "d5", "d6", "d7"],
+            "site": ["A", "A", "A", "A", "A", "B", "B"],
+            "status": ["online", "offline", "degraded", "online", "online", "online", "degraded"],
+            "last_event_time": [T0 - timedelta(minutes=m) for m in (1, 2, 3, 6, 4, 7, 1)],
+        },
+        schema_overrides={"last_event_time": pl.Datetime("us", "UTC")},
+    )
+    shown = data.shown_status(status, T0, active_minutes=5)
+    assert shown.select("device_id", "status", "reported_status").rows() == [
+        ("d1", "online", "online"),
+        ("d2", "offline", "offline"),
+        ("d3", "degraded", "degraded"),
+        ("d4", "stale", "online"),
+        ("d5", "online", "online"),
+        ("d6", "stale", "online"),
+        ("d7", "degraded", "degraded"),
+    ]
+    assert data.status_counts(shown) == {"online": 2, "degraded": 2, "offline": 1, "stale": 2}
+    # 5 devices at A: 3 per row; problems first, then by id.
+    grid = data.device_grid(shown)
+    assert grid.select("site", "device_id", "col", "row").rows() == [
+        ("A", "d2", 0, 0),
+        ("A", "d3", 1, 0),
+        ("A", "d4", 2, 0),
+        ("A", "d1", 0, 1),
+        ("A", "d5", 1, 1),
+        ("B", "d7", 0, 0),
+        ("B", "d6", 1, 0),
+    ]
+
+
+def test_alerts_per_minute_leaves_out_the_current_minute():
+    alerts = pl.DataFrame(
+        {
+            "metric": ["co2_ppm", "co2_ppm", "power_w", "co2_ppm"],
+            # 11:58:50, 11:59:50, 11:59:55 and 12:00:10, in the current minute
+            "event_time": [T0 + timedelta(seconds=s) for s in (-70, -10, -5, 10)],
+        },
+        schema_overrides={"event_time": pl.Datetime("us", "UTC")},
+    )
+    per_minute = data.alerts_per_minute(alerts, T0 + timedelta(seconds=30))
+    assert per_minute.rows() == [(T0 - timedelta(minutes=2), "co2_ppm", 1),
+                                 (T0 - timedelta(minutes=1), "co2_ppm", 1),
+                                 (T0 - timedelta(minutes=1), "power_w", 1)]  # fmt: skip
 
 
 def test_freshness_is_never_negative():
