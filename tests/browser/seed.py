@@ -423,15 +423,29 @@ ALL_TABLES = {
 }
 
 
+def shifted(frame: pl.DataFrame, shift: timedelta) -> pl.DataFrame:
+    """``frame`` with every datetime column moved by ``shift``."""
+    moved = [c for c, t in frame.schema.items() if isinstance(t, pl.Datetime)]
+    return frame.with_columns(pl.col(c) + shift for c in moved) if shift and moved else frame
+
+
 def seed_lake(
-    root: Path, tables: tuple[str, ...] | None = None, *, report: bool = True
+    root: Path,
+    tables: tuple[str, ...] | None = None,
+    *,
+    report: bool = True,
+    shift: timedelta = timedelta(0),
 ) -> SeededLake:
-    """Write the tables (all by default) under ``root`` and the producer report beside it."""
+    """Write the tables (all by default) under ``root`` and the producer report beside it.
+
+    With ``shift``, every time in the tables is that much later (the clock to pin is
+    then ``AS_OF + shift``); the report is unchanged.
+    """
     seeded = SeededLake(root=root, report_path=root.parent / f"{root.name}-report.json")
     for name, build in ALL_TABLES.items():
         if tables is not None and name not in tables:
             continue
-        frame = build()
+        frame = shifted(build(), shift)
         write_deltalake(str(root / name), frame.to_arrow(), mode="overwrite")
         seeded.frames[name] = frame
     if report:

@@ -2,13 +2,16 @@
 
 Starts ``streamlit run dashboard/app.py`` on a seeded lake, moves between every
 page through the sidebar, checks that no error element appears, that a shared URL
-keeps its filters, and that the live refresh picks up a new commit without a
-reload. Screenshots go to the git-ignored ``artifacts/browser/``.
+keeps its filters, that the live refresh picks up a new commit without a reload,
+that time axes read UTC in 24-hour labels in a browser whose time zone is not UTC,
+and that every device is a mark that opens its page. Screenshots go to the
+git-ignored ``artifacts/browser/``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,6 +26,13 @@ import pytest
 from deltalake import write_deltalake
 
 from tests.browser.seed import AS_OF, seed_lake
+
+# The browser's time zone is New York's (UTC-5 on the seeded day), and the seeded
+# times are moved to the afternoon (17:00:30 UTC), so that local time (12:00), a
+# 12-hour clock (05:00) and UTC in 24 hours (17:00) all read differently.
+BROWSER_TZ = "America/New_York"
+SHIFT = timedelta(hours=5)
+CLOCK = AS_OF + SHIFT
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +88,7 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> Non
 def lake(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("browser") / "lake"
     root.mkdir()
-    seed_lake(root)
+    seed_lake(root, shift=SHIFT)
     return root
 
 
@@ -87,7 +97,7 @@ def app_url(lake: Path, tmp_path_factory) -> Iterator[str]:
     port = _free_port()
     env = os.environ | {
         "IOT_LAKE_ROOT": str(lake),
-        "IOT_DASHBOARD_AS_OF": AS_OF.isoformat(),
+        "IOT_DASHBOARD_AS_OF": CLOCK.isoformat(),
         "IOT_DASHBOARD_REPORT_PATH": str(lake.parent / "lake-report.json"),
     }
     log = (tmp_path_factory.mktemp("streamlit") / "streamlit.log").open("w")
@@ -119,9 +129,12 @@ def page() -> Iterator[object]:
     with sync_api.sync_playwright() as pw:
         # Playwright gives every launch a fresh temporary profile (user data dir).
         browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+            env=os.environ | {"TZ": BROWSER_TZ},
+        )  # fmt: skip
+        context = browser.new_context(
+            viewport={"width": 1400, "height": 2200}, timezone_id=BROWSER_TZ
         )
-        context = browser.new_context(viewport={"width": 1400, "height": 2200})
         tab = context.new_page()
         tab.set_default_timeout(60_000)
         yield tab
@@ -181,7 +194,7 @@ def test_live_refresh_shows_a_new_commit_without_reload(app_url, page, lake):
     _settled(page, "Active devices")
     before = _metric(page, "Events / min")
     gold = pl.read_delta(str(lake / "gold/device_1m"))
-    minute = AS_OF.replace(second=0) - timedelta(minutes=1)
+    minute = CLOCK.replace(second=0) - timedelta(minutes=1)
     extra = gold.filter(pl.col("window_start") == minute).with_columns(pl.col("events") * 100)
     write_deltalake(str(lake / "gold/device_1m"), extra.to_arrow(), mode="append")
     page.wait_for_function(
@@ -193,3 +206,55 @@ def test_live_refresh_shows_a_new_commit_without_reload(app_url, page, lake):
     )
     assert _metric(page, "Events / min") != before
     _assert_no_error(page, "after live refresh")
+
+
+def _time_axes(page) -> list[tuple[str, list[str]]]:
+    """(title, labels) of every axis titled as a UTC time axis on the page."""
+    axes = page.evaluate(
+        """() => [...document.querySelectorAll('.vega-embed g.role-axis')].map(axis => [
+            [...axis.querySelectorAll('g.role-axis-title text')].map(t => t.textContent),
+            [...axis.querySelectorAll('g.role-axis-label text')].map(t => t.textContent),
+        ])"""
+    )
+    return [(title[0], labels) for title, labels in axes if title == ["time (UTC)"]]
+
+
+def test_time_axes_read_utc_in_24_hours_in_a_non_utc_browser(app_url, page):
+    page.goto(app_url)
+    _settled(page, "Active devices")
+    # The browser really is on New York time: 17:00 UTC is noon there.
+    assert page.evaluate(f"new Date({int(CLOCK.timestamp() * 1000)}).getHours()") == 12
+    caption = page.get_by_text("Updated ", exact=False).first.inner_text()
+    assert caption.startswith("Updated 2026-03-01 17:00:30 UTC")
+    for where, marker, charts in (
+        ("Overview", "Active devices", 3),
+        ("Alerts", "Median time to recover", 1),
+        ("Pipeline health", "Streaming queries", 3),
+    ):
+        page.locator('[data-testid="stSidebarNavLink"]', has_text=where).first.click()
+        _settled(page, marker)
+        axes = _time_axes(page)
+        assert len(axes) == charts, (where, axes)
+        for _title, labels in axes:
+            assert labels, where
+            # The range's data lies between 16:00 and 17:00 UTC: 24-hour UTC labels
+            # read 16:mm; local time would read 11:mm, a 12-hour clock 04:mm.
+            for label in labels:
+                assert re.fullmatch(r"(16|17):[0-5]\d(:[0-5]\d)?", label), (where, labels)
+    _assert_no_error(page, "time axes")
+
+
+def test_every_device_is_a_mark_that_opens_its_page(app_url, page):
+    page.goto(app_url)
+    _settled(page, "Active devices")
+    grid = page.locator(".vega-embed", has_text="Devices by site").first
+    marks = grid.locator("g.mark-symbol.role-mark path")
+    assert marks.count() == 6  # the seeded fleet, one mark each
+    # dev-00003 is the one degraded device (amber); it opens its own page.
+    grid.locator('g.mark-symbol.role-mark path[fill="#f9a825"]').click()
+    _settled(page, "Metrics against thresholds")
+    page.wait_for_function("() => location.search.includes('device=dev-00003')")
+    assert "/device" in page.url
+    device = page.locator('[data-testid="stSelectbox"]', has_text="Device").first
+    assert device.locator("input").input_value() == "dev-00003"
+    _assert_no_error(page, "device page from the grid")
