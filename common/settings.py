@@ -332,7 +332,7 @@ class KafkaSettings(Settings):
     bootstrap_servers: str = Field(
         "",
         description="host:port[,host:port]; Event Hubs: NS.servicebus.windows.net:9093; "
-        "empty: the connection string's Endpoint (port 9093 unless it gives one), else "
+        "default: the connection string's Endpoint (port 9093 unless it gives one), else "
         "localhost:9092",
     )
     topic: str = Field("iot-events", description="Topic (Event Hubs: the event hub's name)")
@@ -344,7 +344,7 @@ class KafkaSettings(Settings):
         None, description="Event Hubs connection string of a namespace or event hub"
     )
     ssl_ca_location: Path | None = Field(
-        None, description="CA bundle (PEM) for TLS; unset: the system CAs"
+        None, description="CA bundle (PEM) for TLS; default: the system CAs"
     )
     entra_scope: str = Field("", description="OAuth scope; default https://<namespace>/.default")
 
@@ -438,6 +438,8 @@ def _help(cls: type[Settings], name: str, info: FieldInfo) -> str:
     env = cls.env_name(name)
     if _is_secret(info.annotation):
         extra = f"secret: set {env} in the environment or .env, where others cannot see it"
+    elif "default" in (info.description or "").lower():  # it says what the default means
+        extra = f"env {env}"
     else:
         extra = f"default: {_shown_default(info)}; env {env}"
     text = f"{info.description} ({extra})" if info.description else extra

@@ -13,6 +13,7 @@ from common.kafka import (
     librdkafka_config,
     redact,
     spark_kafka_options,
+    tls_failure,
 )
 from common.settings import KafkaSettings
 
@@ -231,3 +232,46 @@ def test_spark_entra_scope_login_options_and_ca():
         "kafka.ssl.truststore.type": "PEM",
         "kafka.ssl.truststore.location": "/ca/root.pem",
     }
+
+
+# --------------------------------------------------------------------------- TLS failures
+
+# librdkafka 2.x's texts, as its error callback reported them against the local broker.
+UNTRUSTED = (
+    "sasl_ssl://localhost:55781/bootstrap: SSL handshake failed: error:0A000086:SSL "
+    "routines::certificate verify failed: broker certificate could not be verified, verify "
+    "that ssl.ca.location is correctly configured or root CA certificates are installed "
+    "(install ca-certificates package) (after 1523ms in state SSL_HANDSHAKE)"
+)
+NOT_TLS = (
+    "sasl_ssl://127.0.0.1:52225/bootstrap: SSL handshake failed: Disconnected: SSL connection "
+    "closed by peer: connecting to a PLAINTEXT broker listener? (after 108ms in state "
+    "SSL_HANDSHAKE)"
+)
+
+
+def test_an_untrusted_certificate_says_to_set_the_ca_setting():
+    assert tls_failure(["1/1 brokers are down", UNTRUSTED], "localhost:55781 (SASL_SSL)") == (
+        "the TLS handshake with localhost:55781 (SASL_SSL) failed: the broker's certificate is "
+        "not signed by a CA this client trusts (error:0A000086:SSL routines::certificate verify "
+        "failed: broker certificate could not be verified); set IOT_KAFKA_SSL_CA_LOCATION to "
+        "the PEM file of the CA that signed it (the local broker's is the 'CA file' that "
+        "python -m infra.broker status prints)"
+    )
+
+
+def test_a_listener_without_tls_says_to_check_the_port():
+    assert tls_failure([NOT_TLS], "127.0.0.1:52225 (SASL_SSL)") == (
+        "the TLS handshake with 127.0.0.1:52225 (SASL_SSL) failed: nothing speaks TLS on that "
+        "port (Disconnected: SSL connection closed by peer: connecting to a PLAINTEXT broker "
+        "listener?); check IOT_KAFKA_BOOTSTRAP_SERVERS (when unset: the host and port of the "
+        "connection string's Endpoint): it must be the broker's SASL_SSL listener (Event "
+        "Hubs: port 9093)"
+    )
+
+
+def test_errors_that_are_not_about_tls_are_left_to_the_other_messages():
+    refused = (
+        "sasl_ssl://localhost:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused"  # noqa: E501
+    )
+    assert tls_failure([refused, "1/1 brokers are down"], "localhost:1 (SASL_SSL)") is None

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
+from enum import Enum
+from typing import ClassVar, Literal
 
 import pytest
-from pydantic import ValidationError
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import SettingsConfigDict
 
 from common.settings import (
     KafkaSettings,
+    Settings,
     add_settings_arguments,
     load_settings,
     parse_connection_string,
@@ -133,3 +139,100 @@ def test_each_tier_triggers_on_its_own_interval(monkeypatch: pytest.MonkeyPatch)
     assert bronze_tier(ProcessorSettings(_env_file=None, source="rate")) == "hot"
     monkeypatch.setenv("IOT_PROCESSOR_BRONZE_TRIGGER_INTERVAL", "3 seconds")
     assert tier_interval(ProcessorSettings(_env_file=None), "bronze") == "3 seconds"
+
+
+# --------------------------------------------------------------------------- --help
+
+
+def _cli_help(module: str, tmp_path, **env_extra: str) -> str:
+    """``python -m MODULE --help`` on one unwrapped line per option, whitespace collapsed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    env |= {"COLUMNS": "1000", **env_extra}
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return " ".join(proc.stdout.split())
+
+
+def test_producer_help_shows_defaults_choices_and_variables_but_no_secret(tmp_path):
+    secret = "Endpoint=sb://h/;SharedAccessKeyName=p;SharedAccessKey=SECRETinTheEnvironment"
+    text = _cli_help("producer", tmp_path, IOT_KAFKA_CONNECTION_STRING=secret)
+    for expected in (
+        "--kafka-auth {none,connection_string,entra} none: PLAINTEXT; connection_string: "
+        "SASL_SSL+PLAIN; entra: OAUTHBEARER (default: none; env IOT_KAFKA_AUTH)",
+        "--transport {kafka,file,stdout} Where to send (default: kafka; env "
+        "IOT_PRODUCER_TRANSPORT)",
+        "--scenario {clean,realistic,chaos} Preset anomaly and fault rates; explicit rates "
+        "override it (default: clean; env IOT_PRODUCER_SCENARIO)",
+        "--compression {none,gzip,snappy,lz4,zstd} librdkafka compression.type (Event Hubs "
+        "Standard: none) (default: none; env IOT_PRODUCER_COMPRESSION)",
+        "--rate RATE Target events/s (0 = as fast as possible) (default: 1000; env "
+        "IOT_PRODUCER_RATE)",
+        "--count COUNT Stop after this many readings (default: unset; env IOT_PRODUCER_COUNT)",
+        "--kafka-topic TOPIC Topic (Event Hubs: the event hub's name) (default: iot-events; "
+        "env IOT_KAFKA_TOPIC)",
+        "--kafka-connection-string CONNECTION_STRING Event Hubs connection string of a "
+        "namespace or event hub (secret: set IOT_KAFKA_CONNECTION_STRING in the environment "
+        "or .env, where others cannot see it)",
+    ):
+        assert expected in text
+    assert "SECRETinTheEnv" not in text
+
+
+def test_processor_help_shows_defaults_and_choices(tmp_path):
+    text = _cli_help("processor", tmp_path)
+    for expected in (
+        "--trigger {processing_time,available_now} Run continuously, or process what is "
+        "there and stop (default: processing_time; env IOT_PROCESSOR_TRIGGER)",
+        "--source {kafka,files,rate} kafka (or Event Hubs), a JSON-lines landing folder, or "
+        "Spark's rate source (default: kafka; env IOT_PROCESSOR_SOURCE)",
+        "--fail-on-data-loss, --no-fail-on-data-loss Fail when Kafka offsets aged out before "
+        "they were read (default: true; env IOT_PROCESSOR_FAIL_ON_DATA_LOSS)",
+        "--kafka-auth {none,connection_string,entra} none: PLAINTEXT; connection_string: "
+        "SASL_SSL+PLAIN; entra: OAUTHBEARER (default: none; env IOT_KAFKA_AUTH)",
+        "--watermark WATERMARK How late an event may arrive (default: 2 minutes; env "
+        "IOT_PROCESSOR_WATERMARK)",
+    ):
+        assert expected in text
+
+
+class _Colour(Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class _Demo(Settings):
+    config_section: ClassVar[str] = "demo"
+    model_config = SettingsConfigDict(env_prefix="IOT_DEMO_")
+
+    colour: _Colour = Field(_Colour.RED, description="A colour")
+    level: Literal["low", "high"] | None = Field(None, description="How much")
+    share: float = Field(0.5, description="A 50% share")
+    token: SecretStr = Field(SecretStr("default-token-9f8e7d"), description="A token")
+
+
+def test_help_lists_enum_and_optional_literal_choices_and_hides_secret_defaults(capsys):
+    parser = argparse.ArgumentParser(prog="demo")
+    add_settings_arguments(parser, _Demo)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--colour {red,blue} A colour (default: red; env IOT_DEMO_COLOUR)" in text
+    assert "--level {low,high} How much (default: unset; env IOT_DEMO_LEVEL)" in text
+    assert "--share SHARE A 50% share (default: 0.5; env IOT_DEMO_SHARE)" in text
+    assert "default-token" not in text and "9f8e7d" not in text
+    assert "--token TOKEN A token (secret: set IOT_DEMO_TOKEN" in text
+
+
+def test_argparse_refuses_a_value_outside_the_choices(clean_env, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _parse(ProducerSettings, ["--transport", "kafkaa"])
+    assert exc.value.code == 2
+    assert (
+        "argument --transport: invalid choice: 'kafkaa' (choose from 'kafka', 'file', 'stdout')"
+        in capsys.readouterr().err
+    )
+    args = _parse(ProducerSettings, ["--transport", "file", "--kafka-auth", "entra"])
+    s = load_settings(ProducerSettings, args)
+    assert (s.transport, s.kafka.auth) == ("file", "entra")

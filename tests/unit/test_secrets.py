@@ -1,0 +1,261 @@
+"""No error, message or repr ever holds any part of an Event Hubs connection string's secret.
+
+Every malformed shape (a missing, empty, unknown or repeated part, an empty Endpoint
+host, garbage) is refused with a message naming the part, and neither pydantic's
+``ValidationError`` (``str``, ``repr``, ``errors()``, ``json()``) nor the one line the
+CLIs print holds a fragment of 6 characters or more of the key, or of the string beyond
+the words every connection string shares.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from common.settings import (
+    CONNECTION_STRING_SHAPE,
+    KafkaSettings,
+    SettingsError,
+    load_settings,
+    parse_connection_string,
+)
+from producer.settings import ProducerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "Qm9ndXNLZXlGb3JUZXN0c09ubHlYeXp6eTEyMzQ1Njc="
+POLICY = "sendlistenpolicy"
+HUB = "telemetryhub"
+HOST = "pulsens.servicebus.windows.net"
+NS_KEY_LAST = f"Endpoint=sb://{HOST}/;SharedAccessKeyName={POLICY};SharedAccessKey={KEY}"
+HUB_LEVEL = f"{NS_KEY_LAST};EntityPath={HUB}"
+KEY_FIRST = f"SharedAccessKey={KEY};SharedAccessKeyName={POLICY};Endpoint=sb://{HOST}/"
+KEY_FIRST_HUB = (
+    f"SharedAccessKey={KEY};EntityPath={HUB};Endpoint=sb://{HOST}:9093;SharedAccessKeyName={POLICY}"  # noqa: E501
+)
+ENDPOINT = f"Endpoint=sb://{HOST}/"
+
+# (connection string, what the message must say)
+MALFORMED = [
+    (f"SharedAccessKeyName={POLICY};SharedAccessKey={KEY}", "has no Endpoint part"),
+    (f"{ENDPOINT};SharedAccessKey={KEY}", "has no SharedAccessKeyName part"),
+    (f"{ENDPOINT};SharedAccessKeyName={POLICY}", "has no SharedAccessKey part"),
+    (f"{ENDPOINT};SharedAccessKeyName={POLICY};SharedAccessKey=", "has an empty SharedAccessKey"),
+    (f"SharedAccessKey={KEY};{ENDPOINT};SharedAccessKeyName=", "has an empty SharedAccessKeyName"),
+    (
+        f"{ENDPOINT};SharedAccessKeyName={POLICY};SharedAccessKeyXX={KEY}",
+        "has a part (number 3) that is not one of Endpoint, SharedAccessKeyName, "
+        "SharedAccessKey, EntityPath",
+    ),
+    (
+        f"Endpoint=sb:///;SharedAccessKeyName={POLICY};SharedAccessKey={KEY}",
+        "has an Endpoint with no host",
+    ),
+    (
+        f"Endpoint=sb://:9093/;SharedAccessKeyName={POLICY};SharedAccessKey={KEY}",
+        "has an Endpoint with no host",
+    ),
+    (f"Endpoint=;SharedAccessKeyName={POLICY};SharedAccessKey={KEY}", "has an empty Endpoint"),
+    (
+        f"Endpoint=amqps://{HOST}/;SharedAccessKeyName={POLICY};SharedAccessKey={KEY}",
+        "has an Endpoint that does not start with sb://",
+    ),
+    (
+        f"Endpoint=sb://{HOST}:90x3/;SharedAccessKeyName={POLICY};SharedAccessKey={KEY}",
+        "has an Endpoint whose port is not a number from 1 to 65535",
+    ),
+    (f"{NS_KEY_LAST};SharedAccessKey={KEY}", "has SharedAccessKey twice"),
+    (f"{KEY.rstrip('=')}{POLICY}{HOST}", "has a part (number 1) without '='"),
+    (f"random text {KEY}=x;y", "has a part (number 1) that is not one of"),
+    (
+        f"Endpoint=sb://{HOST}/;SharedAccessSignature=SharedAccessSignature sr={HOST}&sig={KEY}",
+        "holds a SharedAccessSignature (a SAS token), which the Kafka endpoint does not accept",
+    ),
+    ("  ;  ; ", "is empty"),
+]
+
+# Words every connection string shares, and that messages may name.
+PUBLIC = CONNECTION_STRING_SHAPE + " sb://HOST[:PORT]/ SharedAccessSignature (a SAS token)"
+
+
+def leaks(secret: str, text: str, *, public: str = "") -> list[str]:
+    """Fragments (6 characters or more) of ``secret`` found in ``text``, beyond ``public``."""
+    windows = {secret[i : i + 6] for i in range(len(secret) - 5)}
+    return sorted(w for w in windows if w in text and w not in public)
+
+
+def error_texts(exc: ValidationError) -> str:
+    """Everything a ValidationError can print: str, repr, errors() and JSON."""
+    return "\n".join([str(exc), repr(exc), repr(exc.errors()), exc.json()])
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for key in list(os.environ):
+        if key.startswith("IOT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("text", "bootstrap", "hub"),
+    [
+        (NS_KEY_LAST, f"{HOST}:9093", None),
+        (HUB_LEVEL, f"{HOST}:9093", HUB),
+        (KEY_FIRST, f"{HOST}:9093", None),
+        (KEY_FIRST_HUB, f"{HOST}:9093", HUB),
+        (
+            "endpoint=sb://localhost:19093/;sharedaccesskeyname=p;sharedaccesskey=k=",
+            "localhost:19093",
+            None,
+        ),  # noqa: E501
+        (f"Endpoint=sb://{HOST};SharedAccessKeyName=p;SharedAccessKey=k;", f"{HOST}:9093", None),
+    ],
+)
+def test_well_formed_strings_give_host_port_and_hub_and_keep_the_key_out(
+    clean_env, text, bootstrap, hub
+):
+    parts = parse_connection_string(text)
+    assert (parts.bootstrap_server, parts.entity_path) == (bootstrap, hub)
+    kafka = KafkaSettings(auth="connection_string", connection_string=text)
+    assert kafka.bootstrap_servers == bootstrap
+    assert kafka.connection_string is not None
+    assert kafka.connection_string.get_secret_value() == text  # the password, untouched
+    shown = "\n".join([repr(kafka), str(kafka), str(kafka.model_dump()), repr(parts)])
+    assert leaks(KEY, shown) == [] and "k=" not in repr(parts)
+
+
+def test_an_explicit_bootstrap_server_wins_over_the_endpoint(clean_env):
+    kafka = KafkaSettings(
+        auth="connection_string", connection_string=HUB_LEVEL, bootstrap_servers="other:9093"
+    )
+    assert kafka.bootstrap_servers == "other:9093"
+
+
+@pytest.mark.parametrize(("text", "says"), MALFORMED, ids=[says for _, says in MALFORMED])
+def test_malformed_strings_are_refused_by_part_and_never_echoed(clean_env, monkeypatch, text, says):
+    with pytest.raises(ValueError) as parsed:
+        parse_connection_string(text)
+    assert says in str(parsed.value)
+    assert "\n" not in str(parsed.value)
+
+    with pytest.raises(ValidationError) as direct:
+        KafkaSettings(auth="connection_string", connection_string=text)
+    shown = error_texts(direct.value)
+    assert says in shown
+    assert leaks(KEY, shown) == []
+    assert leaks(text, shown, public=PUBLIC) == []
+
+    # Nested in a service's settings, and beside a model-level error of that service.
+    with pytest.raises(ValidationError) as nested:
+        ProducerSettings(transport="stdout", workers=2, kafka={"connection_string": text})
+    assert leaks(KEY, error_texts(nested.value)) == []
+    assert leaks(text, error_texts(nested.value), public=PUBLIC) == []
+
+    monkeypatch.setenv("IOT_KAFKA_AUTH", "connection_string")
+    monkeypatch.setenv("IOT_KAFKA_CONNECTION_STRING", text)
+    with pytest.raises(SettingsError) as loaded:
+        load_settings(ProducerSettings)
+    message = str(loaded.value)
+    assert message.startswith(
+        "IOT_KAFKA_CONNECTION_STRING (--kafka-connection-string): the Event Hubs connection "
+        f"string {says}"
+    )
+    assert "\n" not in message
+    assert leaks(KEY, message) == [] and leaks(text, message, public=PUBLIC) == []
+
+
+def test_model_level_errors_beside_a_valid_secret_never_show_it(clean_env, monkeypatch):
+    for text in (NS_KEY_LAST, HUB_LEVEL, KEY_FIRST):
+        with pytest.raises(ValidationError) as exc:
+            ProducerSettings(
+                transport="stdout",
+                workers=2,
+                kafka={"auth": "connection_string", "connection_string": text},
+            )
+        assert "transport=stdout needs workers=1" in str(exc.value)
+        assert leaks(KEY, error_texts(exc.value)) == []
+        assert leaks(text, error_texts(exc.value), public=PUBLIC) == []
+
+
+def test_a_connection_string_given_to_the_wrong_setting_is_not_echoed(clean_env, monkeypatch):
+    monkeypatch.setenv("IOT_KAFKA_AUTH", NS_KEY_LAST)  # pasted into the wrong variable
+    with pytest.raises(SettingsError) as exc:
+        load_settings(KafkaSettings)
+    assert str(exc.value) == (
+        "IOT_KAFKA_AUTH (--kafka-auth): Input should be 'none', 'connection_string' or 'entra'"
+    )
+    monkeypatch.setenv("IOT_KAFKA_AUTH", "sas")  # not a secret: the value helps
+    with pytest.raises(SettingsError) as exc:
+        load_settings(KafkaSettings)
+    assert str(exc.value) == (
+        "IOT_KAFKA_AUTH (--kafka-auth): Input should be 'none', 'connection_string' or 'entra' "
+        "(got 'sas')"
+    )
+
+
+def test_a_missing_secret_names_its_variable(clean_env, monkeypatch):
+    monkeypatch.setenv("IOT_KAFKA_AUTH", "connection_string")
+    with pytest.raises(SettingsError) as exc:
+        load_settings(KafkaSettings)
+    assert str(exc.value) == (
+        "[kafka] auth=connection_string needs a connection string: set "
+        "IOT_KAFKA_CONNECTION_STRING (in the environment or a .env file)"
+    )
+
+
+def test_env_names_and_flags_come_from_the_model():
+    assert KafkaSettings.env_name("ssl_ca_location") == "IOT_KAFKA_SSL_CA_LOCATION"
+    assert KafkaSettings.flag("ssl_ca_location") == "--kafka-ssl-ca-location"
+    assert ProducerSettings.env_name("entra_credential") == "IOT_PRODUCER_ENTRA_CREDENTIAL"
+    assert ProducerSettings.flag("fleet_size") == "--fleet-size"
+    assert ProducerSettings.secret_fields() == frozenset({"connection_string"})
+    with pytest.raises(KeyError, match="KafkaSettings has no setting 'ca_file'"):
+        KafkaSettings.env_name("ca_file")
+
+
+# --------------------------------------------------------------------------- the CLIs
+
+CLI_CASES = [
+    # (connection string, what the one line must say)
+    (f"{ENDPOINT};SharedAccessKeyName={POLICY};SharedAccessKeyXX={KEY}", "has a part (number 3)"),
+    (
+        f"Endpoint=sb:///;SharedAccessKeyName={POLICY};SharedAccessKey={KEY}",
+        "has an Endpoint with no host",
+    ),  # noqa: E501
+    (f"SharedAccessKey={KEY};SharedAccessKeyName={POLICY}", "has no Endpoint part"),
+    (f"{KEY.rstrip('=')} {HOST}", "has a part (number 1) without '='"),
+]
+COMMANDS = {
+    "producer": ["-m", "producer", "--count", "5"],
+    "processor": ["-m", "processor", "run", "--trigger", "available_now"],
+    "loadtest": ["-m", "loadtest", "run", "--target", "external"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize(("text", "says"), CLI_CASES, ids=[says for _, says in CLI_CASES])
+def test_the_clis_refuse_a_malformed_string_in_one_line_without_a_fragment(
+    tmp_path, command, text, says
+):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    env |= {"IOT_KAFKA_AUTH": "connection_string", "IOT_KAFKA_CONNECTION_STRING": text}
+    proc = subprocess.run(
+        [sys.executable, *COMMANDS[command]],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(
+        "error: invalid settings: IOT_KAFKA_CONNECTION_STRING (--kafka-connection-string): "
+        f"the Event Hubs connection string {says}"
+    )
+    assert leaks(KEY, proc.stderr) == []
+    assert leaks(text, proc.stderr, public=PUBLIC) == []
