@@ -8,10 +8,15 @@
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 from typing import Any
 
 from common.kafka import KafkaConnectionError, TokenCredential
+from producer.settings import ProducerSettings
+
+# Secrets azure-identity's EnvironmentCredential reads: kept out of any message.
+SECRET_ENV = ("AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PASSWORD", "AZURE_PASSWORD")
 
 ALIASES = {
     "default": "DefaultAzureCredential",
@@ -86,17 +91,26 @@ def check_token(credential: TokenCredential, scope: str, *, timeout_s: float = 1
     worker.start()
     worker.join(timeout_s)
     name = type(credential).__name__
+    choose = ProducerSettings.env_name("entra_credential")
     if not result:
         raise KafkaConnectionError(
             f"no Entra ID token for {scope} from {name} within {timeout_s:.0f} s: check that "
-            "this machine can reach Entra ID, or choose a credential with "
-            "IOT_PRODUCER_ENTRA_CREDENTIAL"
+            f"this machine can reach Entra ID, or choose a credential with {choose}"
         )
     if isinstance(result[0], Exception):
         first_line = str(result[0]).strip().splitlines()[0] if str(result[0]).strip() else ""
         raise KafkaConnectionError(
             f"no Entra ID token for {scope} from {name} ({type(result[0]).__name__}: "
-            f"{first_line[:300]}): sign in (az login), set AZURE_CLIENT_ID/AZURE_TENANT_ID/"
-            "AZURE_CLIENT_SECRET or a managed identity, or choose another credential with "
-            "IOT_PRODUCER_ENTRA_CREDENTIAL"
+            f"{without_secrets(first_line)[:300]}): sign in (az login), set AZURE_CLIENT_ID/"
+            "AZURE_TENANT_ID/AZURE_CLIENT_SECRET or a managed identity, or choose another "
+            f"credential with {choose}"
         )
+
+
+def without_secrets(text: str) -> str:
+    """``text`` with the value of every variable of ``SECRET_ENV`` that is set cut out."""
+    for variable in SECRET_ENV:
+        value = os.environ.get(variable, "")
+        if len(value) >= 4:  # shorter ones would blank ordinary words
+            text = text.replace(value, "***")
+    return text
