@@ -24,13 +24,18 @@ _UTC_LABELS = {
 TIME_TITLE = "time (UTC)"
 
 
-def utc_x(field: str, title: str | None = TIME_TITLE) -> alt.X:
-    """A time x axis on a UTC scale with 24-hour labels."""
+def utc_x(field: str, title: str | None = TIME_TITLE, *, minutes: bool = False) -> alt.X:
+    """A time x axis on a UTC scale with 24-hour labels.
+
+    With ``minutes``, each value stands for its whole UTC minute (bars span it).
+    """
+    extra = {"timeUnit": "utcyearmonthdatehoursminutes"} if minutes else {}
     return alt.X(
         f"{field}:T",
         title=title,
         scale=alt.Scale(type="utc"),
         axis=alt.Axis(format=_UTC_LABELS, labelOverlap=True),
+        **extra,
     )
 
 
@@ -146,7 +151,7 @@ def sessions_timeline(sessions: pl.DataFrame) -> alt.Chart:
 def bars(frame: pl.DataFrame, x: str, y: str, *, title: str, color: str | None = None) -> alt.Chart:
     """A bar chart; horizontal, longest bar first, when ``y`` is categorical (``:N``).
 
-    A temporal ``x`` (``:T``) reads UTC like every time axis here.
+    A temporal ``x`` (``:T``) reads UTC like every time axis here, a bar per minute.
     """
     chart = alt.Chart(frame, title=title).mark_bar()
     x_field, y_field = x.split(":")[0], y.split(":")[0]
@@ -154,7 +159,7 @@ def bars(frame: pl.DataFrame, x: str, y: str, *, title: str, color: str | None =
     if y.endswith(":N"):
         x_enc, y_enc = alt.X(x), alt.Y(y, sort="-x", axis=alt.Axis(labelLimit=320))
     elif x.endswith(":T"):
-        x_enc, y_enc = utc_x(x_field), alt.Y(y)
+        x_enc, y_enc = utc_x(x_field, minutes=True), alt.Y(y, axis=alt.Axis(tickMinStep=1))
         tooltip = [utc_tooltip(x_field, x_field), y_field]
     else:
         x_enc, y_enc = alt.X(x, title=None), alt.Y(y)

@@ -26,7 +26,10 @@ class DashboardSettings(Settings):
     refresh_s: float = Field(5.0, gt=0, description="Seconds between live refreshes")
     lookback_minutes: int = Field(60, ge=1, description="Default time range of the views")
     active_minutes: int = Field(
-        5, ge=1, description="A device is active if it sent an event this recently"
+        5,
+        ge=1,
+        description="A device is active if it sent an event this recently; "
+        "any other device shows as stale, whatever status it last reported",
     )
     latency_window_s: int = Field(
         300, ge=10, description="Recent slice of silver/events the latency KPI reads"

@@ -42,11 +42,16 @@ GLOBAL_PARAMS = ("range", "site", "type", "refresh", "paused")
 _KEPT = "_kept_"
 
 
+def utc_time_column(label: str) -> object:
+    """A table column of times shown as UTC ``HH:mm:ss``, whatever the browser's zone."""
+    return st.column_config.DatetimeColumn(f"{label} (UTC)", format="HH:mm:ss", timezone="UTC")
+
+
 def alert_column_config() -> dict[str, object]:
     """Column formats shared by every table of alerts (alerts page, device page)."""
     return {
-        "event_time": st.column_config.DatetimeColumn("alert time", format="HH:mm:ss"),
-        "recovered_time": st.column_config.DatetimeColumn("recovered", format="HH:mm:ss"),
+        "event_time": utc_time_column("alert time"),
+        "recovered_time": utc_time_column("recovered"),
         "time_to_recover_s": st.column_config.NumberColumn("time to recover (s)", format="%.1f"),
     }
 

@@ -167,8 +167,8 @@ def render(now: datetime) -> None:
             ),
             hide_index=True,
             column_config={
-                "session_start": st.column_config.DatetimeColumn("start", format="HH:mm:ss"),
-                "session_end": st.column_config.DatetimeColumn("end", format="HH:mm:ss"),
+                "session_start": ui.utc_time_column("start"),
+                "session_end": ui.utc_time_column("end"),
                 "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
             },
         )

@@ -34,7 +34,7 @@ def _queries(now: datetime) -> None:
         hide_index=True,
         column_config={
             "query_name": "query",
-            "last_batch_time": st.column_config.DatetimeColumn("last batch", format="HH:mm:ss"),
+            "last_batch_time": ui.utc_time_column("last batch"),
             "input_rows_per_s": st.column_config.NumberColumn("input rows/s", format="%.1f"),
             "processed_rows_per_s": st.column_config.NumberColumn(
                 "processed rows/s", format="%.1f"
