@@ -248,9 +248,8 @@ EMPTY_STATES: dict[str, EmptyState] = {
         "the alerts",
         "No alerts",
         "An alert is raised when a reading crosses its device's threshold or jumps far "
-        "from its recent values. The producer's realistic scenario "
-        "(IOT_PRODUCER_SCENARIO=realistic) injects spikes that raise some within a "
-        "couple of minutes.",
+        "from its recent values. make demo's realistic scenario injects spikes that raise "
+        "some within about two minutes (elsewhere: IOT_PRODUCER_SCENARIO=realistic).",
     ),
     lake.GOLD_ALERT_RECOVERIES: EmptyState(
         "the times to recover",

@@ -48,7 +48,8 @@ def _kpis(now: datetime, gold: data.GoldParts) -> None:
     c[0].metric(
         "Active devices",
         f"{kpi.active_devices:,}",
-        help=f"Devices with an event in the last {settings.active_minutes} min",
+        help=f"Devices with an event in the last {settings.active_minutes} min; the others "
+        "show as stale among the devices below",
     )
     c[1].metric(
         "Events / min",

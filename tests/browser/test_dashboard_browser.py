@@ -226,6 +226,12 @@ def test_time_axes_read_utc_in_24_hours_in_a_non_utc_browser(app_url, page):
     assert page.evaluate(f"new Date({int(CLOCK.timestamp() * 1000)}).getHours()") == 12
     caption = page.get_by_text("Updated ", exact=False).first.inner_text()
     assert caption.startswith("Updated 2026-03-01 17:00:30 UTC")
+    # A point's tooltip gives its minute in UTC too.
+    chart = page.locator(".vega-embed", has_text="Events per minute by site").first
+    chart.locator("g.mark-symbol.role-mark path").first.hover()
+    tooltip = page.locator("#vg-tooltip-element")
+    tooltip.wait_for(state="visible")
+    assert re.search(r"time \(UTC\)\s*16:[0-5]\d:00", tooltip.inner_text()), tooltip.inner_text()
     for where, marker, charts in (
         ("Overview", "Active devices", 3),
         ("Alerts", "Median time to recover", 1),

@@ -103,9 +103,9 @@ def test_every_page_waits_on_an_empty_lake(lake):
         "views/device.py": [no_devices],
         "views/alerts.py": [
             "No alerts yet. An alert is raised when a reading crosses its device's threshold "
-            "or jumps far from its recent values. The producer's realistic scenario "
-            "(IOT_PRODUCER_SCENARIO=realistic) injects spikes that raise some within a couple "
-            "of minutes."
+            "or jumps far from its recent values. make demo's realistic scenario injects "
+            "spikes that raise some within about two minutes (elsewhere: "
+            "IOT_PRODUCER_SCENARIO=realistic)."
         ],
         "views/pipeline.py": [
             "No streaming progress yet. The processor records every micro-batch of its "
@@ -310,6 +310,10 @@ def test_overview_charts_and_devices(seeded):
         assert x["scale"] == {"type": "utc"} and x["title"] == "time (UTC)"
         assert x["axis"]["format"]["minutes"] == "%H:%M"
         assert x["axis"]["format"]["hours"] == "%H:%M"
+        assert _spec(chart)["encoding"]["tooltip"][0] == {
+            "field": "window_start", "type": "temporal",
+            "timeUnit": "utchoursminutesseconds", "title": "time (UTC)",
+        }  # fmt: skip
     sums: dict[tuple, list[float]] = {}
     for r in complete:
         if r["temperature_c_avg"] is not None:
@@ -531,7 +535,9 @@ def test_alerts_page_warns_on_a_table_without_the_spec_columns(lake):
     )
     at = _run("views/alerts.py")
     assert len(at.warning) == 1
-    assert at.warning[0].value.startswith("Cannot read the alerts right now (gold/alerts has no column")
+    assert at.warning[0].value.startswith(
+        "Cannot read the alerts right now (gold/alerts has no column"
+    )
 
 
 # ---------------------------------------------------------------- pipeline health
