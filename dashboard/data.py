@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
 import polars as pl
 
@@ -32,6 +33,7 @@ STATUS_SHAPES: dict[str, str] = {
     STALE: "cross",
 }
 MINUTE = timedelta(minutes=1)
+DEVICE_PAGE = "device"  # the URL path Streamlit gives views/device.py
 # What ``complete_windows`` leaves out, as the pages say it.
 PARTIAL_MINUTES = (
     "the current minute and the first and last minute of a run are left out, as they "
@@ -360,6 +362,20 @@ def device_grid(status: pl.DataFrame) -> pl.DataFrame:
     ).sort("site", "_severity", "device_id")
     rank = pl.int_range(pl.len()).over("site")
     return ordered.with_columns(col=rank % per_row, row=rank // per_row).drop("_severity")
+
+
+def with_device_links(grid: pl.DataFrame, params: Mapping[str, str | list[str]]) -> pl.DataFrame:
+    """``grid`` with ``link``: the relative URL of each device's Device page.
+
+    Args:
+        grid: Rows with ``device_id``.
+        params: Query parameters the link keeps (the view's filters).
+    """
+    links = [
+        f"{DEVICE_PAGE}?{urlencode({'device': device, **params}, doseq=True)}"
+        for device in grid["device_id"].to_list()
+    ]
+    return grid.with_columns(link=pl.Series(links, dtype=pl.String))
 
 
 # ---------------------------------------------------------------- alerts

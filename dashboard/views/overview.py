@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from urllib.parse import urlencode
 
 import polars as pl
 import streamlit as st
@@ -96,10 +95,8 @@ def _devices(now: datetime) -> None:
         ui.waiting(status)
         return
     shown = data.shown_status(status.frame, now, settings.active_minutes)
-    query = urlencode(filters_to_params(filters, ui.default_range_of(settings)), doseq=True)
-    grid = data.device_grid(shown).with_columns(
-        link=pl.concat_str(pl.lit("device?device="), pl.col("device_id"))
-        + (f"&{query}" if query else "")
+    grid = data.with_device_links(
+        data.device_grid(shown), filters_to_params(filters, ui.default_range_of(settings))
     )
     st.altair_chart(charts.device_grid(grid), width="content")
     counts = data.status_counts(shown)

@@ -286,6 +286,16 @@ def test_shown_status_marks_silent_devices_stale_and_the_grid_shows_each():
     ]
 
 
+def test_device_links_keep_the_view_and_escape_the_id():
+    grid = pl.DataFrame({"device_id": ["dev-00001", "a&b c"]})
+    links = data.with_device_links(grid, {"range": "6h", "site": ["Austin", "São Paulo"]})
+    assert links["link"].to_list() == [
+        "device?device=dev-00001&range=6h&site=Austin&site=S%C3%A3o+Paulo",
+        "device?device=a%26b+c&range=6h&site=Austin&site=S%C3%A3o+Paulo",
+    ]
+    assert data.with_device_links(grid.head(1), {})["link"].to_list() == ["device?device=dev-00001"]
+
+
 def test_alerts_per_minute_leaves_out_the_current_minute():
     alerts = pl.DataFrame(
         {
