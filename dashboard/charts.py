@@ -24,7 +24,7 @@ _UTC_LABELS = {
 TIME_TITLE = "time (UTC)"
 
 
-def utc_x(field: str, title: str | None = TIME_TITLE, *, minutes: bool = False) -> alt.X:
+def utc_x(field: str, *, minutes: bool = False) -> alt.X:
     """A time x axis on a UTC scale with 24-hour labels.
 
     With ``minutes``, each value stands for its whole UTC minute (bars span it).
@@ -32,7 +32,7 @@ def utc_x(field: str, title: str | None = TIME_TITLE, *, minutes: bool = False) 
     extra = {"timeUnit": "utcyearmonthdatehoursminutes"} if minutes else {}
     return alt.X(
         f"{field}:T",
-        title=title,
+        title=TIME_TITLE,
         scale=alt.Scale(type="utc"),
         axis=alt.Axis(format=_UTC_LABELS, labelOverlap=True),
         **extra,

@@ -103,7 +103,7 @@ def _devices(now: datetime) -> None:
     st.caption(
         " · ".join(f"{name}: {n:,}" for name, n in counts.items())
         + f" — {data.STALE}: nothing received for over {settings.active_minutes} min "
-        "(IOT_DASHBOARD_ACTIVE_MINUTES), whatever the device last reported"
+        f"({settings.env_name('active_minutes')}), whatever the device last reported"
     )
 
 

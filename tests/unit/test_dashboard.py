@@ -19,6 +19,9 @@ import pytest
 from deltalake import write_deltalake
 from streamlit.testing.v1 import AppTest
 
+from dashboard import ui
+from processor.settings import ProcessorSettings
+from producer.settings import SCENARIOS, ProducerSettings
 from tests.browser.seed import AS_OF, REPORT, SeededLake, seed_lake
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
@@ -124,6 +127,17 @@ def test_every_page_waits_on_an_empty_lake(lake):
         assert not at.warning, page
         assert _metrics(at) == {}, page
         _assert_no_table_names(at)
+
+
+def test_empty_states_name_the_settings_as_the_services_spell_them():
+    # The dashboard image has neither the producer nor the processor, so its texts
+    # spell their settings out; these must stay what those services read.
+    alerts = ui.EMPTY_STATES["gold/alerts"].why
+    sessions = ui.EMPTY_STATES["gold/device_sessions"].why
+    assert f"{ProducerSettings.env_name('scenario')}=realistic" in alerts
+    assert "realistic" in SCENARIOS
+    assert f"2 minutes by default, {ProcessorSettings.env_name('session_gap')}" in sessions
+    assert ProcessorSettings.model_fields["session_gap"].default == "2 minutes"
 
 
 def _assert_no_table_names(at: AppTest) -> None:
