@@ -86,15 +86,17 @@ def _is_secret(annotation: Any) -> bool:
     return any(_is_secret(arg) for arg in typing.get_args(annotation))
 
 
-def _hide(value: Any, secret_fields: frozenset[str]) -> Any:
-    """``value`` with every secret in it replaced by ``_HIDDEN`` (the same object if none)."""
+def _hide(value: Any, secret_fields: frozenset[str], name: Any = None) -> Any:
+    """``value`` (of field ``name``) with every secret in it replaced by ``_HIDDEN``.
+
+    Returns the same object when there is nothing to hide.
+    """
+    if name in secret_fields and value is not None and not isinstance(value, SecretStr):
+        return _HIDDEN
     if isinstance(value, str):
         return _HIDDEN if _looks_secret(value) else value
     if isinstance(value, dict):
-        hidden = {
-            k: _HIDDEN if k in secret_fields and v is not None else _hide(v, secret_fields)
-            for k, v in value.items()
-        }
+        hidden = {k: _hide(v, secret_fields, k) for k, v in value.items()}
         return value if all(hidden[k] is value[k] for k in value) else hidden
     if isinstance(value, list | tuple):
         items = [_hide(v, secret_fields) for v in value]
@@ -113,11 +115,7 @@ def _hidden_errors(exc: ValidationError, secret_fields: frozenset[str]) -> Valid
     changed = False
     for err in exc.errors(include_url=False):
         raw = err.get("input")
-        last = err["loc"][-1] if err["loc"] else None
-        if last in secret_fields and raw is not None and not isinstance(raw, SecretStr):
-            shown = _HIDDEN
-        else:
-            shown = _hide(raw, secret_fields)
+        shown = _hide(raw, secret_fields, err["loc"][-1] if err["loc"] else None)
         changed = changed or shown is not raw
         details.append(
             {
@@ -155,12 +153,11 @@ class Settings(BaseSettings):
         if not isinstance(data, dict):
             return data
         own = {n for n, info in cls.model_fields.items() if _is_secret(info.annotation)}
-        sealed = {
+        return {
             k: SecretStr(str(v)) if k in own and v is not None and not isinstance(v, SecretStr)
             else v
             for k, v in data.items()
         }  # fmt: skip
-        return sealed
 
     @classmethod
     def settings_customise_sources(
