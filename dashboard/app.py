@@ -6,9 +6,15 @@ controls) and hands over to the selected page under ``views/``.
 
 from __future__ import annotations
 
+import pandas  # noqa: F401  (see below)
 import streamlit as st
 
 from dashboard import ui
+
+# pandas is imported up front, before any page runs: Streamlit imports it lazily while
+# rendering, and Altair takes it from sys.modules, so a session rendering a chart while
+# another session's thread is halfway through that import failed with "partially
+# initialized module 'pandas' has no attribute 'Timestamp'".
 
 PAGES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     # file, title, icon, the page's own query parameters

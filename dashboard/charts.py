@@ -68,11 +68,14 @@ def device_grid(grid: pl.DataFrame) -> alt.FacetChart:
     Needs no map tiles or coordinates. ``grid`` is ``data.device_grid``'s rows with a
     ``link`` column: clicking a device opens that URL (its Device page).
     """
+    # Cells shrink as sites grow so that four sites fit side by side (26 px up to 7 a row).
+    per_row = int(grid["col"].max() or 0) + 1  # type: ignore[operator]
+    cell = max(8, min(26, 200 // per_row))
     status_scale = alt.Scale(domain=list(STATUS_COLORS), range=list(STATUS_COLORS.values()))
     shape_scale = alt.Scale(domain=list(STATUS_SHAPES), range=list(STATUS_SHAPES.values()))
     cells = (
         alt.Chart(grid)
-        .mark_point(filled=True, size=180, opacity=0.95, cursor="pointer")
+        .mark_point(filled=True, size=int((cell * 0.5) ** 2), opacity=0.95, cursor="pointer")
         .encode(
             x=alt.X("col:O", axis=None),
             y=alt.Y("row:O", axis=None),
@@ -89,7 +92,7 @@ def device_grid(grid: pl.DataFrame) -> alt.FacetChart:
                 utc_tooltip("last_event_time", "last event", seconds=True),
             ],
         )
-        .properties(width=alt.Step(26), height=alt.Step(26))
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
     )
     return cells.facet(
         facet=alt.Facet("site:N", title=None, header=alt.Header(labelFontSize=13)),

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote_plus, urlencode
 
 import polars as pl
 
@@ -371,9 +371,10 @@ def with_device_links(grid: pl.DataFrame, params: Mapping[str, str | list[str]])
         grid: Rows with ``device_id``.
         params: Query parameters the link keeps (the view's filters).
     """
+    rest = urlencode(params, doseq=True)
+    tail = f"&{rest}" if rest else ""
     links = [
-        f"{DEVICE_PAGE}?{urlencode({'device': device, **params}, doseq=True)}"
-        for device in grid["device_id"].to_list()
+        f"{DEVICE_PAGE}?device={quote_plus(device)}{tail}" for device in grid["device_id"].to_list()
     ]
     return grid.with_columns(link=pl.Series(links, dtype=pl.String))
 
