@@ -236,6 +236,7 @@ def test_time_axes_read_utc_in_24_hours_in_a_non_utc_browser(app_url, page):
     assert re.search(r"time \(UTC\)\s*16:[0-5]\d:00", tooltip.inner_text()), tooltip.inner_text()
     for where, marker, charts in (
         ("Overview", "Active devices", 3),
+        ("Device", "Metrics against thresholds", 3),  # two metrics, the sessions
         ("Alerts", "Median time to recover", 1),
         ("Pipeline health", "Streaming queries", 3),
     ):
