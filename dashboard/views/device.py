@@ -61,16 +61,21 @@ def _profile(device_id: str) -> dict[str, object] | None:
     return row
 
 
-def _status(device_id: str) -> None:
+def _status(device_id: str, now: datetime) -> None:
     status = ui.load(
         settings, lake.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS, equals={"device_id": device_id}
     )
     if status.frame is None or status.frame.height == 0:
         ui.waiting(status)
         return
-    row = status.frame.row(0, named=True)
+    row = data.shown_status(status.frame, now, settings.active_minutes).row(0, named=True)
     c = st.columns(3)
-    c[0].metric("Status", str(row["status"]))
+    c[0].metric(
+        "Status",
+        str(row["status"]),
+        help=f"Last reported: {row['reported_status']}; {data.STALE} after "
+        f"{settings.active_minutes} min without an event",
+    )
     battery = row["battery_pct"]
     c[1].metric("Battery", f"{battery:.0f} %" if battery is not None else "—")
     c[2].metric("Last event (UTC)", f"{row['last_event_time']:%H:%M:%S}")
@@ -83,7 +88,7 @@ def render(now: datetime) -> None:
         st.info(f"{text.none} yet. {text.why}", icon=":material/hourglass_empty:")
         return
     profile = _profile(device)
-    _status(device)
+    _status(device, now)
     start, end = filters.start(now), ui.reads_end(view)
     gold = ui.load(
         settings, lake.GOLD_DEVICE_1M, lake.DEVICE_GOLD_COLUMNS,

@@ -354,7 +354,7 @@ def test_overview_charts_and_devices(seeded):
 
 
 def test_status_counts_agree_with_active_devices_after_the_pipeline_stops(seeded, monkeypatch):
-    # An hour after the last event every device is stale, and Active devices is 0.
+    # 50 minutes after the last event every device is stale, and Active devices is 0.
     monkeypatch.setenv("IOT_DASHBOARD_AS_OF", (AS_OF + timedelta(minutes=50)).isoformat())
     at = _run()
     assert _metrics(at)["Active devices"] == "0"
@@ -476,6 +476,14 @@ def test_device_page_for_a_device_from_the_url(seeded):
     assert f"Connected {_duration(connected)} in 2 sessions; longest {_duration(longest)}." in [
         c.value for c in at.caption
     ]
+
+
+def test_a_silent_device_reads_stale_on_its_page(seeded):
+    at = _run("views/device.py", device="dev-00006")
+    status = next(m for m in at.metric if m.label == "Status")
+    assert status.value == "stale"
+    assert status.proto.help == "Last reported: offline; stale after 5 min without an event"
+    assert _metrics(at)["Last event (UTC)"] == "11:40:50"
 
 
 def test_device_page_defaults_to_the_first_device_in_scope(seeded):
