@@ -10,7 +10,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote_plus, urlencode
 
@@ -565,6 +565,17 @@ class ProducerReport:
     stopped_by: str
     started_at: str
     per_second: list[int]
+
+    @property
+    def started_utc(self) -> str:
+        """``started_at`` as ``2026-03-01 11:58:00 UTC``; as written if it is no ISO time."""
+        try:
+            started = datetime.fromisoformat(self.started_at)
+        except ValueError:
+            return self.started_at
+        if started.tzinfo is None:
+            started = started.replace(tzinfo=UTC)
+        return f"{started.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
     @property
     def rate_ratio(self) -> float | None:

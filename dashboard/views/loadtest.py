@@ -96,7 +96,7 @@ def render(now: datetime) -> None:
         else ("pass" if ratio >= PASS_RATIO else "fail") + f": {ratio:.1%} of the target rate"
     )
     st.caption(
-        f"Started {report.started_at}, ran {report.duration_s:,.1f} s, stopped by "
+        f"Started {report.started_utc}, ran {report.duration_s:,.1f} s, stopped by "
         f"{report.stopped_by}; {verdict} (criterion: ≥ {PASS_RATIO:.0%})."
     )
     if report.per_second:

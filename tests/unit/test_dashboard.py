@@ -630,6 +630,7 @@ def test_loadtest_page_shows_the_report(seeded):
     ratio = REPORT["achieved_rate"] / REPORT["target_rate"]
     assert at.metric[1].proto.delta == f"{ratio:.1%} of target"
     assert f"pass: {ratio:.1%} of the target rate" in at.caption[-2].value
+    assert at.caption[-2].value.startswith("Started 2026-03-01 11:58:00 UTC, ran 99.2 s")
     errors = at.dataframe[0].value
     assert dict(zip(errors["kind"], errors["count"], strict=True)) == REPORT["errors"]
 

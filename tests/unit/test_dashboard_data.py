@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -432,6 +433,10 @@ def test_load_report(tmp_path):
     path.write_text(json.dumps(report))
     loaded = data.load_report(path)
     assert loaded is not None and loaded.rate_ratio is None  # unpaced run
+    assert loaded.started_utc == "2026-03-01 12:00:00 UTC"
+    east = dataclasses.replace(loaded, started_at="2026-03-01T07:00:00.5-05:00")
+    assert east.started_utc == "2026-03-01 12:00:00 UTC"
+    assert dataclasses.replace(loaded, started_at="soon").started_utc == "soon"
     assert data.per_second_frame(loaded).rows() == [(1, 3, 0.0), (2, 2, 0.0)]
     path.write_text(json.dumps({k: v for k, v in report.items() if k != "acked"}))
     with pytest.raises(data.ReportUnreadableError, match="KeyError"):
