@@ -22,7 +22,14 @@ from streamlit.testing.v1 import AppTest
 from dashboard import ui
 from processor.settings import ProcessorSettings
 from producer.settings import SCENARIOS, ProducerSettings
-from tests.browser.seed import AS_OF, REPORT, SeededLake, seed_lake
+from tests.browser.seed import (
+    AS_OF,
+    MINUTE,
+    REPORT,
+    SeededLake,
+    gold_device_1m_frame,
+    seed_lake,
+)
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 PAGES = (
@@ -351,6 +358,20 @@ def test_overview_charts_and_devices(seeded):
         "5 min (IOT_DASHBOARD_ACTIVE_MINUTES), whatever the device last reported"
     ) in captions
     _assert_no_table_names(at)
+
+
+def test_overview_waits_for_the_first_complete_minute(lake):
+    # The run's first minute (partial) and the current one: nothing complete yet.
+    frame = gold_device_1m_frame().filter(pl.col("window_start") >= MINUTE - timedelta(minutes=1))
+    write_deltalake(str(lake / "gold/device_1m"), frame.to_arrow())
+    at = _run()
+    assert _metrics(at)["Events / min"] == "—"
+    assert _metrics(at)["Active devices"] == "5"
+    assert [i.value for i in at.info][0] == (
+        "The charts start after the first complete minute: the current minute and the first "
+        "and last minute of a run are left out, as they are only partly filled."
+    )
+    assert at.get("vega_lite_chart") == []  # no line charts, and no device table yet
 
 
 def test_status_counts_agree_with_active_devices_after_the_pipeline_stops(seeded, monkeypatch):
