@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from datetime import datetime
 from pathlib import Path
 
-from pydantic import ValidationError
-
+from common import cli
 from common.settings import LakeSettings, add_settings_arguments, load_settings
 from loadtest.lake import LakeReadError, read_lake, read_truth
 from loadtest.report import verify_markdown
@@ -21,8 +19,7 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         watermark_s = interval_seconds(args.watermark)
     except ValueError as exc:
-        print(f"error: --watermark: {exc}", file=sys.stderr)
-        return 2
+        return cli.error(f"--watermark: {exc}", cli.BAD_INPUT)
     latency_from = None
     if args.latency_from:
         try:
@@ -30,19 +27,25 @@ def _verify(args: argparse.Namespace) -> int:
         except ValueError:
             latency_from = None
         if latency_from is None or latency_from.tzinfo is None:
-            print(
-                f"error: --latency-from: {args.latency_from!r} is not an ISO-8601 time with a "
+            return cli.error(
+                f"--latency-from: {args.latency_from!r} is not an ISO-8601 time with a "
                 "zone, e.g. 2026-03-01T12:00:00Z",
-                file=sys.stderr,
+                cli.BAD_INPUT,
             )
-            return 2
     root = args.lake_root or LakeSettings().root
+    lake_dir = cli.local_path(root)
+    if lake_dir is not None and not lake_dir.is_dir():
+        what = "is a file" if lake_dir.exists() else "does not exist"
+        return cli.error(
+            f"the lake root {lake_dir} {what}: pass --lake-root the folder the processor "
+            "writes (its IOT_LAKE_ROOT)",
+            cli.BAD_INPUT,
+        )
     try:
         truth = read_truth(Path(args.manifest))
         lake = read_lake(root)
     except LakeReadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return cli.error(str(exc), cli.BAD_INPUT)
     result = verify(truth, lake, VerifyConfig(watermark_s, args.slack_s, args.strict, latency_from))
     print(result.summary())
     if args.out:
@@ -59,14 +62,12 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         settings = load_settings(LoadtestSettings, args)
-    except (ValidationError, ValueError, FileNotFoundError) as exc:
-        print(f"error: invalid settings: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError) as exc:
+        return cli.settings_error(exc)
     try:
         outcome = run_loadtest(settings)
     except LoadtestError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return cli.error(str(exc))
     print(outcome.summary)
     print(f"report: {outcome.out_dir / 'report.md'}")
     return 0 if outcome.passed else 1
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         0 when verify or the load test passed; 1 when it failed (loss, duplicates, a
         criterion missed, or a part of the pipeline did not run); 2 on bad input.
     """
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m loadtest", description="Verify the Delta tables; load-test the pipeline."
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -123,4 +124,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli.run(main, "loadtest")

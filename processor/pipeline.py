@@ -453,13 +453,32 @@ def start_stage(
                 spark.conf.set(key, value)
 
 
-def run_available_now(spark: SparkSession, settings: ProcessorSettings) -> None:
-    """Process everything available, stage after stage, then return."""
+def run_available_now(
+    spark: SparkSession,
+    settings: ProcessorSettings,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Process everything available, stage after stage, then return.
+
+    Args:
+        spark: The session.
+        settings: Processor settings.
+        should_stop: Polled every second; when true, stop the running queries (their
+            batches run again next time) and return.
+
+    Returns:
+        Whether every stage ran to the end.
+    """
     tables = Tables.under(settings.lake)
     ensure_tables(spark, settings, tables)
     for group in stages(settings):
-        for query in [start_stage(spark, stage, settings, tables) for stage in group]:
-            query.awaitTermination()
+        queries = [start_stage(spark, stage, settings, tables) for stage in group]
+        for query in queries:
+            while not query.awaitTermination(1):
+                if should_stop():
+                    sinks.stop_queries(spark, queries)
+                    return False
+    return True
 
 
 def start_all(

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -20,30 +18,64 @@ REQUIRED_JARS = (
 )
 
 
+# Fair scheduling between the hot path and the rest (the pools are defined in this file).
+SCHEDULER_POOLS = Path(__file__).with_name("fairscheduler.xml")
 HOT_POOL, BACKGROUND_POOL = "hot", "background"
+# The JVM's logging: Spark and the Kafka client quiet on the console, WARN in the log file.
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.xml")
+_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
 # Columns whose values are (nearly) all distinct: written without a dictionary.
 UNIQUE_COLUMNS = ("value", "raw", "event_id")
-# Fair scheduling between the hot path and the rest: the hot pool's pending tasks get
-# the cores first (minShare), the background queries take what is left.
-_POOLS_XML = f"""<?xml version="1.0"?>
-<allocations>
-  <pool name="{HOT_POOL}">
-    <schedulingMode>FIFO</schedulingMode><weight>4</weight><minShare>2</minShare>
-  </pool>
-  <pool name="{BACKGROUND_POOL}">
-    <schedulingMode>FAIR</schedulingMode><weight>1</weight><minShare>0</minShare>
-  </pool>
-</allocations>
-"""
+# PySpark's applyInPandasWithState (the alert detector) concatenates empty frames, which
+# pandas 2 warns about from every Python worker; the warning is PySpark's, not ours.
+PYTHON_WORKER_WARNINGS = (
+    "ignore:The behavior of DataFrame concatenation with empty or all-NA entries:FutureWarning"
+)
 
 
-def scheduler_pools_file() -> str:
-    """Write the fair-scheduler pools (hot, background) to a temporary file; its path."""
-    fd, path = tempfile.mkstemp(prefix="iot-pulse-pools-", suffix=".xml")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(_POOLS_XML)
-    atexit.register(Path(path).unlink, missing_ok=True)
-    return path
+def _java_option(name: str, value: str) -> str:
+    """``-Dname=value``, quoted for Spark's option parser when the value has a space."""
+    option = f"-D{name}={value}"
+    return f'"{option}"' if " " in option else option
+
+
+def log4j2_options(level: str, log_file: Path | None) -> str:
+    """Driver JVM options that load ``LOG4J2_CONFIG`` (see the file for the properties).
+
+    Args:
+        level: What Spark and the Kafka client print on the console (ERROR, WARN, INFO,
+            DEBUG); the log file gets WARN and up, or ``level`` if lower.
+        log_file: The log file; None writes none.
+    """
+    file_level = min(level, "WARN", key=_LEVELS.index)
+    props = {
+        "log4j2.configurationFile": str(LOG4J2_CONFIG),
+        "iot.log.level": level,
+        "iot.log.root": file_level if log_file else level,
+        # Expected warnings stay hidden unless the user asks for INFO or DEBUG.
+        "iot.log.benign": level if _LEVELS.index(level) < _LEVELS.index("WARN") else "ERROR",
+    }
+    if log_file is not None:
+        props["iot.log.file"] = str(log_file)
+    return " ".join(_java_option(k, v) for k, v in props.items())
+
+
+def quiet_console(spark: SparkSession) -> None:
+    """From now on, show only FATAL events on the console; the log file keeps its level.
+
+    For a deliberate stop: the batches it interrupts log errors (aborted writes and
+    broadcasts) that say nothing to the user. A no-op without ``LOG4J2_CONFIG``.
+    """
+    jvm = spark._jvm
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)  # type: ignore[union-attr]
+    config = context.getConfiguration()
+    console = config.getAppender("console")
+    root = config.getRootLogger()
+    if console is None or "console" not in root.getAppenders():
+        return
+    root.removeAppender("console")
+    root.addAppender(console, jvm.org.apache.logging.log4j.Level.FATAL, None)  # type: ignore[union-attr]
+    context.updateLoggers()
 
 
 class ConnectorJarsMissingError(RuntimeError):
@@ -67,12 +99,19 @@ def connector_jars(jars_dir: str) -> list[str]:
     return jars
 
 
-def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> SparkSession:
+def build_session(
+    settings: ProcessorSettings, app_name: str = "iot-pulse", log_file: Path | None = None
+) -> SparkSession:
     """Create (or get) the session: Delta catalog, Kafka connector, RocksDB state.
 
+    The driver JVM logs through ``LOG4J2_CONFIG`` at ``settings.log_level``, when this
+    call starts it (not under ``spark-submit``, which started it already: there the
+    root level is set instead).
+
     Args:
-        settings: Processor settings (master, jars, shuffle partitions ...).
+        settings: Processor settings (master, jars, shuffle partitions, log level ...).
         app_name: Spark application name.
+        log_file: Where the JVM also logs WARN and up, with full traces.
 
     Raises:
         ConnectorJarsMissingError: the Delta classes cannot be loaded.
@@ -98,7 +137,9 @@ def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> S
         # Commit a small changelog per batch instead of uploading RocksDB snapshots.
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.scheduler.mode": "FAIR",
-        "spark.scheduler.allocation.file": scheduler_pools_file(),
+        "spark.scheduler.allocation.file": str(SCHEDULER_POOLS),
+        "spark.driver.extraJavaOptions": log4j2_options(settings.log_level, log_file),
+        "spark.executorEnv.PYTHONWARNINGS": PYTHON_WORKER_WARNINGS,
         "spark.ui.enabled": str(settings.ui).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": settings.driver_memory,
@@ -123,10 +164,13 @@ def build_session(settings: ProcessorSettings, app_name: str = "iot-pulse") -> S
         # as long). Low-cardinality columns (devices, sites, status) keep theirs.
         **{f"spark.hadoop.parquet.enable.dictionary#{c}": "false" for c in UNIQUE_COLUMNS},
     }
+    if settings.master.startswith("local"):
+        conf["spark.python.daemon.module"] = "processor.worker_daemon"
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    if spark._jvm.java.lang.System.getProperty("iot.log.level") is None:  # type: ignore[union-attr]
+        spark.sparkContext.setLogLevel(settings.log_level)
     try:
         for cls in (
             "io.delta.tables.DeltaTable",

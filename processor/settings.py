@@ -29,6 +29,9 @@ def _names(value: str) -> list[str]:
     return [q.strip() for q in value.split(",") if q.strip()]
 
 
+LogLevel = Literal["ERROR", "WARN", "INFO", "DEBUG"]
+
+
 class ProcessorSettings(Settings):
     """How the streaming job runs."""
 
@@ -127,6 +130,13 @@ class ProcessorSettings(Settings):
     seed: int = Field(42, description="Fleet seed (as the producer)")
     driver_memory: str = Field("2g", description="spark.driver.memory (local mode)")
     ui: bool = Field(False, description="Start the Spark UI")
+    log_level: LogLevel = Field(
+        "ERROR",
+        description=(
+            "What Spark and the Kafka client print: ERROR (default), WARN, INFO or DEBUG; "
+            "the log file (<state dir>/logs/processor.log) also gets WARN"
+        ),
+    )
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     lake: LakeSettings = Field(default_factory=LakeSettings)
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Literal, TypeVar
-from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JError, Py4JJavaError
@@ -28,8 +27,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.util import inheritable_thread_target
 
+from common.cli import local_path
 from processor.settings import ProcessorSettings
 
+log = logging.getLogger("iot_pulse.processor")
 Tier = Literal["hot", "bronze", "background"]
 T = TypeVar("T")
 
@@ -105,10 +106,10 @@ def checkpoint_sources(checkpoint: str) -> int | None:
     None when the checkpoint has no offsets yet, or is not on the local file system
     (e.g. cloud storage under spark-submit: not checked).
     """
-    parsed = urlparse(checkpoint)
-    if parsed.scheme not in ("", "file"):
+    local = local_path(checkpoint)
+    if local is None:
         return None
-    offsets = Path(parsed.path if parsed.scheme else checkpoint) / "offsets"
+    offsets = local / "offsets"
     batches = [p for p in offsets.glob("*") if p.name.isdigit()] if offsets.is_dir() else []
     if not batches:
         return None
@@ -453,6 +454,47 @@ def retry_conflicts(
     raise ValueError("retry_conflicts needs at least one attempt")
 
 
+class BatchInterruptedError(RuntimeError):
+    """A micro-batch failed because its query is being stopped on purpose."""
+
+
+# Spark takes a foreachBatch function's error for an interruption by stop() (and stops
+# the query quietly) when the error's text matches StreamExecution.PROXY_ERROR, a
+# regex that recurses once per character: on a real error's text, Java traces and
+# all, it overflows the stack, and the JVM prints a StackOverflowError.
+_INTERRUPTED = (
+    "py4j.protocol.Py4JJavaError: An error occurred while calling {what}: "
+    "java.lang.InterruptedException ({reason})"
+)
+# Ids of the queries the processor is stopping (stop_queries).
+_STOPPING: set[str] = set()
+
+
+def stop_queries(spark: SparkSession, queries: Sequence[StreamingQuery]) -> None:
+    """Stop queries at once, mid-batch if need be; a stopped batch runs again at the next start.
+
+    ``StreamingQuery.stop()`` cancels the query's running jobs and interrupts its
+    thread, but its foreachBatch function goes on and starts new jobs, which run
+    to the end (minutes, on a backlog). So once each query is marked stopped, its
+    job group's future jobs are cancelled too; and a batch that fails meanwhile is
+    reported to Spark as interrupted, in few words (see ``_INTERRUPTED``).
+    """
+    _STOPPING.update(q.id for q in queries)
+    try:
+        stoppers = [threading.Thread(target=q.stop, name=f"stop-{q.name}") for q in queries]
+        for t in stoppers:
+            t.start()
+        jsc = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
+        for q in queries:
+            while q.isActive:  # stop() marks it stopped first thing
+                time.sleep(0.05)
+            jsc.cancelJobGroupAndFutureJobs(q.runId, "the processor is stopping")
+        for t in stoppers:
+            t.join()
+    finally:
+        _STOPPING.difference_update(q.id for q in queries)
+
+
 # Background queries run their micro-batches one at a time: together they then take
 # about one core at most, and the hot path keeps the other.
 _BACKGROUND_TURN = threading.Lock()
@@ -489,7 +531,16 @@ def foreach_batch_stream(
     qid = QueryId()
 
     def _write(batch: DataFrame, batch_id: int) -> None:
-        retry_conflicts(lambda: write(batch, batch_id, qid.get()), f"{name} batch {batch_id}")
+        try:
+            retry_conflicts(lambda: write(batch, batch_id, qid.get()), f"{name} batch {batch_id}")
+        except Exception as exc:
+            if qid.get() not in _STOPPING:
+                raise
+            log.info("%s batch %d stopped: %s", name, batch_id, type(exc).__name__)
+            what = f"{name} batch {batch_id}"
+            raise BatchInterruptedError(
+                _INTERRUPTED.format(what=what, reason="the processor is stopping")
+            ) from None
 
     def _run(batch: DataFrame, batch_id: int) -> None:
         with _BACKGROUND_TURN if tier == "background" else contextlib.nullcontext():

@@ -1,0 +1,176 @@
+"""How every command line fails: one line on stderr, the whole story in a log file.
+
+``run(main, service)`` calls a CLI's ``main`` and exits with its code. A ``CliError``
+(an expected failure the user can fix) prints ``error: <its message>``; anything else
+prints one line naming the log file, ``<state dir>/logs/<service>.log``, which holds
+the full traceback. Python's ``logging`` goes to that file too, never to the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlparse
+
+from common.paths import state_dir
+
+log = logging.getLogger("iot_pulse")
+
+BAD_INPUT = 2  # settings, flags or input files the user must fix
+FAILED = 1  # the command ran and failed
+INTERRUPTED = 130  # Ctrl-C, as a shell reports it
+# A log file over this size is moved aside (to <name>.log.1) when a run starts.
+MAX_LOG_BYTES = 20 * 1024 * 1024
+_MAX_LINE = 500
+_log_file: Path | None = None  # set by open_log
+
+
+class CliError(Exception):
+    """An expected failure: its message is the one line the user sees.
+
+    Args:
+        message: What went wrong and what to do; no secrets.
+        exit_code: ``BAD_INPUT`` or ``FAILED``.
+    """
+
+    def __init__(self, message: str, exit_code: int = FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse`` whose usage errors are one line (``--help`` still shows everything)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``error: <prog>: <message>`` and exit with ``BAD_INPUT``."""
+        print(
+            f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(BAD_INPUT)
+
+
+def one_line(text: str) -> str:
+    """``text`` with its lines and runs of whitespace joined by single spaces, cut to 500 chars."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _MAX_LINE else flat[: _MAX_LINE - 3] + "..."
+
+
+def settings_error(exc: ValueError | FileNotFoundError) -> int:
+    """Report settings that failed to load (``load_settings`` says what, in one line).
+
+    Returns:
+        ``BAD_INPUT``.
+    """
+    return error(f"invalid settings: {exc}", BAD_INPUT)
+
+
+def local_path(location: str) -> Path | None:
+    """The local path of a folder setting: a path or a ``file:`` URI; None for remote URIs.
+
+    ``abfss://``, ``s3a://`` and other file systems are left to their clients to check.
+    """
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    if len(parsed.scheme) > 1:  # one letter is a Windows drive, not a scheme
+        return None
+    return Path(location).expanduser()
+
+
+def log_path(service: str) -> Path:
+    """Where ``service`` (e.g. ``processor``) keeps its log: ``<state dir>/logs/<service>.log``."""
+    return state_dir() / "logs" / f"{service}.log"
+
+
+def open_log(service: str) -> Path | None:
+    """Send Python's ``logging`` (INFO and up) to the service's log file, appending.
+
+    A file over ``MAX_LOG_BYTES`` is first moved to ``<name>.log.1``. Returns the
+    file, or None when it cannot be written (e.g. a read-only container), in which
+    case logging goes to stderr.
+    """
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    try:
+        path = log_path(service)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_file() and path.stat().st_size > MAX_LOG_BYTES:
+            path.replace(path.with_name(path.name + ".1"))
+        handler: logging.Handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError:
+        path, handler = None, logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+    global _log_file
+    _log_file = path
+    formatter = logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%Y-%m-%dT%H:%M:%SZ"
+    )
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    root.addHandler(handler)
+    return path
+
+
+def log_file() -> Path | None:
+    """The log file ``open_log`` opened in this process, if any."""
+    return _log_file
+
+
+def full_trace_hint() -> str:
+    """Where the user finds the details: the log file, if one is open."""
+    return f"the full trace is in {_log_file}" if _log_file else "the full trace is above"
+
+
+def error(message: str, exit_code: int = FAILED) -> int:
+    """Print ``error: <message>`` as one line on stderr, log it, and return ``exit_code``."""
+    if _log_file is not None:
+        log.error("%s", message)
+    print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
+    return exit_code
+
+
+def fail(exc: CliError) -> int:
+    """Report a ``CliError`` (``error``), its cause's trace to the log; return its exit code."""
+    if exc.__cause__ is not None and _log_file is not None:
+        log.error("caused by", exc_info=exc.__cause__)
+    return error(str(exc), exc.exit_code)
+
+
+def run(main: Callable[[], int], service: str) -> NoReturn:
+    """Run a CLI's ``main`` and exit with its code; fail in one line.
+
+    Args:
+        main: The command; returns its exit code.
+        service: Names the log file (``log_path``).
+    """
+    open_log(service)
+    log.info("start: %s (pid %d)", " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+             os.getpid())  # fmt: skip
+    try:
+        code = main()
+    except CliError as exc:
+        code = fail(exc)
+    except KeyboardInterrupt:
+        log.info("interrupted")
+        print("interrupted", file=sys.stderr, flush=True)
+        code = INTERRUPTED
+    except Exception as exc:
+        log.exception("unexpected error")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(
+            f"error: {type(exc).__name__}: {one_line(first)} ({full_trace_hint()})",
+            file=sys.stderr,
+            flush=True,
+        )
+        code = FAILED
+    log.info("exit %d", code)
+    logging.shutdown()
+    raise SystemExit(code)

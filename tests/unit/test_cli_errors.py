@@ -1,0 +1,181 @@
+"""Every CLI fails in one line on stderr; the full trace goes to <state dir>/logs/<service>.log."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from common import cli
+from common.settings import load_settings
+from processor.settings import ProcessorSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+TIME_LIMIT_S = 30
+
+
+def run(args: list[str], home: Path) -> tuple[int, str, str, float]:
+    """Run ``python <args>`` with its state (and so its logs) under ``home``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    env["IOT_PULSE_HOME"] = str(home)
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
+
+
+def assert_quiet_failure(err: str, elapsed: float) -> None:
+    """Exactly one line, no Python or Java trace, in time."""
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert "\tat " not in err
+    assert elapsed < TIME_LIMIT_S
+
+
+def test_verify_with_a_missing_manifest(tmp_path):
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    manifest = tmp_path / "none.jsonl"
+    code, out, err, elapsed = run(
+        ["-m", "loadtest", "verify", "--manifest", str(manifest), "--lake-root", str(lake)],
+        tmp_path / "home",
+    )
+    assert code == 2
+    assert out == ""
+    assert err.startswith(f"error: no manifest at {manifest}: run the producer with")
+    assert_quiet_failure(err, elapsed)
+    log = (tmp_path / "home" / "logs" / "loadtest.log").read_text()
+    assert f"ERROR iot_pulse: no manifest at {manifest}" in log
+    assert "exit 2" in log
+
+
+@pytest.mark.parametrize("kind", ["file", "missing"])
+def test_verify_with_a_lake_root_that_is_not_a_folder(tmp_path, kind):
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text("")
+    lake = tmp_path / "lake"
+    if kind == "file":
+        lake.write_text("not a lake")
+    code, out, err, elapsed = run(
+        ["-m", "loadtest", "verify", "--manifest", str(manifest), "--lake-root", str(lake)],
+        tmp_path / "home",
+    )
+    what = "is a file" if kind == "file" else "does not exist"
+    assert (code, out) == (2, "")
+    assert err == (
+        f"error: the lake root {lake} {what}: pass --lake-root the folder the processor "
+        "writes (its IOT_LAKE_ROOT)\n"
+    )
+    assert_quiet_failure(err, elapsed)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["-m", "loadtest", "verify"],
+            "error: python -m loadtest verify: the following arguments are required: "
+            "--manifest (see python -m loadtest verify --help)",
+        ),
+        (
+            ["-m", "processor", "--log-level", "chatty"],
+            "error: python -m processor: argument --log-level: invalid choice: 'chatty' "
+            "(choose from 'ERROR', 'WARN', 'INFO', 'DEBUG') (see python -m processor --help)",
+        ),
+        (
+            ["-m", "processor", "--config", "no-such.toml"],
+            "error: invalid settings: config file no-such.toml does not exist",
+        ),
+    ],
+    ids=["missing argument", "unknown log level", "missing config file"],
+)
+def test_usage_and_settings_errors_are_one_line(tmp_path, args, expected):
+    code, out, err, elapsed = run(args, tmp_path / "home")
+    assert (code, out, err) == (2, "", expected + "\n")
+    assert_quiet_failure(err, elapsed)
+
+
+def test_an_unexpected_error_names_the_log_file_which_holds_the_trace(tmp_path):
+    home = tmp_path / "home"
+    code, out, err, elapsed = run(
+        ["-c", "from common import cli; cli.run(lambda: int('seven'), 'demo')"], home
+    )
+    log_file = home / "logs" / "demo.log"
+    assert (code, out) == (1, "")
+    assert err == (
+        "error: ValueError: invalid literal for int() with base 10: 'seven' "
+        f"(the full trace is in {log_file})\n"
+    )
+    assert_quiet_failure(err, elapsed)
+    log = log_file.read_text()
+    assert "Traceback (most recent call last):" in log
+    assert "ValueError: invalid literal for int() with base 10: 'seven'" in log
+    assert log.rstrip().endswith("INFO iot_pulse: exit 1")
+
+
+def test_an_expected_error_keeps_its_exit_code_and_logs_its_cause(tmp_path):
+    home = tmp_path / "home"
+    script = (
+        "from common import cli\n"
+        "def main():\n"
+        "    try:\n"
+        "        {}['broker']\n"
+        "    except KeyError as exc:\n"
+        "        raise cli.CliError('no broker: start one', cli.BAD_INPUT) from exc\n"
+        "cli.run(main, 'demo')\n"
+    )
+    code, out, err, elapsed = run(["-c", script], home)
+    assert (code, out, err) == (2, "", "error: no broker: start one\n")
+    log = (home / "logs" / "demo.log").read_text()
+    assert "KeyError: 'broker'" in log
+    assert "ERROR iot_pulse: no broker: start one" in log
+
+
+def test_a_log_file_that_cannot_be_written_leaves_the_trace_on_stderr(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "logs").write_text("a file where the logs folder would be")
+    code, out, err, _ = run(["-c", "from common import cli; cli.run(lambda: 1 // 0, 'demo')"], home)
+    assert (code, out) == (1, "")
+    assert "Traceback (most recent call last):" in err
+    assert err.splitlines()[-1] == (
+        "error: ZeroDivisionError: integer division or modulo by zero (the full trace is above)"
+    )
+
+
+def test_a_lowercase_log_level_is_refused_with_the_allowed_values(monkeypatch, capsys):
+    monkeypatch.setenv("IOT_PROCESSOR_LOG_LEVEL", "warn")
+    with pytest.raises(ValueError) as caught:
+        load_settings(ProcessorSettings)
+    assert cli.settings_error(caught.value) == cli.BAD_INPUT
+    assert capsys.readouterr().err == (
+        "error: invalid settings: IOT_PROCESSOR_LOG_LEVEL (--log-level): Input should be "
+        "'ERROR', 'WARN', 'INFO' or 'DEBUG' (got 'warn')\n"
+    )
+
+
+def test_one_line_joins_lines_and_cuts_long_text():
+    assert cli.one_line("first\n  second\tthird\n") == "first second third"
+    cut = cli.one_line("x" * 600)
+    assert len(cut) == 500
+    assert cut.endswith("...")
+
+
+@pytest.mark.parametrize(
+    ("location", "expected"),
+    [
+        ("/data/lake", Path("/data/lake")),
+        ("file:///data/lake", Path("/data/lake")),
+        ("file:/data/lake", Path("/data/lake")),
+        ("abfss://lake@account.dfs.core.windows.net/iot", None),
+        ("s3a://bucket/lake", None),
+        ("C:/lake", Path("C:/lake")),
+    ],
+)
+def test_local_path(location, expected):
+    assert cli.local_path(location) == expected

@@ -1,0 +1,73 @@
+"""The processor's checks before Spark: the lake root (local paths only), which runs read Kafka."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.cli import FAILED, CliError
+from processor.__main__ import reads_kafka
+from processor.preflight import check_lake_root
+from processor.session import LOG4J2_CONFIG, log4j2_options
+from processor.settings import ProcessorSettings
+
+
+def test_a_missing_lake_root_is_created_and_nothing_is_left_in_it(tmp_path):
+    root = tmp_path / "a" / "lake"
+    check_lake_root(str(root))
+    assert root.is_dir()
+    assert list(root.iterdir()) == []
+
+
+def test_a_file_uri_is_checked_like_its_path(tmp_path):
+    (tmp_path / "lake").write_text("")
+    with pytest.raises(CliError) as caught:
+        check_lake_root(f"file://{tmp_path / 'lake'}")
+    assert str(caught.value) == (
+        f"the lake root {tmp_path / 'lake'} is a file: set --lake-root / IOT_LAKE_ROOT to a folder"
+    )
+    assert caught.value.exit_code == FAILED
+
+
+def test_a_lake_root_under_a_file(tmp_path):
+    (tmp_path / "data").write_text("")
+    with pytest.raises(CliError) as caught:
+        check_lake_root(str(tmp_path / "data" / "lake"))
+    assert str(caught.value) == (
+        f"the lake root {tmp_path / 'data' / 'lake'} is inside {tmp_path / 'data'}, which is "
+        "a file: set --lake-root / IOT_LAKE_ROOT to a folder"
+    )
+
+
+def test_remote_lake_roots_are_left_to_their_file_system():
+    check_lake_root("abfss://lake@account.dfs.core.windows.net/iot")  # no local check, no error
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({}, True),
+        ({"source": "files", "landing_dir": "/landing"}, False),
+        ({"source": "rate"}, False),
+        ({"queries": "device_status,alerts"}, False),
+        ({"queries": "silver"}, True),
+        ({"queries": "silver", "silver_input": "bronze"}, False),
+        ({"queries": "bronze"}, True),
+    ],
+)
+def test_which_runs_read_kafka(settings, expected):
+    assert reads_kafka(ProcessorSettings(**settings)) is expected
+
+
+def test_the_log4j2_options_quiet_the_console_and_keep_warnings_in_the_file(tmp_path):
+    config = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"
+    log = tmp_path / "processor.log"
+    assert log4j2_options("ERROR", log) == (
+        f"{config} -Diot.log.level=ERROR -Diot.log.root=WARN -Diot.log.benign=ERROR "
+        f"-Diot.log.file={log}"
+    )
+    assert log4j2_options("DEBUG", None) == (
+        f"{config} -Diot.log.level=DEBUG -Diot.log.root=DEBUG -Diot.log.benign=DEBUG"
+    )
+    assert log4j2_options("WARN", tmp_path / "my logs" / "p.log").endswith(
+        f'"-Diot.log.file={tmp_path}/my logs/p.log"'
+    )
