@@ -108,6 +108,17 @@ def _stop_under_clients(data_dir: Path, info: BrokerInfo, topic: str) -> None:
     assert _plain_bind_refused(_port(info.plaintext))
 
 
+def _restart(data_dir: Path, first: BrokerInfo, topic: str) -> BrokerInfo:
+    """Start the broker again with no ports given: at once, on ``first``'s ports, data kept."""
+    began = time.monotonic()
+    second = broker.start(data_dir, quiet=True)
+    assert time.monotonic() - began < RESTART_LIMIT_S
+    assert _ports(second) == _ports(first)
+    assert second.pid != first.pid
+    assert _read_topic(second, topic) == MESSAGES  # acks=all: nothing lost
+    return second
+
+
 def test_stop_then_start_at_once_on_the_same_ports(tmp_path: Path) -> None:
     data_dir = tmp_path / "broker"
     first = broker.start(data_dir, quiet=True)
@@ -116,12 +127,7 @@ def test_stop_then_start_at_once_on_the_same_ports(tmp_path: Path) -> None:
         broker.ensure_topic(first.plaintext, topic, partitions=1)
         _stop_under_clients(data_dir, first, topic)
 
-        began = time.monotonic()
-        second = broker.start(data_dir, quiet=True)  # ports remembered, not given
-        assert time.monotonic() - began < RESTART_LIMIT_S
-        assert _ports(second) == _ports(first)
-        assert second.pid != first.pid
-        assert _read_topic(second, topic) == MESSAGES
+        second = _restart(data_dir, first, topic)
 
         # The command line, with the same ports given explicitly.
         _stop_under_clients(data_dir, second, topic)
@@ -157,12 +163,7 @@ def test_sigkill_then_start_on_the_same_ports(tmp_path: Path) -> None:
         consumer.close()
         del producer
 
-        began = time.monotonic()
-        second = broker.start(data_dir, quiet=True)
-        assert time.monotonic() - began < RESTART_LIMIT_S
-        assert _ports(second) == _ports(first)
-        assert second.pid != first.pid
-        assert _read_topic(second, topic) == MESSAGES  # acks=all: nothing lost
+        _restart(data_dir, first, topic)
     finally:
         broker.stop(data_dir)
 
