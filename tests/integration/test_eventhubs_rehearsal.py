@@ -29,8 +29,10 @@ from common.settings import KafkaSettings, LakeSettings
 from infra import broker
 from infra.jars import ensure_jars
 from processor.pipeline import Tables
+from tests.unit.test_secrets import leaks
 
-pytestmark = pytest.mark.integration
+# Its own broker and a Spark run: minutes on two shared cores.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_LINE = re.compile(r"^\.venv/bin/python -m infra\.broker stop\b")
@@ -42,15 +44,6 @@ def readme_block() -> list[str]:
     step = readme.split("**0. Rehearse locally**", 1)[1]
     block = step.split("```bash\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
-
-
-def leaks(secret: str, text: str) -> list[str]:
-    """Fragments (6 characters or more) of ``secret`` found in ``text``."""
-    return sorted({secret[i : i + 6] for i in range(len(secret) - 5)} & _windows(text))
-
-
-def _windows(text: str) -> set[str]:
-    return {text[i : i + 6] for i in range(len(text) - 5)}
 
 
 def bash(lines: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
@@ -87,7 +80,7 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
     env["PYTHONUNBUFFERED"] = "1"
     data_dir = workdir / ".local" / "rehearsal"
     try:
-        output = bash(run_lines, workdir, env, timeout=900)
+        output = bash(run_lines, workdir, env, timeout=1300)
         yield Rehearsal(workdir, data_dir, lines, output, env)
         bash(lines[-1:], workdir, env, timeout=60)
         assert broker.status(data_dir) is None
