@@ -22,6 +22,7 @@ from common.paths import state_dir
 
 log = logging.getLogger("iot_pulse")
 
+LOG_DIR_ENV = "IOT_LOG_DIR"
 BAD_INPUT = 2  # settings, flags or input files the user must fix
 FAILED = 1  # the command ran and failed
 INTERRUPTED = 130  # Ctrl-C, as a shell reports it
@@ -86,8 +87,12 @@ def local_path(location: str) -> Path | None:
 
 
 def log_path(service: str) -> Path:
-    """Where ``service`` (e.g. ``processor``) keeps its log: ``<state dir>/logs/<service>.log``."""
-    return state_dir() / "logs" / f"{service}.log"
+    """Where ``service`` (e.g. ``processor``) keeps its log: ``<log dir>/<service>.log``.
+
+    The folder is ``$IOT_LOG_DIR`` if set (the demo's, say), else ``<state dir>/logs``.
+    """
+    folder = os.environ.get(LOG_DIR_ENV)
+    return (Path(folder) if folder else state_dir() / "logs") / f"{service}.log"
 
 
 def open_log(service: str) -> Path | None:

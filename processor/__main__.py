@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_py4j()
     try:
         preflight(settings, args.command)
+        if stop.requested.is_set():  # stopped during the checks: do not start Spark
+            _say("stopped")
+            return 0
         if args.command == "run":
             return _run(settings, stop)
         spark = _session(settings)

@@ -531,18 +531,9 @@ def foreach_batch_stream(
     qid = QueryId()
 
     def _write(batch: DataFrame, batch_id: int) -> None:
-        try:
-            retry_conflicts(lambda: write(batch, batch_id, qid.get()), f"{name} batch {batch_id}")
-        except Exception as exc:
-            if qid.get() not in _STOPPING:
-                raise
-            log.info("%s batch %d stopped: %s", name, batch_id, type(exc).__name__)
-            what = f"{name} batch {batch_id}"
-            raise BatchInterruptedError(
-                _INTERRUPTED.format(what=what, reason="the processor is stopping")
-            ) from None
+        retry_conflicts(lambda: write(batch, batch_id, qid.get()), f"{name} batch {batch_id}")
 
-    def _run(batch: DataFrame, batch_id: int) -> None:
+    def _batch(batch: DataFrame, batch_id: int) -> None:
         with _BACKGROUND_TURN if tier == "background" else contextlib.nullcontext():
             if not cache:
                 _write(batch, batch_id)
@@ -551,6 +542,18 @@ def foreach_batch_stream(
             # run the streaming plan, stateful operators included, again.
             with persisted(batch):
                 _write(batch, batch_id)
+
+    def _run(batch: DataFrame, batch_id: int) -> None:
+        try:
+            _batch(batch, batch_id)
+        except Exception as exc:
+            if qid.get() not in _STOPPING:
+                raise
+            log.info("%s batch %d stopped: %s", name, batch_id, type(exc).__name__)
+            what = f"{name} batch {batch_id}"
+            raise BatchInterruptedError(
+                _INTERRUPTED.format(what=what, reason="the processor is stopping")
+            ) from None
 
     writer = (
         df.writeStream.foreachBatch(_run)

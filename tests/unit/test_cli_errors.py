@@ -18,10 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TIME_LIMIT_S = 30
 
 
-def run(args: list[str], home: Path) -> tuple[int, str, str, float]:
+def run(args: list[str], home: Path, **extra: str) -> tuple[int, str, str, float]:
     """Run ``python <args>`` with its state (and so its logs) under ``home``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
     env["IOT_PULSE_HOME"] = str(home)
+    env |= extra
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
@@ -116,6 +117,19 @@ def test_an_unexpected_error_names_the_log_file_which_holds_the_trace(tmp_path):
     assert "Traceback (most recent call last):" in log
     assert "ValueError: invalid literal for int() with base 10: 'seven'" in log
     assert log.rstrip().endswith("INFO iot_pulse: exit 1")
+
+
+def test_iot_log_dir_moves_the_log_file(tmp_path):
+    logs = tmp_path / "demo-logs"
+    code, _, err, _ = run(
+        ["-c", "from common import cli; cli.run(lambda: int('seven'), 'demo')"],
+        tmp_path / "home",
+        IOT_LOG_DIR=str(logs),
+    )
+    assert code == 1
+    assert err.endswith(f"(the full trace is in {logs / 'demo.log'})\n")
+    assert "ValueError" in (logs / "demo.log").read_text()
+    assert not (tmp_path / "home" / "logs").exists()
 
 
 def test_an_expected_error_keeps_its_exit_code_and_logs_its_cause(tmp_path):

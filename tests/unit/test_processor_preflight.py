@@ -7,7 +7,6 @@ import pytest
 from common.cli import FAILED, CliError
 from processor.__main__ import reads_kafka
 from processor.preflight import check_lake_root
-from processor.session import LOG4J2_CONFIG, log4j2_options
 from processor.settings import ProcessorSettings
 
 
@@ -56,18 +55,3 @@ def test_remote_lake_roots_are_left_to_their_file_system():
 )
 def test_which_runs_read_kafka(settings, expected):
     assert reads_kafka(ProcessorSettings(**settings)) is expected
-
-
-def test_the_log4j2_options_quiet_the_console_and_keep_warnings_in_the_file(tmp_path):
-    config = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"
-    log = tmp_path / "processor.log"
-    assert log4j2_options("ERROR", log) == (
-        f"{config} -Diot.log.level=ERROR -Diot.log.root=WARN -Diot.log.benign=ERROR "
-        f"-Diot.log.file={log}"
-    )
-    assert log4j2_options("DEBUG", None) == (
-        f"{config} -Diot.log.level=DEBUG -Diot.log.root=DEBUG -Diot.log.benign=DEBUG"
-    )
-    assert log4j2_options("WARN", tmp_path / "my logs" / "p.log").endswith(
-        f'"-Diot.log.file={tmp_path}/my logs/p.log"'
-    )

@@ -1,0 +1,169 @@
+"""The running processor is quiet, and Ctrl-C stops it cleanly.
+
+One processor runs a minute under load (events arriving all the time) at the default
+log level, then gets a terminal's Ctrl-C (SIGINT to its whole process group).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from common.fleet import build_fleet
+from infra.broker import ensure_topic
+from infra.jars import bundle_dir
+from tests.integration.proc import (
+    kill_group,
+    processor_env,
+    send_readings,
+    start_processor,
+    table_rows,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+TOPIC = "quiet-logs"
+FLEET, PER_SECOND, UNDER_LOAD_S = 10, 100, 60
+# The JVM launcher's own line (Spark 4 adds the module), not a logger's: the one line
+# on the terminal that is not the processor's.
+JVM_LINE = "WARNING: Using incubator modules: jdk.incubator.vector"
+
+
+@dataclass
+class Run:
+    """What one processor run printed and left behind."""
+
+    during_load: str  # the terminal output before Ctrl-C
+    output: str  # all of it
+    log: str  # <state dir>/logs/processor.log
+    exit_code: int
+    stop_s: float
+    jvm_exited: bool
+    temp_files: list[str]
+    silver_rows: int
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def feed(bootstrap: str, stop: threading.Event) -> None:
+    """About PER_SECOND valid events a second, one device after another, until stopped."""
+    devices = [d.device_id for d in build_fleet(FLEET, 42)]
+    start = datetime.now(UTC)
+    second = 0
+    while not stop.wait(1.0):
+        device = devices[second % FLEET]
+        first = second // FLEET * PER_SECOND + 1
+        send_readings(bootstrap, TOPIC, device, range(first, first + PER_SECOND), start)
+        second += 1
+
+
+@pytest.fixture(scope="module")
+def run(kafka_broker, tmp_path_factory) -> Run:
+    tmp = tmp_path_factory.mktemp("quiet")
+    ensure_topic(kafka_broker.plaintext, TOPIC, partitions=2)
+    temp_dir = tmp / "tmp"
+    temp_dir.mkdir()
+    env = processor_env(
+        kafka_broker.plaintext, TOPIC, tmp / "lake", bundle_dir("spark"),
+        IOT_PROCESSOR_FLEET_SIZE=str(FLEET), IOT_PULSE_HOME=str(tmp / "home"),
+        TMPDIR=str(temp_dir),
+    )  # fmt: skip
+    out = tmp / "terminal.txt"
+    stop_feeding = threading.Event()
+    feeder = threading.Thread(target=feed, args=(kafka_broker.plaintext, stop_feeding))
+    proc = start_processor(env, out)
+    jvms: list[int] = []
+    try:
+        wait_for(lambda: "[processor] running" in out.read_text(), 1200, "the queries", proc, out)
+        feeder.start()
+        jvms = children(proc.pid)
+        time.sleep(UNDER_LOAD_S)
+        assert proc.poll() is None, out.read_text()
+        during_load = out.read_text()
+        began = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+        exit_code = proc.wait(120)
+        stop_s = time.monotonic() - began
+        deadline = time.monotonic() + 60
+        while any(alive(p) for p in jvms) and time.monotonic() < deadline:
+            time.sleep(1)
+        return Run(
+            during_load=during_load,
+            output=out.read_text(),
+            log=(tmp / "home" / "logs" / "processor.log").read_text(),
+            exit_code=exit_code,
+            stop_s=stop_s,
+            jvm_exited=not any(alive(p) for p in jvms),
+            temp_files=sorted(p.name for p in temp_dir.iterdir()),
+            silver_rows=len(table_rows(tmp / "lake" / "silver" / "events", ["event_id"])),
+        )
+    finally:
+        stop_feeding.set()
+        if feeder.is_alive():
+            feeder.join()
+        kill_group(proc)
+        for pid in jvms:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def around(text: str, word: str) -> str:
+    """The lines before and after the first ``word``, without regex frames."""
+    lines = [ln for ln in text.splitlines() if "java.util.regex" not in ln]
+    at = next(i for i, ln in enumerate(lines) if word in ln)
+    return "\n".join(lines[max(0, at - 15) : at + 15])
+
+
+def test_a_minute_under_load_prints_no_spark_or_kafka_warning(run):
+    assert run.silver_rows > 0, "the minute was not under load"
+    lines = run.during_load.splitlines()
+    assert [line for line in lines if not line.startswith("[processor] ")] == [JVM_LINE]
+    assert lines[1].startswith("[processor] Spark 4.0.0, master local[2]; log ")
+    assert lines[2].startswith("[processor] running silver, bronze, ")
+    assert len(lines) == 3
+
+
+def test_ctrl_c_stops_every_query_and_exits_0_without_a_trace(run):
+    assert run.exit_code == 0, run.output[-3000:]
+    assert run.output.endswith(
+        "[processor] stopping (SIGINT); again to abort\n[processor] stopped\n"
+    ), around(run.output, "stopping")
+    assert [line for line in run.output.splitlines() if not line.startswith("[processor] ")] == [
+        JVM_LINE
+    ]
+    assert run.stop_s < 60
+    for text in (run.output, run.log):
+        for word in ("StackOverflowError", "Traceback"):
+            assert word not in text, around(text, word)
+    assert run.jvm_exited
+
+
+def test_no_file_is_left_in_the_temp_folder(run):
+    assert run.temp_files == []
