@@ -7,7 +7,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup jars demo test lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
+.PHONY: setup jars demo demo-clean test lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
 
 setup: $(STAMP)
 
@@ -24,6 +24,10 @@ jars: setup
 
 demo: jars
 	$(PY) -m infra.demo $(DEMO_ARGS)
+
+# The demo from scratch: its lake, broker data, logs and producer report go (not the jars).
+demo-clean: setup
+	$(PY) -m infra.demo --clean
 
 test: jars
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -43,9 +47,11 @@ broker-start: jars
 broker-stop: setup
 	$(PY) -m infra.broker stop
 
+# Everything local: the state folder ($IOT_PULSE_HOME, else .local) and artifacts/.
 clean:
 	-$(PY) -m infra.broker stop
-	rm -rf .local artifacts
+	-$(PY) -m infra.demo --clean
+	rm -rf "$${IOT_PULSE_HOME:-.local}" artifacts
 
 # The offline checks of docker-compose.yml, the Dockerfiles and the Terraform templates.
 static-checks: setup

@@ -1,17 +1,24 @@
 """``make demo``: the whole pipeline on the local stack, stopped cleanly by Ctrl-C.
 
 Starts the Kafka broker, the processor (continuous), the producer (a live fleet
-at a steady rate) and the dashboard, each a child process in its own process
-group with its log under ``<state dir>/demo/logs``. It prints the dashboard's
-URL once it answers, watches the children, and on Ctrl-C or SIGTERM stops them
-all, then the broker.
+at a steady rate, the ``realistic`` scenario: anomalies, duplicates, late and
+malformed records, device dropouts) and the dashboard, each a child process in
+its own process group with its log under ``<state dir>/demo/logs``. It prints
+the dashboard's URL once it answers, watches the children, and on Ctrl-C or
+SIGTERM stops them all, then the broker.
+
+The demo's own settings (``demo_env``) make every page fill within about two
+minutes: background queries every 15 s, a 30 s watermark, and a session gap of
+half a dropout's silence, so that each dropout closes a connectivity session.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +35,13 @@ from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import PROJECT_ROOT, state_dir
 
 STOP_TIMEOUT_S = 20.0
+# The demo's timing (see demo_env); the services' defaults are for real deployments.
+BACKGROUND_TRIGGER_INTERVAL = "15 seconds"
+WATERMARK = "30 seconds"
+# A skewed device clock stays well inside the watermark, so its readings are kept.
+CLOCK_SKEW_MAX_S = 10
+# Readings a dropout silences; the session gap is half the silence this makes.
+DROPOUT_READINGS = 20
 
 
 @dataclass
@@ -95,14 +109,98 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
     p.add_argument("--topic", default="iot-events")
     p.add_argument(
+        "--scenario",
+        default="realistic",
+        help="producer scenario: clean, realistic (default) or chaos",
+    )
+    p.add_argument(
         "--trigger-interval", help="processor hot-path micro-batch interval (default: its own)"
     )
+    p.add_argument(
+        "--clean",
+        action="store_true",
+        help="stop the demo's broker if one was left running, delete the demo's data "
+        "(lake, broker data, logs, producer report) and exit; the jars stay",
+    )
     return p.parse_args(argv)
+
+
+def session_gap(rate: float, fleet_size: int) -> str:
+    """Half the silence of a dropout (``DROPOUT_READINGS`` of one device's readings).
+
+    Each device reads every ``fleet_size / rate`` seconds, so a dropout leaves a
+    silence of about ``DROPOUT_READINGS`` times that: a gap of half of it closes a
+    session at every dropout, and never between two readings in a row.
+
+    Args:
+        rate: The producer's events/s (0: as fast as possible).
+        fleet_size: Devices in the fleet.
+
+    Returns:
+        A Spark interval, e.g. ``"2500 milliseconds"`` (200 events/s, 50 devices).
+    """
+    interval_s = fleet_size / rate if rate > 0 else 0.0
+    return f"{max(1000, math.ceil(DROPOUT_READINGS * interval_s * 1000 / 2))} milliseconds"
+
+
+def demo_env(
+    args: argparse.Namespace, root: Path, bootstrap: str, jars_dir: Path
+) -> dict[str, str]:
+    """The environment the demo gives its services (on top of the caller's).
+
+    Args:
+        args: The demo's options.
+        root: The demo's folder (lake, logs, producer report).
+        bootstrap: ``host:port`` of the broker's PLAINTEXT listener.
+        jars_dir: The resolved Spark connector jars.
+    """
+    env = {
+        "IOT_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "IOT_KAFKA_TOPIC": args.topic,
+        "IOT_KAFKA_AUTH": "none",
+        "IOT_LAKE_ROOT": str(root / "lake"),
+        "IOT_PROCESSOR_JARS_DIR": str(jars_dir),
+        "IOT_PROCESSOR_FLEET_SIZE": str(args.fleet_size),
+        "IOT_PRODUCER_FLEET_SIZE": str(args.fleet_size),
+        # The demo's broker and lake live and die together; if one is wiped
+        # alone, carry on from the earliest offsets rather than fail.
+        "IOT_PROCESSOR_FAIL_ON_DATA_LOSS": "false",
+        # Alerts, sessions and device status within a minute or two, not after
+        # the watermark and background interval of a real deployment.
+        "IOT_PROCESSOR_BACKGROUND_TRIGGER_INTERVAL": BACKGROUND_TRIGGER_INTERVAL,
+        "IOT_PROCESSOR_WATERMARK": WATERMARK,
+        "IOT_PROCESSOR_SESSION_GAP": session_gap(args.rate, args.fleet_size),
+        "IOT_PRODUCER_SCENARIO": args.scenario,
+        "IOT_PRODUCER_DROPOUT_READINGS": str(DROPOUT_READINGS),
+        "IOT_PRODUCER_CLOCK_SKEW_MAX_S": str(CLOCK_SKEW_MAX_S),
+        "IOT_PRODUCER_RATE": str(args.rate),
+        "IOT_PRODUCER_PROGRESS_S": "30",
+        "IOT_PRODUCER_REPORT_PATH": str(root / "producer-report.json"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if args.trigger_interval:
+        env["IOT_PROCESSOR_TRIGGER_INTERVAL"] = args.trigger_interval
+    return env
+
+
+def clean(root: Path) -> None:
+    """Stop the demo's broker if it still runs, then delete the demo's folder.
+
+    Args:
+        root: The demo's folder (``<state dir>/demo``).
+    """
+    if broker.stop(root / "broker"):
+        _say("stopped the demo's broker, which was left running")
+    shutil.rmtree(root, ignore_errors=True)
+    _say(f"deleted {root}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo until Ctrl-C; return non-zero if a service failed."""
     args = _parse(argv)
+    if args.clean:
+        clean(state_dir() / "demo")
+        return 0
     stop = threading.Event()
     reason: list[str] = []
 
@@ -124,24 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         ensure_jars("kafka")
         info = broker.start(broker_dir)
         broker.ensure_topic(info.plaintext, args.topic, partitions=3)
-        env = os.environ | {
-            "IOT_KAFKA_BOOTSTRAP_SERVERS": info.plaintext,
-            "IOT_KAFKA_TOPIC": args.topic,
-            "IOT_KAFKA_AUTH": "none",
-            "IOT_LAKE_ROOT": str(root / "lake"),
-            "IOT_PROCESSOR_JARS_DIR": str(spark_jars[0].parent),
-            "IOT_PROCESSOR_FLEET_SIZE": str(args.fleet_size),
-            "IOT_PRODUCER_FLEET_SIZE": str(args.fleet_size),
-            # The demo's broker and lake live and die together; if one is wiped
-            # alone, carry on from the earliest offsets rather than fail.
-            "IOT_PROCESSOR_FAIL_ON_DATA_LOSS": "false",
-            "IOT_PRODUCER_RATE": str(args.rate),
-            "IOT_PRODUCER_PROGRESS_S": "30",
-            "IOT_PRODUCER_REPORT_PATH": str(root / "producer-report.json"),
-            "PYTHONUNBUFFERED": "1",
-        }
-        if args.trigger_interval:
-            env["IOT_PROCESSOR_TRIGGER_INTERVAL"] = args.trigger_interval
+        env = os.environ | demo_env(args, root, info.plaintext, spark_jars[0].parent)
         if stop.is_set():
             return 0
         children.append(_spawn("processor", ["-m", "processor", "run"], env, logs))
