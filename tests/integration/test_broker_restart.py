@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESTART_LIMIT_S = 30.0
 TIME_WAIT = "06"  # the state column of /proc/net/tcp
 MESSAGES = [f"reading-{i}".encode() for i in range(20)]
+TOPIC = "restart"
 
 
 def _port(bootstrap: str) -> int:
@@ -119,53 +121,51 @@ def _restart(data_dir: Path, first: BrokerInfo, topic: str) -> BrokerInfo:
     return second
 
 
-def test_stop_then_start_at_once_on_the_same_ports(tmp_path: Path) -> None:
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[tuple[Path, BrokerInfo]]:
+    """A broker in its own data dir with ``TOPIC``; stopped at the end."""
     data_dir = tmp_path / "broker"
     first = broker.start(data_dir, quiet=True)
-    topic = "restart"
     try:
-        broker.ensure_topic(first.plaintext, topic, partitions=1)
-        _stop_under_clients(data_dir, first, topic)
-
-        second = _restart(data_dir, first, topic)
-
-        # The command line, with the same ports given explicitly.
-        _stop_under_clients(data_dir, second, topic)
-        plaintext, sasl_ssl, controller = _ports(first)
-        began = time.monotonic()
-        cli = subprocess.run(
-            [sys.executable, "-m", "infra.broker", "start", "--data-dir", str(data_dir),
-             "--plaintext-port", str(plaintext), "--sasl-ssl-port", str(sasl_ssl),
-             "--controller-port", str(controller), "--quiet"],
-            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert cli.returncode == 0, cli.stderr
-        assert time.monotonic() - began < RESTART_LIMIT_S
-        third = broker.status(data_dir)
-        assert third is not None and _ports(third) == _ports(first)
-        assert _read_topic(third, topic) == MESSAGES
+        broker.ensure_topic(first.plaintext, TOPIC, partitions=1)
+        yield data_dir, first
     finally:
         broker.stop(data_dir)
 
 
-def test_sigkill_then_start_on_the_same_ports(tmp_path: Path) -> None:
-    data_dir = tmp_path / "broker"
-    first = broker.start(data_dir, quiet=True)
-    topic = "crash"
-    try:
-        broker.ensure_topic(first.plaintext, topic, partitions=1)
-        producer, consumer = _connected_clients(first, topic)
-        os.kill(first.pid, signal.SIGKILL)  # the JVM alone, as a crash would
-        deadline = time.monotonic() + 10
-        while broker.status(data_dir) is not None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert broker.status(data_dir) is None
-        consumer.close()
-        del producer
+def test_stop_then_start_at_once_on_the_same_ports(running: tuple[Path, BrokerInfo]) -> None:
+    data_dir, first = running
+    _stop_under_clients(data_dir, first, TOPIC)
+    second = _restart(data_dir, first, TOPIC)
 
-        _restart(data_dir, first, topic)
-    finally:
-        broker.stop(data_dir)
+    # The command line, with the same ports given explicitly.
+    _stop_under_clients(data_dir, second, TOPIC)
+    plaintext, sasl_ssl, controller = _ports(first)
+    began = time.monotonic()
+    cli = subprocess.run(
+        [sys.executable, "-m", "infra.broker", "start", "--data-dir", str(data_dir),
+         "--plaintext-port", str(plaintext), "--sasl-ssl-port", str(sasl_ssl),
+         "--controller-port", str(controller), "--quiet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert time.monotonic() - began < RESTART_LIMIT_S
+    third = broker.status(data_dir)
+    assert third is not None and _ports(third) == _ports(first)
+    assert _read_topic(third, TOPIC) == MESSAGES
+
+
+def test_sigkill_then_start_on_the_same_ports(running: tuple[Path, BrokerInfo]) -> None:
+    data_dir, first = running
+    producer, consumer = _connected_clients(first, TOPIC)
+    os.kill(first.pid, signal.SIGKILL)  # the JVM alone, as a crash would
+    deadline = time.monotonic() + 10
+    while broker.status(data_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert broker.status(data_dir) is None
+    consumer.close()
+    del producer
+    _restart(data_dir, first, TOPIC)
 
 
 def test_a_remembered_port_taken_by_another_process_is_replaced(
