@@ -25,7 +25,8 @@ from infra.broker import ensure_topic
 from infra.jars import ensure_jars
 from processor.pipeline import Tables
 
-pytestmark = pytest.mark.integration
+# A Spark run: minutes on two shared cores.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 TOPIC = "eh-dotenv"
 COUNT, FLEET, SEED = 600, 8, 11
@@ -81,7 +82,7 @@ def test_producer_and_processor_take_event_hubs_settings_from_dotenv(kafka_broke
             "-m", "processor", "run", "--trigger", "available_now",
             "--fleet-size", str(FLEET), "--seed", str(SEED), "--shuffle-partitions", "2",
         ],
-        workdir, env, timeout=420,
+        workdir, env, timeout=900,
     )  # fmt: skip
     assert "[processor] all available data processed" in err
     for text in (producer_output, out, err):
