@@ -112,8 +112,9 @@ def preflight(settings: ProcessorSettings, command: str) -> None:
 
 def _session(settings: ProcessorSettings) -> SparkSession:
     spark = build_session(settings, log_file=cli.log_file())
-    where = f"; log {cli.log_file()}" if cli.log_file() else ""
-    _say(f"Spark {spark.version}, master {spark.sparkContext.master}{where}")
+    _say(f"Spark {spark.version}, master {spark.sparkContext.master}")
+    if cli.log_file():
+        _say(f"warnings and full traces: {cli.log_file()}")
     return spark
 
 
