@@ -204,12 +204,12 @@ class FaultInjector:
         if self._skew_off is not None:
             r.us += self._skew_off[r.dev]
 
-    def process(self, r: Readings, events: list[dict[str, Any]]) -> list[Message]:
+    def process(self, r: Readings, payloads: list[bytes]) -> list[Message]:
         """Turn one batch of readings into the messages to send now.
 
         Args:
             r: Readings (after anomalies and ``skew``), in stream order.
-            events: Their event dicts (``EventBuilder.events``).
+            payloads: Their JSON (``EventBuilder.encode``).
 
         Returns:
             Messages in send order, including held-back ones that are now due.
@@ -218,11 +218,11 @@ class FaultInjector:
         n = len(r)
         if n == 0:
             return []
-        keys, dumps = self._keys, orjson.dumps
+        keys = self._keys
         devs, seqs, ks = r.dev.tolist(), r.seq.tolist(), r.k.tolist()
         msgs = [
-            (keys[i], dumps(ev), i, seq, eid, None)
-            for i, seq, eid, ev in zip(devs, seqs, r.event_id, events, strict=True)
+            (keys[i], payload, i, seq, eid, None)
+            for i, seq, eid, payload in zip(devs, seqs, r.event_id, payloads, strict=True)
         ]
         out: list[Message] = []
         held = self._held
@@ -240,7 +240,7 @@ class FaultInjector:
             # One reading that is hit by a fault, or after which held messages are due.
             k = ks[pos]
             if e0 + pos == self._next_hit:
-                self._faulty(events[pos], msgs[pos], k, e0 + pos, out)
+                self._faulty(msgs[pos], k, e0 + pos, out)
             else:
                 out.append(msgs[pos])
             if held and k >= held[0][0]:
@@ -252,7 +252,7 @@ class FaultInjector:
             self._release_by_time(self.clock.micros(self._last_k), out)
         return out
 
-    def _faulty(self, ev: dict[str, Any], msg: Message, k: int, e: int, out: list[Message]) -> None:
+    def _faulty(self, msg: Message, k: int, e: int, out: list[Message]) -> None:
         """A reading hit by one or more per-reading faults."""
         kinds = []
         for kind, hits in self._hits:
@@ -261,6 +261,7 @@ class FaultInjector:
                 kinds.append(kind)
         self._next_hit = min(h.next for _, h in self._hits)
         i, seq, eid = msg[2], msg[3], msg[4]
+        ev = orjson.loads(msg[1])
         malformed = next((kd for kd in kinds if kd in MALFORMED_KINDS), None)
         if malformed is not None:
             out.append(self._malformed(malformed, ev, i))

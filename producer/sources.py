@@ -112,7 +112,7 @@ class SimulationSource:
             readings = self.anomalies.apply(readings)
         self.faults.skew(readings)
         self.generated += n
-        return self.faults.process(readings, self.events.events(readings))
+        return self.faults.process(readings, self.events.encode(readings))
 
     def drain(self) -> list[Message]:
         """Every held-back message; also closes open anomaly episodes."""
