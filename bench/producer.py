@@ -46,6 +46,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -166,19 +167,21 @@ def _client_worker(
         sink.wait_ready(10.0)  # as the producer does before its clock starts
         ready.set()
         go.wait()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for batch in batches:
             sink.send_batch(batch)
             sink.poll()
         left = sink.flush(60)
-        out.put((sink.acked, time.perf_counter() - t0, left))
+        out.put((sink.acked, time.perf_counter() - t0, left, time.process_time() - cpu0))
         sink.close()
     except Exception as exc:  # the parent reports it rather than wait for a result
         out.put(exc)
         ready.set()
 
 
-def run_client(bootstrap: str, topic: str, path: Path, args: argparse.Namespace) -> float:
+def run_client(
+    bootstrap: str, topic: str, path: Path, args: argparse.Namespace
+) -> tuple[float, float]:
     """The transport alone: the same file through ``KafkaSink`` in ``--workers`` processes.
 
     No simulation, faults or manifest: what the producer's Kafka path costs in Python
@@ -214,7 +217,19 @@ def run_client(bootstrap: str, topic: str, path: Path, args: argparse.Namespace)
     acked = sum(r[0] for r in results)
     if acked != len(lines) or any(r[2] for r in results):
         raise SystemExit(f"the client baseline delivered {acked:,} of {len(lines):,} messages")
-    return len(lines) / seconds
+    return len(lines) / seconds, sum(r[3] for r in results)
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a running process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of this process's finished (waited-for) children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -254,15 +269,21 @@ def main() -> None:
             broker.ensure_topic(bootstrap, f"bench-{n_topics}", partitions=3)
             return f"bench-{n_topics}"
 
+        cpu: dict[str, list[float]] = {"producer": [], "kcat": [], "client": []}
+        broker_cpu: dict[str, list[float]] = {"producer": [], "kcat": [], "client": []}
+
         def producer_side() -> float:
             report = run_producer(bootstrap, fresh_topic(), args, work)
             if report["acked"] != lines:
                 raise SystemExit(f"the producer acknowledged {report['acked']:,}, not {lines:,}")
+            cpu["producer"].append(report["cpu_s"])
             return report["acked"] / report["duration_s"]
 
         def kcat_side() -> float:
             topic = fresh_topic()
+            before = children_cpu_s()
             total = run_kcat(bootstrap, topic, events, args)
+            cpu["kcat"].append(children_cpu_s() - before)
             if total - kcat_startup < total / 2:
                 raise SystemExit(
                     f"kcat took {total:.3f} s, its start-up alone {kcat_startup:.3f} s: "
@@ -276,7 +297,8 @@ def main() -> None:
 
         def client_side() -> float:
             topic = fresh_topic()
-            rate = run_client(bootstrap, topic, events, args)
+            rate, used = run_client(bootstrap, topic, events, args)
+            cpu["client"].append(used)
             if (held := topic_messages(bootstrap, topic)) != lines:
                 raise SystemExit(f"the client baseline left {held:,} of {lines:,} messages")
             return rate
@@ -301,11 +323,15 @@ def main() -> None:
         startups = sorted(run_kcat(bootstrap, fresh_topic(), one_line, args) for _ in range(3))
         kcat_startup = startups[1]
         rates: dict[str, list[float]] = {side: [] for side in sides}
+        for side in cpu:
+            cpu[side].clear()
         for r in range(args.rounds):
             order = ["producer", "kcat", "client"]
             for side in order if r % 2 == 0 else order[::-1]:
                 settle()
+                broker0 = cpu_s(info.pid)
                 rates[side].append(sides[side]())
+                broker_cpu[side].append(cpu_s(info.pid) - broker0)
             print(
                 f"round {r}: producer {rates['producer'][-1]:,.0f}/s, "
                 f"kcat {rates['kcat'][-1]:,.0f}/s, client alone {rates['client'][-1]:,.0f}/s "
@@ -313,6 +339,9 @@ def main() -> None:
                 flush=True,
             )
         best, best_kcat, best_client = (max(rates[s]) for s in ("producer", "kcat", "client"))
+        # CPU per event, median over the rounds: what each side costs whatever else runs.
+        us_per_event = {s: round(statistics.median(v) / lines * 1e6, 2) for s, v in cpu.items()}
+        broker_us = {s: round(statistics.median(v) / lines * 1e6, 2) for s, v in broker_cpu.items()}
         ratios = [p / k for p, k in zip(rates["producer"], rates["kcat"], strict=True)]
         print(
             json.dumps(
@@ -327,6 +356,13 @@ def main() -> None:
                     "kcat_startup_s": round(kcat_startup, 3),
                     "share_of_client": round(best / best_client, 3),
                     "median_round_ratio": round(statistics.median(ratios), 3),
+                    "cpu_us_per_event": us_per_event,
+                    "broker_cpu_us_per_event": broker_us,
+                    # Two idle cores shared by the producer and the broker, nothing else.
+                    "two_idle_cores_events_per_s": round(
+                        2e6 / (us_per_event["producer"] + broker_us["producer"])
+                    ),
+                    "load_average_1m": round(os.getloadavg()[0], 1),
                     "round_ratios": [round(x, 3) for x in ratios],
                     "count": args.count,
                     "workers": args.workers,

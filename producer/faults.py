@@ -32,6 +32,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -218,12 +219,10 @@ class FaultInjector:
         n = len(r)
         if n == 0:
             return []
-        keys = self._keys
-        devs, seqs, ks = r.dev.tolist(), r.seq.tolist(), r.k.tolist()
-        msgs = [
-            (keys[i], payload, i, seq, eid, None)
-            for i, seq, eid, payload in zip(devs, seqs, r.event_id, payloads, strict=True)
-        ]
+        devs, ks = r.dev.tolist(), r.k.tolist()
+        keys = map(self._keys.__getitem__, devs)
+        seqs, ids = r.seq.tolist(), r.event_id
+        msgs = list(zip(keys, payloads, devs, seqs, ids, repeat(None, n), strict=True))
         out: list[Message] = []
         held = self._held
         e0 = self._emitted

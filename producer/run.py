@@ -43,7 +43,8 @@ class RunReport:
     ``per_second``, ``per_second_acked`` and ``per_second_target`` hold, for each whole
     second of the run, the messages sent, the messages acknowledged and the target.
     ``ready_wait_s`` is the time spent, before the clock started, waiting for the sink
-    to be ready (Kafka: the broker assigning the idempotent producer its id).
+    to be ready (Kafka: the broker assigning the idempotent producer its id). ``cpu_s``
+    is the CPU time the process(es) used while the clock ran, client threads included.
     """
 
     target_rate: float
@@ -73,6 +74,7 @@ class RunReport:
     fatal: str | None = None
     manifest_path: str | None = None
     ready_wait_s: float = 0.0
+    cpu_s: float = 0.0
 
     def summary(self) -> str:
         """A readable multi-line summary."""
@@ -259,6 +261,7 @@ def run(
     ready_wait = 0.0
     started_at = datetime.now(UTC).isoformat()
     t0 = time.monotonic()
+    cpu0 = time.process_time()
     undelivered = 0
 
     def report(duration: float) -> RunReport:
@@ -296,6 +299,7 @@ def run(
             },
             fatal=fatal,
             ready_wait_s=round(ready_wait, 3),
+            cpu_s=round(time.process_time() - cpu0, 3),
         )
 
     def deliver(msgs: list[Any]) -> None:
@@ -312,7 +316,7 @@ def run(
         if start_gate is not None:
             start_gate()
         started_at = datetime.now(UTC).isoformat()
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.process_time()
         next_progress = t0 + progress_s
         next_report = t0 + report_every_s
         stopped_by = "running"

@@ -374,7 +374,7 @@ class FleetSimulation:
         self._values[a:b] = values + MEAN_REVERSION * (target - values) + walk_step * noise
 
     def next(self, n: int) -> Readings:
-        """Advance the simulation by ``n`` readings and return them (ids not yet drawn)."""
+        """Advance the simulation by ``n`` readings and return them."""
         size = len(self.fleet)
         ks = np.arange(self.k, self.k + n, dtype=np.int64)
         us = self.clock.micros_at(ks)
@@ -392,12 +392,10 @@ class FleetSimulation:
             parts.append((seq, status, battery, values))
             pos += b - a
         self.k += n
-        seq, status, battery, values = (
-            (np.concatenate(c) for c in zip(*parts, strict=True))
-            if parts
-            else (np.zeros(0, np.int64), np.zeros(0, np.int8), np.zeros(0), np.zeros((0, 1)))
-        )
-        return Readings(ks, dev, seq, us, status, battery, values.reshape(n, -1), self._ids(us))
+        if not parts:
+            parts.append((ks, ks.astype(np.int8), np.zeros(0), np.zeros((0, len(self.metrics)))))
+        seq, status, battery, values = (np.concatenate(c) for c in zip(*parts, strict=True))
+        return Readings(ks, dev, seq, us, status, battery, values, self._ids(us))
 
     def _ids(self, us: np.ndarray) -> list[str]:
         n = len(us)

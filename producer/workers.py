@@ -158,6 +158,7 @@ def merge_reports(parts: list[dict[str, Any]]) -> RunReport:
             "throttle_events": sum(p["throttle_events"] for p in parts),
             "throttle_ms_total": sum(p["throttle_ms_total"] for p in parts),
             "ready_wait_s": max(p["ready_wait_s"] for p in parts),
+            "cpu_s": round(sum(p["cpu_s"] for p in parts), 3),
             "stopped_by": "+".join(stopped),
             "started_at": min(p["started_at"] for p in parts),
             "per_second": summed("per_second"),

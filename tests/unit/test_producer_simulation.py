@@ -50,6 +50,17 @@ def test_a_seed_gives_the_same_stream_however_it_is_batched(size, seed, rate):
     ]
 
 
+def test_an_empty_step_is_empty_and_changes_nothing():
+    fleet = build_fleet(4, 2)
+    sim = FleetSimulation(fleet, 2, simulated_clock(START, 5.0), deterministic_ids=True)
+    empty = sim.next(0)
+    assert len(empty) == 0 and empty.values.shape == (0, len(contract.METRIC_NAMES))
+    assert EventBuilder(sim).encode(empty) == [] and sim.k == 0
+    assert EventBuilder(sim).events(sim.next(3)) == _stream(
+        fleet, 2, simulated_clock(START, 5.0), (3,), 3, deterministic_ids=True
+    )
+
+
 def test_random_ids_change_nothing_else():
     fleet = build_fleet(9, 3)
     clock = simulated_clock(START, 50.0)
