@@ -175,9 +175,9 @@ class VerifyResult:
             f"  duplicated in silver: {d['silver_duplicated_ids']:,} event ids "
             f"({d['silver_extra_rows']:,} extra rows); bronze extra copies beyond the injected "
             f"duplicates: {d['bronze_unexpected_copies']:,}",
-            f"  id collisions in bronze: {d['bronze_collided_ids']:,} event ids on "
-            f"{d['bronze_collided_rows']:,} rows of different content (identical copies, "
-            f"resent or redelivered: {d['bronze_identical_copies']:,})",
+            f"  id collisions in bronze: {d.get('bronze_collided_ids', 0):,} event ids on "
+            f"{d.get('bronze_collided_rows', 0):,} rows of different content (identical "
+            f"copies, resent or redelivered: {d.get('bronze_identical_copies', 0):,})",
             f"  late: {la['injected']:,} injected ({la['injected_over_watermark']:,} beyond the "
             f"{la['watermark_s']:g} s watermark); dropped by the watermark {la['dropped']:,} "
             f"(should drop {la['dropped_expected']:,}, at the boundary "
