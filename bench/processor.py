@@ -59,7 +59,7 @@ from common.fleet import build_fleet  # noqa: E402
 from infra import broker  # noqa: E402
 from infra.jars import ensure_jars  # noqa: E402
 from producer.run import percentiles  # noqa: E402
-from producer.signals import generate, simulated_clock, wall_clock  # noqa: E402
+from producer.simulation import generate, simulated_clock, wall_clock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,7 @@ runs ``--rounds`` times and its best round counts (``round_ratios`` has each rou
 ``median_round_ratio`` their median).
 
 The sides are timed nearly alike: the producer's clock (its report's ``duration_s``)
-starts once its kernels are loaded and the broker has given it a producer id, and stops
+starts once its fleet is built and the broker has given it a producer id, and stops
 when the sink is closed after the last acknowledgement; kcat's is its run, launch to
 exit, less the fixed cost of launching, connecting and exiting, which is timed on a
 one-line file (``kcat_startup_s``, the median of three). The correction leans kcat's
@@ -23,16 +23,18 @@ way: kcat reads and queues lines while it waits for its producer id, and the pro
 time keeps its shutdown.
 
 A third side measures the producer's ceiling on this machine: the same file sent by
-the producer's own ``KafkaSink`` (librdkafka through ``producer.native``) in
-``--workers`` processes, with no simulation, faults or manifest. ``client_ratio`` is
-that against kcat (what the producer's transport can reach at all);
-``share_of_client`` is the full-realism producer against it (what simulation, faults
-and the manifest cost).
+the producer's own ``KafkaSink`` (confluent-kafka's ``Producer.produce``, one call per
+message, a delivery callback per report) in ``--workers`` processes, with no
+simulation, faults or manifest. ``client_ratio`` is that against kcat (what the
+client can reach from Python at all); ``share_of_client`` is the full-realism
+producer against it (what simulation, faults and the manifest cost). The producer's
+target is ``TARGET`` events/s at full realism with 2 workers; kcat is a reference only.
 
 The last line printed is one JSON object::
 
-    {"events_per_s": ..., "kcat_events_per_s": ..., "ratio": ...,
-     "client_events_per_s": ..., "client_ratio": ..., "share_of_client": ..., ...}
+    {"events_per_s": ..., "target_events_per_s": 200000, "meets_target": ...,
+     "kcat_events_per_s": ..., "ratio": ..., "client_events_per_s": ...,
+     "client_ratio": ..., "share_of_client": ..., ...}
 
 Usage: ``python bench/producer.py [--count 2000000] [--workers 2] [--rounds 5]``
 (kcat: ``apt-get install kcat``).
@@ -44,6 +46,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -60,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 from infra import broker  # noqa: E402
 
 BATCH = 4096  # messages per send_batch in the client baseline (the producer's default batch)
+TARGET = 200_000  # events/s the producer must reach at full realism with 2 workers
 
 
 def run_producer(bootstrap: str, topic: str, args: argparse.Namespace, work: Path) -> dict:
@@ -144,42 +148,40 @@ def _client_worker(
 ) -> None:
     """One process of the client baseline: ``KafkaSink`` with pre-encoded messages.
 
-    The lines are laid out as the producer's batches are (rows of one buffer, keyed),
-    before the clock starts.
+    The lines are made into the producer's messages (keyed, in batches) before the
+    clock starts.
     """
     for key in [k for k in os.environ if k.startswith("IOT_")]:
         del os.environ[key]  # the settings below, as the producer's side gets them
     try:
         from common.kafka import librdkafka_config
         from common.settings import KafkaSettings
-        from producer.messages import MessageBatch
         from producer.sinks import KafkaSink
 
         kafka = KafkaSettings(_env_file=None, bootstrap_servers=bootstrap, topic=topic, auth="none")
         conf = librdkafka_config(kafka, "producer") | {"linger.ms": linger_ms}
         sink = KafkaSink(conf, topic)
         pairs = [line.partition(b"\t") for line in lines]
-        batches = [
-            MessageBatch.of_lines([p[2] for p in pairs[at : at + BATCH]],
-                                  [p[0] for p in pairs[at : at + BATCH]])
-            for at in range(0, len(pairs), BATCH)
-        ]  # fmt: skip
+        msgs = [(key, value, 0, 0, "", None) for key, _, value in pairs]
+        batches = [msgs[at : at + BATCH] for at in range(0, len(msgs), BATCH)]
         sink.wait_ready(10.0)  # as the producer does before its clock starts
         ready.set()
         go.wait()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for batch in batches:
             sink.send_batch(batch)
             sink.poll()
         left = sink.flush(60)
-        out.put((sink.acked, time.perf_counter() - t0, left))
+        out.put((sink.acked, time.perf_counter() - t0, left, time.process_time() - cpu0))
         sink.close()
     except Exception as exc:  # the parent reports it rather than wait for a result
         out.put(exc)
         ready.set()
 
 
-def run_client(bootstrap: str, topic: str, path: Path, args: argparse.Namespace) -> float:
+def run_client(
+    bootstrap: str, topic: str, path: Path, args: argparse.Namespace
+) -> tuple[float, float]:
     """The transport alone: the same file through ``KafkaSink`` in ``--workers`` processes.
 
     No simulation, faults or manifest: what the producer's Kafka path costs in Python
@@ -215,13 +217,25 @@ def run_client(bootstrap: str, topic: str, path: Path, args: argparse.Namespace)
     acked = sum(r[0] for r in results)
     if acked != len(lines) or any(r[2] for r in results):
         raise SystemExit(f"the client baseline delivered {acked:,} of {len(lines):,} messages")
-    return len(lines) / seconds
+    return len(lines) / seconds, sum(r[3] for r in results)
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a running process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of this process's finished (waited-for) children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=2_000_000, help="readings per round")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--fleet-size", type=int, default=1000)
     parser.add_argument("--linger-ms", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
@@ -255,15 +269,21 @@ def main() -> None:
             broker.ensure_topic(bootstrap, f"bench-{n_topics}", partitions=3)
             return f"bench-{n_topics}"
 
+        cpu: dict[str, list[float]] = {"producer": [], "kcat": [], "client": []}
+        broker_cpu: dict[str, list[float]] = {"producer": [], "kcat": [], "client": []}
+
         def producer_side() -> float:
             report = run_producer(bootstrap, fresh_topic(), args, work)
             if report["acked"] != lines:
                 raise SystemExit(f"the producer acknowledged {report['acked']:,}, not {lines:,}")
+            cpu["producer"].append(report["cpu_s"])
             return report["acked"] / report["duration_s"]
 
         def kcat_side() -> float:
             topic = fresh_topic()
+            before = children_cpu_s()
             total = run_kcat(bootstrap, topic, events, args)
+            cpu["kcat"].append(children_cpu_s() - before)
             if total - kcat_startup < total / 2:
                 raise SystemExit(
                     f"kcat took {total:.3f} s, its start-up alone {kcat_startup:.3f} s: "
@@ -277,7 +297,8 @@ def main() -> None:
 
         def client_side() -> float:
             topic = fresh_topic()
-            rate = run_client(bootstrap, topic, events, args)
+            rate, used = run_client(bootstrap, topic, events, args)
+            cpu["client"].append(used)
             if (held := topic_messages(bootstrap, topic)) != lines:
                 raise SystemExit(f"the client baseline left {held:,} of {lines:,} messages")
             return rate
@@ -302,11 +323,15 @@ def main() -> None:
         startups = sorted(run_kcat(bootstrap, fresh_topic(), one_line, args) for _ in range(3))
         kcat_startup = startups[1]
         rates: dict[str, list[float]] = {side: [] for side in sides}
+        for side in cpu:
+            cpu[side].clear()
         for r in range(args.rounds):
             order = ["producer", "kcat", "client"]
             for side in order if r % 2 == 0 else order[::-1]:
                 settle()
+                broker0 = cpu_s(info.pid)
                 rates[side].append(sides[side]())
+                broker_cpu[side].append(cpu_s(info.pid) - broker0)
             print(
                 f"round {r}: producer {rates['producer'][-1]:,.0f}/s, "
                 f"kcat {rates['kcat'][-1]:,.0f}/s, client alone {rates['client'][-1]:,.0f}/s "
@@ -314,11 +339,16 @@ def main() -> None:
                 flush=True,
             )
         best, best_kcat, best_client = (max(rates[s]) for s in ("producer", "kcat", "client"))
+        # CPU per event, median over the rounds: what each side costs whatever else runs.
+        us_per_event = {s: round(statistics.median(v) / lines * 1e6, 2) for s, v in cpu.items()}
+        broker_us = {s: round(statistics.median(v) / lines * 1e6, 2) for s, v in broker_cpu.items()}
         ratios = [p / k for p, k in zip(rates["producer"], rates["kcat"], strict=True)]
         print(
             json.dumps(
                 {
                     "events_per_s": round(best),
+                    "target_events_per_s": TARGET,
+                    "meets_target": best >= TARGET,
                     "kcat_events_per_s": round(best_kcat),
                     "ratio": round(best / best_kcat, 3),
                     "client_events_per_s": round(best_client),
@@ -326,6 +356,13 @@ def main() -> None:
                     "kcat_startup_s": round(kcat_startup, 3),
                     "share_of_client": round(best / best_client, 3),
                     "median_round_ratio": round(statistics.median(ratios), 3),
+                    "cpu_us_per_event": us_per_event,
+                    "broker_cpu_us_per_event": broker_us,
+                    # Two idle cores shared by the producer and the broker, nothing else.
+                    "two_idle_cores_events_per_s": round(
+                        2e6 / (us_per_event["producer"] + broker_us["producer"])
+                    ),
+                    "load_average_1m": round(os.getloadavg()[0], 1),
                     "round_ratios": [round(x, 3) for x in ratios],
                     "count": args.count,
                     "workers": args.workers,

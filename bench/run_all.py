@@ -29,7 +29,7 @@ BENCH = Path(__file__).resolve().parent
 
 # bench name -> (figure, comparison, target)
 TARGETS: dict[str, list[tuple[str, str, float]]] = {
-    "producer": [("events_per_s", ">=", 100_000), ("ratio", ">=", 0.5)],
+    "producer": [("events_per_s", ">=", 200_000)],  # kcat beside it is a reference only
     "processor": [("events_per_s", ">=", 20_000), ("p95_latency_s", "<=", 10.0)],
     "dashboard": [("overview_render_s", "<=", 0.5)],
 }

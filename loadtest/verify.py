@@ -10,6 +10,9 @@ What is checked, and how (``docs/loadtest.md`` has the long form):
   partition yet, *quarantined* when the quarantine holds it, and otherwise dropped:
   explained by the watermark only if it arrived later than the watermark allows.
 * **Duplicates.** ``event_id`` values held more than once by ``silver/events``.
+* **Id collisions.** Bronze rows that share an ``event_id`` but not their bytes: a
+  redelivered or resent copy is the same message, so a different one is two events
+  with one id (a producer bug, or two producers drawing the same id), and fails the run.
 * **Late events.** An event's *lateness* is the newest ``event_time`` among the bronze
   rows that reached Kafka no later than it (the stream's clock as the watermark sees
   it), minus its own ``event_time``. Spark drops a row only if it is older than the
@@ -172,6 +175,9 @@ class VerifyResult:
             f"  duplicated in silver: {d['silver_duplicated_ids']:,} event ids "
             f"({d['silver_extra_rows']:,} extra rows); bronze extra copies beyond the injected "
             f"duplicates: {d['bronze_unexpected_copies']:,}",
+            f"  id collisions in bronze: {d.get('bronze_collided_ids', 0):,} event ids on "
+            f"{d.get('bronze_collided_rows', 0):,} rows of different content (identical "
+            f"copies, resent or redelivered: {d.get('bronze_identical_copies', 0):,})",
             f"  late: {la['injected']:,} injected ({la['injected_over_watermark']:,} beyond the "
             f"{la['watermark_s']:g} s watermark); dropped by the watermark {la['dropped']:,} "
             f"(should drop {la['dropped_expected']:,}, at the boundary "
@@ -264,6 +270,35 @@ def parse_bronze(bronze: pl.DataFrame) -> pl.DataFrame:
         .cast(UTC_US)
         .alias("event_time"),
     )
+
+
+def check_collisions(bronze: pl.DataFrame, parsed: pl.DataFrame) -> dict[str, Any]:
+    """Event ids bronze holds with different contents, apart from identical copies.
+
+    Args:
+        bronze: The raw bronze rows (``value``).
+        parsed: ``parse_bronze(bronze)``: the same rows in the same order, with ``event_id``.
+
+    Returns:
+        ``bronze_collided_ids`` (ids with more than one distinct payload),
+        ``bronze_collided_rows`` (their rows), ``bronze_identical_copies`` (rows beyond the
+        first of ids whose copies are all the same bytes) and ``examples_collisions``.
+
+    """
+    per_id = (
+        pl.DataFrame({"event_id": parsed["event_id"], "value": bronze["value"]})
+        .drop_nulls("event_id")
+        .group_by("event_id")
+        .agg(pl.len().alias("copies"), pl.col("value").n_unique().alias("contents"))
+    )
+    collided = per_id.filter(pl.col("contents") > 1).sort("event_id")
+    same = per_id.filter(pl.col("contents") == 1)
+    return {
+        "bronze_collided_ids": collided.height,
+        "bronze_collided_rows": int(collided["copies"].sum()) if collided.height else 0,
+        "bronze_identical_copies": int((same["copies"] - 1).sum()) if same.height else 0,
+        "examples_collisions": _examples(collided, ["event_id", "copies", "contents"]),
+    }
 
 
 def with_lateness(parsed: pl.DataFrame) -> pl.DataFrame:
@@ -505,7 +540,9 @@ def verify(truth: Truth, lake: LakeFrames, cfg: VerifyConfig | None = None) -> V
     metrics = _utc(lake.metrics, "timestamp")
     silver = _utc(lake.silver, "event_time", "kafka_timestamp", "ingest_time", "processed_time")
     expected = truth.events
-    bronze = with_lateness(parse_bronze(lake.bronze))
+    parsed = parse_bronze(lake.bronze)
+    collisions = check_collisions(lake.bronze, parsed)
+    bronze = with_lateness(parsed)
 
     # Bronze: first copy of each acknowledged reading; copies beyond the injected ones.
     copies = bronze.group_by("event_id").agg(
@@ -607,6 +644,7 @@ def verify(truth: Truth, lake: LakeFrames, cfg: VerifyConfig | None = None) -> V
         "examples": [{"event_id": e, "copies": n} for e, n in dups.head(EXAMPLES).iter_rows()],
         "bronze_injected_duplicates": len(want),
         "bronze_unexpected_copies": unexpected_copies,
+        **collisions,
     }
     first_copies = first.select("device_id", "seq", "partition", "offset")
     sequence = check_sequence(truth, first_copies)
@@ -682,6 +720,12 @@ def _judge(
         failures.append(
             f"{dups['silver_duplicated_ids']:,} event ids duplicated in silver "
             f"({dups['silver_extra_rows']:,} extra rows; e.g. {ids})"
+        )
+    if dups["bronze_collided_ids"]:
+        ids = ", ".join(e["event_id"] for e in dups["examples_collisions"][:5])
+        failures.append(
+            f"{dups['bronze_collided_ids']:,} event ids carry different events in bronze "
+            f"({dups['bronze_collided_rows']:,} rows; e.g. {ids}): an id must name one event"
         )
     mismatches = []
     if not quarantine["ok"]:

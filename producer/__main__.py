@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from common.fleet import build_fleet
@@ -23,12 +22,14 @@ from common.kafka import (
     redact,
 )
 from common.settings import add_settings_arguments, load_settings
+from producer.anomalies import AnomalyConfig
+from producer.faults import FaultConfig
 from producer.manifest import Manifest
 from producer.rate import RateProfile
 from producer.run import RunReport, StopFlag, run, write_report
 from producer.settings import ProducerSettings
-from producer.signals import Clock, FleetSimulator, simulated_clock, wall_clock
-from producer.sinks import FileSink, KafkaSink, Sink, StdoutSink, file_prefix
+from producer.simulation import Clock, simulated_clock, wall_clock
+from producer.sinks import FileSink, KafkaSink, Sink, StdoutSink, check_out_dir, file_prefix
 from producer.sources import ReplaySource, SimulationSource, Source, worker_count
 
 EH_EVENTS_PER_TU = 1000
@@ -108,6 +109,7 @@ def make_source(settings: ProducerSettings, *, worker: int = 0, workers: int = 1
         settings.fault_config(),
         worker=worker,
         workers=workers,
+        deterministic_ids=settings.deterministic_ids,
     )
 
 
@@ -117,6 +119,7 @@ def manifest_header(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
         "seed": settings.seed,
         "fleet_size": settings.fleet_size,
         "workers": settings.workers,
+        "deterministic_ids": settings.deterministic_ids,
         "scenario": settings.scenario,
         "anomalies": asdict(settings.anomaly_config()),
         "faults": asdict(settings.fault_config()),
@@ -181,6 +184,7 @@ def run_one(
         flush_timeout_s=settings.flush_timeout_s,
         on_tick=on_tick,
         start_gate=start_gate,
+        report_path=settings.report_path if workers == 1 else None,
     )
     if manifest is not None and manifest_path is not None:
         truth = source.ground_truth()
@@ -207,9 +211,10 @@ def mean_event_bytes(settings: ProducerSettings, sample: int = 500) -> float:
             sizes = [len(line.rstrip(b"\r\n")) for _, line in zip(range(sample), fh, strict=False)]
         return sum(sizes) / len(sizes) if sizes else 0.0
     fleet = build_fleet(settings.fleet_size, settings.seed)
-    sim = FleetSimulator(fleet, settings.seed, simulated_clock(datetime.now(UTC), 1000.0))
-    events = sim.batch(sample)
-    return sum(len(orjson.dumps(e)) for e in events) / len(events)
+    clock = simulated_clock(datetime.now(UTC), 1000.0)
+    source = SimulationSource(fleet, settings.seed, clock, AnomalyConfig(), FaultConfig())
+    msgs = source.next_batch(sample)
+    return sum(len(m[1]) for m in msgs) / len(msgs)
 
 
 def throughput_warning(settings: ProducerSettings) -> str | None:
@@ -271,8 +276,10 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
     try:
         if settings.replay is not None and not settings.replay.is_file():
             raise FileNotFoundError(f"replay file {settings.replay} does not exist")
-        if settings.transport == "file" and settings.out_dir is None:
-            raise ValueError("transport=file needs --out-dir (IOT_PRODUCER_OUT_DIR)")
+        if settings.transport == "file":
+            if settings.out_dir is None:
+                raise ValueError("transport=file needs --out-dir (IOT_PRODUCER_OUT_DIR)")
+            check_out_dir(settings.out_dir)
         if settings.transport == "kafka":
             conf = kafka_config(settings, credential)
             # Entra ID may take up to 12 s for the first token: keep the total under 30 s.

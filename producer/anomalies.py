@@ -1,7 +1,7 @@
 """Anomalies on purpose: spikes, stuck sensors, drift and dropout, each at its own rate.
 
 The injector is pure and seeded: it edits (or drops) readings made by
-``producer.signals.FleetSimulator`` and draws its own random numbers, so the
+``producer.simulation.FleetSimulation`` and draws its own random numbers, so the
 underlying signals are the same with or without anomalies, and the same seed
 gives the same anomalies. Every anomaly it injects becomes a record for the
 ground-truth manifest.
@@ -28,12 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from common.contract import FIELD_BY_NAME
+from common.contract import FIELD_BY_NAME, METRIC_NAMES
 from common.fleet import Device
-from producer.readings import Readings
 from producer.sampling import Hits, episode_start_probability, sub_rng
-
-Events = Readings | list[dict[str, Any]]
+from producer.simulation import Readings, format_micros
 
 KINDS = ("spike", "stuck", "drift", "dropout")
 DRIFT_REACH = 1.5  # drift ends at baseline + 1.5 x (high threshold - baseline)
@@ -96,23 +94,31 @@ class _Episode:
 
 
 class AnomalyInjector:
-    """Injects anomalies into batches of readings from one ``FleetSimulator``.
+    """Injects anomalies into batches of readings from one ``FleetSimulation``.
 
     Attributes:
         records: Finished anomaly records for the manifest, in the order they ended.
 
     """
 
-    def __init__(self, fleet: Sequence[Device], seed: int, config: AnomalyConfig) -> None:
+    def __init__(
+        self,
+        fleet: Sequence[Device],
+        seed: int,
+        config: AnomalyConfig,
+        metrics: Sequence[str] = METRIC_NAMES,
+    ) -> None:
         """Prepare the seeded draws.
 
         Args:
-            fleet: The simulator's devices, in the simulator's order.
+            fleet: The simulation's devices, in its order.
             seed: The run's seed (each anomaly kind derives its own generator).
             config: Rates and episode lengths.
+            metrics: The columns of ``Readings.values`` (``FleetSimulation.metrics``).
 
         """
         self.fleet = list(fleet)
+        self._col = {name: j for j, name in enumerate(metrics)}
         self.config = config
         self.records: list[dict[str, Any]] = []
         self._n = len(self.fleet)
@@ -161,20 +167,21 @@ class AnomalyInjector:
             param = DRIFT_REACH * reach
         self._open.append(_Episode(kind, device, metric, k, k_end, param))
 
-    def _touch(self, ep: _Episode, k: int, event: Any) -> None:
+    def _touch(self, ep: _Episode, r: Readings, pos: int) -> None:
         """Bookkeeping of one covered reading."""
         ep.readings += 1
         rec = ep.record
+        seq, when = int(r.seq[pos]), format_micros(int(r.us[pos]))
         if not rec:
             rec.update(
                 kind=ep.kind,
                 device_id=self.fleet[ep.device].device_id,
                 **({"metric": ep.metric} if ep.metric else {}),
-                start_seq=event["seq"],
-                start_time=event["event_time"],
+                start_seq=seq,
+                start_time=when,
             )
-        rec["end_seq"] = event["seq"]
-        rec["end_time"] = event["event_time"]
+        rec["end_seq"] = seq
+        rec["end_time"] = when
 
     def _finish(self, ep: _Episode, *, truncated: bool) -> None:
         rec = ep.record
@@ -188,24 +195,26 @@ class AnomalyInjector:
         rec["truncated"] = truncated
         self.records.append(rec)
 
-    def apply(self, k0: int, events: Events) -> tuple[Events, list[int] | None]:
-        """Inject the anomalies due in one batch.
+    def apply(self, r: Readings) -> Readings:
+        """Inject the anomalies due in one batch of consecutive readings.
 
         Args:
-            k0: Stream index of ``events[0]``; the batch covers ``k0 .. k0 + len - 1``.
-            events: Readings from the simulator (columns or event dicts), edited in place.
+            r: The next readings from the simulation (stream indexes ``k0, k0 + 1, ...``);
+                their values are edited in place.
 
         Returns:
-            The readings that survive dropout, and their stream indexes (``None`` when
-            none was dropped: then they are ``k0, k0 + 1, ...``).
+            The readings that survive dropout.
 
         """
-        n = len(events)
+        n = len(r)
+        if n == 0:
+            return r
+        k0 = int(r.k[0])
         stop = k0 + n
         for kind in ("dropout", "drift", "stuck"):
             for k in self._hits[kind].take_until(stop, k0):
                 self._start(kind, k)
-        dropped: set[int] = set()
+        keep = np.ones(n, dtype=bool)
         still_open = []
         # Dropout first, then drift, then stuck (a stuck sensor hides drift).
         order = {"dropout": 0, "drift": 1, "stuck": 2}
@@ -215,60 +224,51 @@ class AnomalyInjector:
             if first < k0:
                 first += -(-(k0 - first) // nd) * nd
             last = min(ep.k_end, stop - 1)
+            col = self._col[ep.metric] if ep.metric else -1
             for k in range(first, last + 1, nd):
-                event = events[k - k0]
-                self._touch(ep, k, event)
+                pos = k - k0
+                self._touch(ep, r, pos)
                 if ep.kind == "dropout":
-                    dropped.add(k - k0)
+                    keep[pos] = False
                 elif ep.kind == "drift":
-                    assert ep.metric is not None
-                    m = (k - ep.k_start) // nd + 1
-                    length = self._lengths["drift"]
-                    event[ep.metric] = _clamp(ep.metric, event[ep.metric] + ep.param * m / length)
+                    step = (k - ep.k_start) // nd + 1
+                    shift = ep.param * step / self._lengths["drift"]
+                    r.values[pos, col] = _clamp(str(ep.metric), r.values[pos, col] + shift)
                 else:
-                    assert ep.metric is not None
                     if k == ep.k_start:
-                        ep.param = event[ep.metric]
-                    event[ep.metric] = ep.param
+                        ep.param = float(r.values[pos, col])
+                    r.values[pos, col] = ep.param
             if ep.k_end < stop:
                 self._finish(ep, truncated=False)
             else:
                 still_open.append(ep)
-        self._open = [ep for ep in self._open if ep in still_open]
+        self._open = still_open
         for k in self._hits["spike"].take_until(stop, k0):
-            pos = k - k0
-            if pos in dropped:
-                continue
-            self._spike(k % self._n, events[pos])
-        if not dropped:
-            return events, None
-        if isinstance(events, Readings):
-            keep = np.ones(n, dtype=bool)
-            keep[list(dropped)] = False
-            return events.select(keep), (np.flatnonzero(keep) + k0).tolist()
-        kept = [e for pos, e in enumerate(events) if pos not in dropped]
-        ks = [k0 + pos for pos in range(n) if pos not in dropped]
-        return kept, ks
+            if keep[k - k0]:
+                self._spike(r, k - k0)
+        return r if keep.all() else r.select(keep)
 
-    def _spike(self, device: int, event: Any) -> None:
+    def _spike(self, r: Readings, pos: int) -> None:
+        device = int(r.dev[pos])
         metric = self._metric("spike", device)
+        col = self._col[metric]
         profile = self.fleet[device].kind.metrics[metric]
         rng = self._detail["spike"]
         if profile.high is not None:
             value = profile.high + (profile.high - profile.baseline) * rng.uniform(0.5, 1.5)
         else:
             value = profile.baseline + 10 * profile.daily_amplitude * rng.uniform(0.5, 1.5)
-        normal = event[metric]
-        event[metric] = _clamp(metric, value)
+        normal = float(r.values[pos, col])
+        r.values[pos, col] = _clamp(metric, value)
         self.records.append(
             {
                 "kind": "spike",
-                "device_id": event["device_id"],
-                "event_id": event["event_id"],
-                "seq": event["seq"],
-                "event_time": event["event_time"],
+                "device_id": self.fleet[device].device_id,
+                "event_id": r.event_id[pos],
+                "seq": int(r.seq[pos]),
+                "event_time": format_micros(int(r.us[pos])),
                 "metric": metric,
-                "value": event[metric],
+                "value": float(r.values[pos, col]),
                 "normal_value": normal,
             }
         )

@@ -32,7 +32,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -40,17 +40,17 @@ import orjson
 
 from common.contract import METRIC_NAMES, REQUIRED
 from common.fleet import Device
-from producer import kernels
-from producer.messages import BatchBuilder, Message, MessageBatch
-from producer.readings import EventView, Readings
 from producer.sampling import NEVER, Hits, sub_rng
-from producer.signals import Clock, TimeFormatter, to_micros
+from producer.simulation import Clock, Readings
 
 MALFORMED_KINDS = ("broken_json", "wrong_type", "missing_field", "unknown_device", "oversized")
 PER_READING_KINDS = ("duplicate", "late", "out_of_order", *MALFORMED_KINDS)
 WRONG_TYPE_FIELDS = ("seq", "schema_version", "event_time", "battery_pct", *METRIC_NAMES)
 
-Events = Readings | list[dict[str, Any]]
+# A message: key, value, device index in the source's fleet, seq, event_id, tag.
+# tag is None for the first send of a valid reading, "duplicate" for a resend, "raw"
+# for a replayed line that is not a reading, or the fault record of a malformed payload.
+Message = tuple[bytes, bytes, int, int, str, Any]
 
 
 def parse_delay(spec: str) -> Callable[[random.Random], float]:
@@ -136,10 +136,6 @@ class FaultConfig:
         return any(getattr(self, k) for k in (*PER_READING_KINDS, "clock_skew"))
 
 
-def _micros_of(text: str) -> int:
-    return to_micros(datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC))
-
-
 class FaultInjector:
     """Turns readings into messages, injecting faults on the way.
 
@@ -188,9 +184,11 @@ class FaultInjector:
             self.records.append(
                 {"kind": "clock_skew", "device_id": self.fleet[i].device_id, "skew_s": seconds}
             )
-        self._fmt = TimeFormatter()
-        self._skew_dev: np.ndarray | None = None
         self._skew_off: np.ndarray | None = None
+        if self._skew_us:
+            self._skew_off = np.zeros(self._n, dtype=np.int64)
+            for i, offset in self._skew_us.items():
+                self._skew_off[i] = offset
         self._emitted = 0  # readings seen (the index the per-reading rates apply to)
         self._held: list[tuple[int, int, Message, dict[str, Any] | None]] = []
         self._held_by_time: list[tuple[int, int, Message, dict[str, Any] | None]] = []
@@ -202,130 +200,71 @@ class FaultInjector:
         """Messages held back (late, out of order, resends) not yet released."""
         return len(self._held) + len(self._held_by_time)
 
-    def process(self, events: Events, ks: Sequence[int] | None, k0: int) -> MessageBatch:
+    def skew(self, r: Readings) -> None:
+        """Shift the event times of the skewed devices' readings, in place."""
+        if self._skew_off is not None:
+            r.us += self._skew_off[r.dev]
+
+    def process(self, r: Readings, payloads: list[bytes]) -> list[Message]:
         """Turn one batch of readings into the messages to send now.
 
         Args:
-            events: Readings (after anomalies), in stream order: columns or event dicts.
-            ks: Their stream indexes, or None for ``k0, k0 + 1, ...``.
-            k0: Stream index of the first reading when ``ks`` is None.
+            r: Readings (after anomalies and ``skew``), in stream order.
+            payloads: Their JSON (``EventBuilder.encode``).
 
         Returns:
-            Messages in send order, including held-back ones that are due: readings
-            that pass untouched are rows of the encoded batch.
+            Messages in send order, including held-back ones that are now due.
 
         """
-        n = len(events)
-        nd = self._n
-        out = BatchBuilder()
+        n = len(r)
         if n == 0:
-            return out.build()
-        encoded = None
-        if isinstance(events, Readings):
-            if self._skew_us:
-                self._skew_columns(events)
-            encoded = events.encode_buffer()
-            devs = events.dev.tolist()
-            event_at = events.__getitem__  # a view: a fault reads a few fields
-
-            def payload_at(p: int) -> bytes:
-                return events.payload(encoded, p)
-
-            plain = out.rows
-        else:
-            if self._skew_us:
-                self._apply_skew(events, ks, k0)
-            payloads = [orjson.dumps(ev) for ev in events]
-            devs = [k % nd for k in (ks if ks is not None else range(k0, k0 + n))]
-            event_at = events.__getitem__
-            payload_at = payloads.__getitem__
-            keys = self._keys
-
-            def plain(a: int, b: int) -> None:
-                for p in range(a, b):
-                    ev = events[p]
-                    out.append((keys[devs[p]], payloads[p], devs[p], ev["seq"], ev["event_id"],
-                                None))  # fmt: skip
-
+            return []
+        devs, ks = r.dev.tolist(), r.k.tolist()
+        keys = map(self._keys.__getitem__, devs)
+        seqs, ids = r.seq.tolist(), r.event_id
+        msgs = list(zip(keys, payloads, devs, seqs, ids, repeat(None, n), strict=True))
+        out: list[Message] = []
         held = self._held
         e0 = self._emitted
         pos = 0
         while pos < n:
             # Plain readings up to the next fault hit or the next release point.
-            release_at = held[0][0] if held else NEVER
-            if release_at == NEVER:
-                rel_pos = n
-            elif ks is None:
-                rel_pos = min(n, max(pos, release_at - k0))
-            else:
-                rel_pos = bisect.bisect_left(ks, release_at, pos)
+            rel_pos = bisect.bisect_left(ks, held[0][0], pos) if held else n
             end = min(n, self._next_hit - e0, rel_pos)
             if end > pos:
-                plain(pos, end)
+                out += msgs[pos:end]
                 pos = end
                 if pos >= n:
                     break
             # One reading that is hit by a fault, or after which held messages are due.
-            k = ks[pos] if ks is not None else k0 + pos
+            k = ks[pos]
             if e0 + pos == self._next_hit:
-                out.skip(pos)
-                self._faulty(event_at(pos), payload_at(pos), k, devs[pos], e0 + pos, out)
+                self._faulty(msgs[pos], k, e0 + pos, out)
             else:
-                plain(pos, pos + 1)
+                out.append(msgs[pos])
             if held and k >= held[0][0]:
                 self._release(k, out)
             pos += 1
         self._emitted = e0 + n
-        self._last_k = last_k = ks[-1] if ks is not None else k0 + n - 1
+        self._last_k = ks[-1]
         if self._held_by_time:
-            self._release_by_time(self.clock.micros(last_k), out)
-        if encoded is None:
-            return out.build()
-        return out.build(events, encoded)  # type: ignore[arg-type]
+            self._release_by_time(self.clock.micros(self._last_k), out)
+        return out
 
-    def _skew_columns(self, events: Readings) -> None:
-        """Shift the event times of the skewed devices' readings (as ``_apply_skew``)."""
-        if self._skew_dev is None:
-            self._skew_dev = np.zeros(self._n, dtype=bool)
-            self._skew_off = np.zeros(self._n, dtype=np.int64)
-            for i, offset in self._skew_us.items():
-                self._skew_dev[i] = True
-                self._skew_off[i] = offset
-        kernels.skew(events.us, events.dev, self._skew_dev, self._skew_off)
-
-    def _apply_skew(self, events: list[dict[str, Any]], ks: Sequence[int] | None, k0: int) -> None:
-        """Shift the event times of the skewed devices' readings."""
-        nd = self._n
-        fmt = self._fmt
-        if ks is None:
-            for i, offset in self._skew_us.items():
-                for pos in range((i - k0) % nd, len(events), nd):
-                    ev = events[pos]
-                    ev["event_time"] = fmt(_micros_of(ev["event_time"]) + offset)
-            return
-        skew = self._skew_us
-        for pos, k in enumerate(ks):
-            offset = skew.get(k % nd)
-            if offset is not None:
-                ev = events[pos]
-                ev["event_time"] = fmt(_micros_of(ev["event_time"]) + offset)
-
-    def _faulty(self, ev: Any, payload: bytes, k: int, i: int, e: int, out: BatchBuilder) -> None:
-        """The slow path: a reading (its event, or a view of it) hit by a per-reading fault."""
+    def _faulty(self, msg: Message, k: int, e: int, out: list[Message]) -> None:
+        """A reading hit by one or more per-reading faults."""
         kinds = []
         for kind, hits in self._hits:
             if hits.next == e:
                 hits.advance()
                 kinds.append(kind)
         self._next_hit = min(h.next for _, h in self._hits)
-        seq, eid = ev["seq"], ev["event_id"]
+        i, seq, eid = msg[2], msg[3], msg[4]
+        ev = orjson.loads(msg[1])
         malformed = next((kd for kd in kinds if kd in MALFORMED_KINDS), None)
         if malformed is not None:
-            out.append(
-                self._malformed(malformed, ev.to_dict() if isinstance(ev, EventView) else ev, i)
-            )
+            out.append(self._malformed(malformed, ev, i))
             return
-        msg: Message = (self._keys[i], payload, i, seq, eid, None)
         base = {"device_id": ev["device_id"], "event_id": eid, "seq": seq}
         release_k = k
         due_us = 0
@@ -337,7 +276,7 @@ class FaultInjector:
                    "delay_s": round(delay, 6)}  # fmt: skip
             self.records.append(rec)
             rec["_event_us"] = event_us
-            due_k = self.clock.index_at(due_us) if hasattr(self.clock, "index_at") else None
+            due_k = self.clock.index_at(due_us)
             if due_k is None:
                 self._order += 1
                 heapq.heappush(self._held_by_time, (due_us, self._order, msg, rec))
@@ -369,7 +308,7 @@ class FaultInjector:
         self._order += 1
         heapq.heappush(self._held, (release_k, self._order, msg, rec))
 
-    def _release(self, k: int, out: BatchBuilder) -> None:
+    def _release(self, k: int, out: list[Message]) -> None:
         held = self._held
         while held and held[0][0] <= k:
             _, _, msg, rec = heapq.heappop(held)
@@ -377,7 +316,7 @@ class FaultInjector:
                 self._sent_late(rec, self.clock.micros(k))
             out.append(msg)
 
-    def _release_by_time(self, now_us: int, out: BatchBuilder) -> None:
+    def _release_by_time(self, now_us: int, out: list[Message]) -> None:
         held = self._held_by_time
         while held and held[0][0] <= now_us:
             _, _, msg, rec = heapq.heappop(held)
@@ -390,9 +329,9 @@ class FaultInjector:
         if "_event_us" in rec:
             rec["sent_after_s"] = round((now_us - rec.pop("_event_us")) / 1_000_000, 6)
 
-    def drain(self) -> MessageBatch:
+    def drain(self) -> list[Message]:
         """Release every held-back message, in due order (the stream is ending)."""
-        out = BatchBuilder()
+        out: list[Message] = []
         now_us = self.clock.micros(max(self._last_k, 0))
         while self._held:
             _, _, msg, rec = heapq.heappop(self._held)
@@ -406,7 +345,7 @@ class FaultInjector:
                 self._sent_late(rec, now_us)
                 rec["cut_short"] = True
             out.append(msg)
-        return out.build()
+        return out
 
     def _malformed(self, kind: str, ev: dict[str, Any], i: int) -> Message:
         rng = self._detail

@@ -20,10 +20,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
-from producer.messages import Message, MessageBatch
+from producer.faults import Message
 
 MANIFEST_VERSION = 1
 _ID_LEN = 36  # a UUID's text
@@ -60,11 +59,8 @@ class Manifest:
         self.messages = 0
         self.unidentified = 0
 
-    def record(self, msgs: Sequence[Message] | MessageBatch) -> None:
+    def record(self, msgs: Sequence[Message]) -> None:
         """Note messages handed to the sink (their fate comes through ``failed``)."""
-        if isinstance(msgs, MessageBatch) and msgs.readings is not None and self.uuid_ids:
-            self._record_rows(msgs)
-            return
         plain = [m for m in msgs if m[5] is None]
         if len(plain) != len(msgs):
             for m in msgs:
@@ -79,42 +75,6 @@ class Manifest:
         self._dev.extend(devices)
         self._seq.extend(seqs)
         self._id_chunks.append("".join(event_ids) if self.uuid_ids else event_ids)
-
-    def _record_rows(self, batch: MessageBatch) -> None:
-        """``record`` of a batch of rows and single messages, without a tuple per row."""
-        rd = batch.readings
-        assert rd is not None
-        order, extras = batch.order, batch.extras
-        plain_extras = np.ones(len(extras), dtype=bool)
-        for j, m in enumerate(extras):
-            if m[5] is not None:
-                plain_extras[j] = False
-                if m[5] == "duplicate":
-                    self._resends[m[4]] += 1
-                elif m[5] == "raw":
-                    self.unidentified += 1
-        self.messages += len(order)
-        single = order < 0
-        keep = ~single
-        keep[single] = plain_extras[-1 - order[single]]
-        sel = order[keep]
-        is_row = sel >= 0
-        rows = sel[is_row]
-        dev = np.empty(len(sel), dtype=np.int64)
-        seq = np.empty(len(sel), dtype=np.int64)
-        ids = np.empty((len(sel), _ID_LEN), dtype=np.uint8)
-        dev[is_row] = rd.dev[rows]
-        seq[is_row] = rd.seq[rows]
-        ids[is_row] = rd.eid[rows]
-        others = [extras[-1 - x] for x in sel[~is_row].tolist()]
-        if others:
-            dev[~is_row] = [m[2] for m in others]
-            seq[~is_row] = [m[3] for m in others]
-            text = "".join(m[4] for m in others).encode()
-            ids[~is_row] = np.frombuffer(text, dtype=np.uint8).reshape(len(others), _ID_LEN)
-        self._dev.frombytes(dev.tobytes())
-        self._seq.frombytes(seq.tobytes())
-        self._id_chunks.append(ids.tobytes().decode())
 
     def _ids(self) -> Iterator[str]:
         for chunk in self._id_chunks:

@@ -23,7 +23,7 @@ from producer.sources import Source
 MAX_LAG_S = 2.0  # behind the target by more than this much work: forgive the rest
 MAX_SLEEP_S = 0.05
 # At a set rate, send at most one batch per this many seconds of the target (or per
-# ``batch_size`` readings): a batch per reading costs a vectorized step each, and at
+# ``batch_size`` readings): a batch per reading costs a vectorised step each, and at
 # a few thousand readings/s that alone would keep a core busy.
 MIN_STEP_S = 0.01
 # Most seconds to wait, before the clock starts, for the sink to be ready to send at
@@ -33,6 +33,7 @@ READY_TIMEOUT_S = 10.0
 # (CPython's default is 700): each batch makes a tuple and a dict per message, none
 # of them in a reference cycle, and scanning them was a tenth of the producer's CPU.
 GC_THRESHOLD = 50_000
+REPORT_EVERY_S = 2.0  # the report file is refreshed this often while the run goes on
 
 
 @dataclass
@@ -42,7 +43,8 @@ class RunReport:
     ``per_second``, ``per_second_acked`` and ``per_second_target`` hold, for each whole
     second of the run, the messages sent, the messages acknowledged and the target.
     ``ready_wait_s`` is the time spent, before the clock started, waiting for the sink
-    to be ready (Kafka: the broker assigning the idempotent producer its id).
+    to be ready (Kafka: the broker assigning the idempotent producer its id). ``cpu_s``
+    is the CPU time the process(es) used while the clock ran, client threads included.
     """
 
     target_rate: float
@@ -72,6 +74,7 @@ class RunReport:
     fatal: str | None = None
     manifest_path: str | None = None
     ready_wait_s: float = 0.0
+    cpu_s: float = 0.0
 
     def summary(self) -> str:
         """A readable multi-line summary."""
@@ -206,6 +209,8 @@ def run(
     flush_timeout_s: float = 30.0,
     on_tick: Callable[[int, int, int, int], None] | None = None,
     start_gate: Callable[[], None] | None = None,
+    report_path: Path | None = None,
+    report_every_s: float = REPORT_EVERY_S,
 ) -> RunReport:
     """Send the source's messages to ``sink`` at the profile's rate until a limit or a stop.
 
@@ -233,6 +238,9 @@ def run(
             progress with a parent process.
         start_gate: Called once the sink is ready, just before the clock starts (workers
             wait there for each other).
+        report_path: Refresh the report here every ``report_every_s`` while running
+            (``stopped_by`` is ``"running"`` until the end); the caller writes the last one.
+        report_every_s: Seconds between refreshes of ``report_path``.
 
     Returns:
         The run report, after the sink has been flushed.
@@ -250,6 +258,49 @@ def run(
     unlimited = profile.unlimited
     forgiven = 0.0
     cumulative = profile.cumulative
+    ready_wait = 0.0
+    started_at = datetime.now(UTC).isoformat()
+    t0 = time.monotonic()
+    cpu0 = time.process_time()
+    undelivered = 0
+
+    def report(duration: float) -> RunReport:
+        sent_counts = _diffs(c.per_second)
+        expected = _expected_errors(sink.failures)
+        errors = dict(sink.errors)
+        return RunReport(
+            target_rate=round(cumulative(duration) / duration, 1) if duration > 0 else 0.0,
+            sent=c.sent,
+            acked=sink.acked,
+            undelivered=undelivered,
+            duration_s=round(duration, 3),
+            achieved_rate=round(c.sent / duration, 1) if duration > 0 else 0.0,
+            errors=errors,
+            ack_latency_ms={
+                k: round(v * 1000, 3) for k, v in percentiles(sink.latencies_s).items()
+            },
+            throttle_events=getattr(sink, "throttle_events", 0),
+            stopped_by=stopped_by,
+            started_at=started_at,
+            per_second=sent_counts,
+            per_second_acked=_diffs(c.per_second_acked),
+            per_second_target=[
+                round(cumulative(i + 1) - cumulative(i), 3) for i in range(len(sent_counts))
+            ],
+            rate_profile=profile.name,
+            peak_target_rate=profile.peak,
+            acked_rate=round(sink.acked / duration, 1) if duration > 0 else 0.0,
+            readings=source.generated,
+            throttle_ms_total=getattr(sink, "throttle_ms_total", 0),
+            lag_forgiven=int(forgiven),
+            expected_errors=expected,
+            unexpected_errors={
+                k: v - expected.get(k, 0) for k, v in errors.items() if v > expected.get(k, 0)
+            },
+            fatal=fatal,
+            ready_wait_s=round(ready_wait, 3),
+            cpu_s=round(time.process_time() - cpu0, 3),
+        )
 
     def deliver(msgs: list[Any]) -> None:
         if not msgs:
@@ -265,8 +316,10 @@ def run(
         if start_gate is not None:
             start_gate()
         started_at = datetime.now(UTC).isoformat()
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.process_time()
         next_progress = t0 + progress_s
+        next_report = t0 + report_every_s
+        stopped_by = "running"
         while True:
             now = time.monotonic()
             elapsed = now - t0
@@ -282,6 +335,9 @@ def run(
             if count is not None and source.generated >= count:
                 stopped_by = "count"
                 break
+            if report_path is not None and now >= next_report:
+                next_report = now + report_every_s
+                write_report(report(elapsed), report_path)
             if now >= next_progress:
                 next_progress = now + progress_s
                 if show_progress:
@@ -341,41 +397,12 @@ def run(
             manifest.failed(value, tag, error)
     if on_tick is not None:
         on_tick(source.generated, c.sent, sink.acked, sum(sink.errors.values()))
-    sent_counts = [b - a for a, b in zip([0, *c.per_second], c.per_second, strict=False)]
-    acked_counts = [
-        b - a for a, b in zip([0, *c.per_second_acked], c.per_second_acked, strict=False)
-    ]
-    expected = _expected_errors(sink.failures)
-    errors = dict(sink.errors)
-    unexpected = {k: v - expected.get(k, 0) for k, v in errors.items() if v > expected.get(k, 0)}
-    return RunReport(
-        target_rate=round(profile.cumulative(duration) / duration, 1) if duration > 0 else 0.0,
-        sent=c.sent,
-        acked=sink.acked,
-        undelivered=undelivered,
-        duration_s=round(duration, 3),
-        achieved_rate=round(c.sent / duration, 1) if duration > 0 else 0.0,
-        errors=errors,
-        ack_latency_ms={k: round(v * 1000, 3) for k, v in percentiles(sink.latencies_s).items()},
-        throttle_events=getattr(sink, "throttle_events", 0),
-        stopped_by=stopped_by,
-        started_at=started_at,
-        per_second=sent_counts,
-        per_second_acked=acked_counts,
-        per_second_target=[
-            round(cumulative(i + 1) - cumulative(i), 3) for i in range(len(sent_counts))
-        ],
-        rate_profile=profile.name,
-        peak_target_rate=profile.peak,
-        acked_rate=round(sink.acked / duration, 1) if duration > 0 else 0.0,
-        readings=source.generated,
-        throttle_ms_total=getattr(sink, "throttle_ms_total", 0),
-        lag_forgiven=int(forgiven),
-        expected_errors=expected,
-        unexpected_errors=unexpected,
-        fatal=fatal,
-        ready_wait_s=round(ready_wait, 3),
-    )
+    return report(duration)
+
+
+def _diffs(cumulative: list[int]) -> list[int]:
+    """Per-second counts from the running totals at the end of each second."""
+    return [b - a for a, b in zip([0, *cumulative], cumulative, strict=False)]
 
 
 def _expected_errors(failures: list[tuple[bytes | None, Any, str]]) -> dict[str, int]:

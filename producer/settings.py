@@ -78,6 +78,10 @@ class ProducerSettings(Settings):
     clock_rate: float | None = Field(
         None, gt=0, description="Events per simulated second with start_time (default: rate)"
     )
+    deterministic_ids: bool = Field(
+        False,
+        description="Draw event ids from the seed (byte-identical reruns) instead of at random",
+    )
     workers: int = Field(1, ge=1, le=64, description="Processes, each owning a slice of the fleet")
     batch_size: int = Field(4096, ge=1, le=100_000, description="Readings made per step")
     replay: Path | None = Field(

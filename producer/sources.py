@@ -11,15 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-import numpy as np
 import orjson
 
 from common.fleet import Device
-from producer import kernels
 from producer.anomalies import AnomalyConfig, AnomalyInjector
 from producer.faults import FaultConfig, FaultInjector, Message
-from producer.messages import MessageBatch
-from producer.signals import Clock, FleetSimulator, StridedClock
+from producer.simulation import Clock, EventBuilder, FleetSimulation, StridedClock
 
 
 class Source(Protocol):
@@ -31,10 +28,10 @@ class Source(Protocol):
     def prepare(self) -> None:
         """Load what making the first batch needs, before the send loop's clock starts."""
 
-    def next_batch(self, n: int) -> MessageBatch | None:
+    def next_batch(self, n: int) -> list[Message] | None:
         """Up to ``n`` more readings' messages (None: nothing left)."""
 
-    def drain(self) -> MessageBatch:
+    def drain(self) -> list[Message]:
         """Messages still held back, to send before stopping."""
 
     def ground_truth(self) -> dict[str, Any]:
@@ -74,8 +71,9 @@ class SimulationSource:
         *,
         worker: int = 0,
         workers: int = 1,
+        deterministic_ids: bool = False,
     ) -> None:
-        """Set up one worker's simulator and injectors.
+        """Set up one worker's simulation and injectors.
 
         Args:
             fleet: The whole fleet.
@@ -85,34 +83,38 @@ class SimulationSource:
             faults: Fault rates.
             worker: This worker's number, 0-based.
             workers: Number of workers.
+            deterministic_ids: Event ids from the seed instead of ``os.urandom``.
 
         """
         devices = worker_slice(fleet, worker, workers)
         own_seed = worker_seed(seed, worker, workers)
         own_clock: Clock = clock if workers == 1 else StridedClock(clock, workers, worker)
-        self.sim = FleetSimulator(devices, own_seed, own_clock)
-        self.anomalies = AnomalyInjector(devices, own_seed, anomalies) if anomalies.active else None
+        self.sim = FleetSimulation(
+            devices, own_seed, own_clock, deterministic_ids=deterministic_ids
+        )
+        self.events = EventBuilder(self.sim)
+        self.anomalies = (
+            AnomalyInjector(devices, own_seed, anomalies, self.sim.metrics)
+            if anomalies.active
+            else None
+        )
         self.faults = FaultInjector(devices, own_seed, faults, own_clock)
         self.device_ids = [d.device_id for d in devices]
         self.generated = 0
 
     def prepare(self) -> None:
-        """Load the compiled kernels (from numba's cache) by running them on no readings."""
-        empty = self.sim.columns(0)
-        empty.encode_buffer()
-        kernels.skew(empty.us, empty.dev, np.zeros(1, dtype=np.bool_), np.zeros(1, dtype=np.int64))
+        """Nothing to load."""
 
-    def next_batch(self, n: int) -> MessageBatch:
+    def next_batch(self, n: int) -> list[Message]:
         """The messages of the next ``n`` readings (plus held-back ones now due)."""
-        k0 = self.sim.k
-        events = self.sim.columns(n)
-        ks = None
+        readings = self.sim.next(n)
         if self.anomalies is not None:
-            events, ks = self.anomalies.apply(k0, events)
+            readings = self.anomalies.apply(readings)
+        self.faults.skew(readings)
         self.generated += n
-        return self.faults.process(events, ks, k0)
+        return self.faults.process(readings, self.events.encode(readings))
 
-    def drain(self) -> MessageBatch:
+    def drain(self) -> list[Message]:
         """Every held-back message; also closes open anomaly episodes."""
         if self.anomalies is not None:
             self.anomalies.close()
@@ -169,7 +171,7 @@ class ReplaySource:
     def prepare(self) -> None:
         """Nothing to load."""
 
-    def next_batch(self, n: int) -> MessageBatch | None:
+    def next_batch(self, n: int) -> list[Message] | None:
         """The next ``n`` non-empty lines (None at the end of the file)."""
         out: list[Message] = []
         while len(out) < n:
@@ -183,11 +185,11 @@ class ReplaySource:
         if not out:
             self._fh.close()
             return None
-        return MessageBatch.of(out)
+        return out
 
-    def drain(self) -> MessageBatch:
+    def drain(self) -> list[Message]:
         """Nothing is held back in a replay."""
-        return MessageBatch.of([])
+        return []
 
     def ground_truth(self) -> dict[str, Any]:
         """A replay injects nothing."""

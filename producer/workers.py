@@ -17,13 +17,13 @@ import tempfile
 import time
 import types
 from dataclasses import asdict, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from producer.manifest import merge_manifests
-from producer.run import RunReport, StopFlag, percentiles
+from producer.run import REPORT_EVERY_S, RunReport, StopFlag, percentiles, write_report
 
 _STATS = 4  # readings, sent, acked, errors
 START_WAIT_S = 30.0  # most a ready worker waits for the others before it starts anyway
@@ -158,6 +158,7 @@ def merge_reports(parts: list[dict[str, Any]]) -> RunReport:
             "throttle_events": sum(p["throttle_events"] for p in parts),
             "throttle_ms_total": sum(p["throttle_ms_total"] for p in parts),
             "ready_wait_s": max(p["ready_wait_s"] for p in parts),
+            "cpu_s": round(sum(p["cpu_s"] for p in parts), 3),
             "stopped_by": "+".join(stopped),
             "started_at": min(p["started_at"] for p in parts),
             "per_second": summed("per_second"),
@@ -169,6 +170,42 @@ def merge_reports(parts: list[dict[str, Any]]) -> RunReport:
             "workers": len(parts),
             "fatal": fatal,
         }
+    )
+
+
+def live_report(
+    settings: Any, values: list[int], per_second: list[list[int]], elapsed: float
+) -> RunReport:
+    """The report of a multi-worker run so far, from the workers' shared counters.
+
+    Errors are a total (``{"all": n}``) until the workers' own reports come in.
+    """
+    sent, acked, errors = (sum(values[i::_STATS]) for i in (1, 2, 3))
+    totals = [[sum(v[i::_STATS]) for v in per_second] for i in (1, 2)]
+    profile = settings.profile()
+    diffs = [[b - a for a, b in zip([0, *t], t, strict=False)] for t in totals]
+    return RunReport(
+        target_rate=round(profile.cumulative(elapsed) / elapsed, 1) if elapsed > 0 else 0.0,
+        sent=sent,
+        acked=acked,
+        undelivered=0,
+        duration_s=round(elapsed, 3),
+        achieved_rate=round(sent / elapsed, 1) if elapsed > 0 else 0.0,
+        errors={"all": errors} if errors else {},
+        ack_latency_ms={},
+        stopped_by="running",
+        started_at=datetime.fromtimestamp(time.time() - elapsed, UTC).isoformat(),
+        per_second=diffs[0],
+        per_second_acked=diffs[1],
+        per_second_target=[
+            round(profile.cumulative(i + 1) - profile.cumulative(i), 3)
+            for i in range(len(per_second))
+        ],
+        rate_profile=profile.name,
+        peak_target_rate=profile.peak,
+        acked_rate=round(acked / elapsed, 1) if elapsed > 0 else 0.0,
+        readings=sum(values[0::_STATS]),
+        workers=settings.workers,
     )
 
 
@@ -222,8 +259,21 @@ def run_workers(
             if main_module is not None:
                 sys.modules["__main__"] = main_module
         next_progress = t0 + progress_s
+        started: float | None = None  # when every worker passed the start gate
+        per_second: list[list[int]] = []
         while any(p.is_alive() for p in procs):
             next(p for p in procs if p.is_alive()).join(0.1)
+            if started is None and ready.value >= workers:
+                started = time.monotonic()
+                next_report = started + REPORT_EVERY_S
+            if started is not None and settings.report_path is not None:
+                since = time.monotonic() - started
+                while len(per_second) < int(since):
+                    per_second.append(list(stats))
+                if time.monotonic() >= next_report:
+                    next_report += REPORT_EVERY_S
+                    write_report(live_report(settings, list(stats), per_second, since),
+                                 settings.report_path)  # fmt: skip
             if time.monotonic() >= next_progress and any(p.is_alive() for p in procs):
                 next_progress += progress_s
                 values = list(stats)

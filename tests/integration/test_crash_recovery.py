@@ -22,7 +22,7 @@ from infra.jars import bundle_dir
 from processor import transforms
 from processor.detector import DetectorConfig, detect
 from processor.settings import ProcessorSettings
-from producer.signals import generate, simulated_clock
+from producer.simulation import generate, simulated_clock
 from tests.integration.proc import kill_group, processor_env, start_processor, table_rows, wait_for
 
 pytestmark = [

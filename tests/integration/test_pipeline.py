@@ -24,7 +24,7 @@ from infra.broker import ensure_topic
 from processor.pipeline import Tables, run_available_now
 from processor.settings import ProcessorSettings
 from producer.__main__ import main as producer_main
-from producer.signals import generate, simulated_clock
+from producer.simulation import generate, simulated_clock
 
 pytestmark = pytest.mark.integration
 

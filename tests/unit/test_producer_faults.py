@@ -14,7 +14,7 @@ from common.contract import REQUIRED, parse_time
 from common.fleet import build_fleet
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig, parse_delay
-from producer.signals import simulated_clock
+from producer.simulation import simulated_clock
 from producer.sources import SimulationSource
 
 FLEET, SEED, N, RATE = 40, 11, 20000, 50.0
@@ -24,7 +24,8 @@ STEP_S = 1 / RATE
 
 def _run(config: FaultConfig, batches=(500,), n: int = N):
     fleet = build_fleet(FLEET, SEED)
-    src = SimulationSource(fleet, SEED, simulated_clock(START, RATE), AnomalyConfig(), config)
+    src = SimulationSource(fleet, SEED, simulated_clock(START, RATE), AnomalyConfig(), config,
+                           deterministic_ids=True)  # fmt: skip
     msgs = []
     i = 0
     while src.generated < n:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from producer.messages import MessageBatch
 from producer.sinks import FileSink
 
 
@@ -14,7 +13,7 @@ def _lines(n: int, start: int = 0) -> list[bytes]:
 
 def test_files_roll_every_n_messages_and_the_rest_on_flush(tmp_path):
     sink = FileSink(tmp_path, roll_events=4)
-    sink.send_batch(MessageBatch.of_lines(_lines(10), [b"k"] * 10))
+    sink.send_batch([(b"k", line, -1, 0, "", "raw") for line in _lines(10)])
     assert [p.name for p in sorted(tmp_path.iterdir())] == ["events-000000.jsonl",
                                                             "events-000001.jsonl"]  # fmt: skip
     assert sink.acked == 8

@@ -43,9 +43,45 @@ def _lines(folder: Path) -> list[bytes]:
     return [line for f in sorted(folder.glob("*.jsonl")) for line in f.read_bytes().splitlines()]
 
 
+def _parsed(lines: list[bytes]) -> list[dict]:
+    """The lines that are JSON objects with an event id (not broken or missing it)."""
+    out = []
+    for line in lines:
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if "event_id" in event:
+            out.append(event)
+    return out
+
+
+def _ids(lines: list[bytes]) -> set[str]:
+    return {e["event_id"] for e in _parsed(lines)}
+
+
+def _seeded_lines(tmp: Path, name: str, *extra: str) -> list[bytes]:
+    rc, out, _, _ = _file_run(tmp, "--count", "3000", "--fleet-size", "10", "--seed", "5",
+                              "--scenario", "realistic", *extra, name=name)  # fmt: skip
+    assert rc == 0
+    return _lines(out)
+
+
+def test_event_ids_are_unique_across_runs_unless_asked_to_repeat(tmp_path):
+    """Two runs of one seed share no event id; with --deterministic-ids they are identical."""
+    lines = _seeded_lines
+    a, b = lines(tmp_path, "a"), lines(tmp_path, "b")
+    assert len(_ids(a)) > 2900 and not _ids(a) & _ids(b)
+    # The seed still fixes everything else: the same readings, the same faults.
+    assert len(a) == len(b)
+    assert [e | {"event_id": ""} for e in _parsed(a)] == [e | {"event_id": ""} for e in _parsed(b)]
+    c, d = lines(tmp_path, "c", "--deterministic-ids"), lines(tmp_path, "d", "--deterministic-ids")
+    assert c == d and not _ids(c) & _ids(a)
+
+
 def test_same_seed_same_bytes_and_manifest_matches_output(tmp_path):
     args = ("--count", "6000", "--fleet-size", "30", "--seed", "3", "--scenario", "chaos",
-            "--file-roll-events", "1000", "--oversized-bytes", "3000")  # fmt: skip
+            "--file-roll-events", "1000", "--oversized-bytes", "3000", "--deterministic-ids")  # fmt: skip
     rc, out_a, manifest, report = _file_run(tmp_path, *args, name="a")
     assert rc == 0
     _, out_b, _, _ = _file_run(tmp_path, *args, name="b")
@@ -91,7 +127,8 @@ def test_same_seed_same_bytes_and_manifest_matches_output(tmp_path):
 
 
 def test_two_workers_are_reproducible(tmp_path):
-    args = ("--count", "3000", "--fleet-size", "10", "--workers", "2", "--scenario", "realistic")
+    args = ("--count", "3000", "--fleet-size", "10", "--workers", "2", "--scenario", "realistic",
+            "--deterministic-ids")  # fmt: skip
     rc, out_a, manifest, report = _file_run(tmp_path, *args, name="a")
     assert rc == 0
     _file_run(tmp_path, *args, name="b")
@@ -139,16 +176,64 @@ def test_sigterm_flushes_and_writes_report_and_manifest(tmp_path):
          "--manifest-path", str(manifest), "--report-path", str(report)],
         cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(3.0)
+    live = _live_reports(report, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     rep = json.loads(report.read_text())
     assert rep["stopped_by"] == "SIGTERM"
+    assert rep["sent"] > live[-1]["sent"]
     lines = _lines(out)
     assert rep["sent"] == rep["acked"] == len(lines) > 500
     assert read_manifest(manifest)["header"]["totals"]["messages_sent"] == len(lines)
     assert "stopped by SIGTERM" in err
+
+
+def _live_reports(path: Path, proc: subprocess.Popen, n: int = 2) -> list[dict]:
+    """Reports read while the producer runs: ``n`` refreshes, each further on than the last."""
+    seen: list[dict] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < n and time.monotonic() < deadline and proc.poll() is None:
+        if path.exists():
+            rep = json.loads(path.read_text())  # replaced atomically: never half a file
+            if not seen or rep["sent"] > seen[-1]["sent"]:
+                seen.append(rep)
+        time.sleep(0.2)
+    assert len(seen) == n, seen
+    for rep in seen:
+        assert rep["stopped_by"] == "running"
+        assert 0 <= rep["acked"] <= rep["sent"] and len(rep["per_second"]) >= 1
+    assert seen[1]["duration_s"] > seen[0]["duration_s"]
+    return seen
+
+
+def test_two_workers_refresh_the_report_while_they_run(tmp_path):
+    report = tmp_path / "r.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "producer", "--transport", "file", "--out-dir",
+         str(tmp_path / "land"), "--rate", "2000", "--workers", "2", "--duration-s", "8",
+         "--file-roll-s", "0.5", "--report-path", str(report)],
+        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    live = _live_reports(report, proc)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert live[0]["workers"] == 2
+    assert abs(live[1]["sent"] - 2000 * live[1]["duration_s"]) <= 2000 * 0.5
+    final = json.loads(report.read_text())
+    assert final["stopped_by"] == "duration" and final["sent"] > live[-1]["sent"]
+
+
+def test_a_bad_out_dir_is_one_line_and_exit_1(tmp_path, capsys):
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("x")
+    for bad, says in ((a_file, "is not a folder"), (a_file / "sub", "cannot be written to")):
+        assert main(["--transport", "file", "--out-dir", str(bad), "--count", "5"]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: --out-dir {bad} {says}"), err
+        assert err.endswith(": give a folder this user can create and write to\n"), err
+    assert not list(tmp_path.glob("**/events-*.jsonl"))
 
 
 def test_replay_sends_lines_verbatim(tmp_path, capsysbinary):
@@ -209,10 +294,11 @@ def test_clean_defaults_send_exactly_what_generate_gives(capsysbinary):
     from datetime import datetime
 
     from common.fleet import build_fleet
-    from producer.signals import generate, simulated_clock
+    from producer.simulation import generate, simulated_clock
 
     rc = main(["--transport", "stdout", "--count", "1500", "--fleet-size", "12", "--seed", "7",
-               "--rate", "0", "--clock-rate", "10", "--start-time", "2026-01-01T00:00:00+00:00"])  # fmt: skip
+               "--rate", "0", "--clock-rate", "10", "--start-time", "2026-01-01T00:00:00+00:00",
+               "--deterministic-ids"])  # fmt: skip
     assert rc == 0
     start = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
     want = [

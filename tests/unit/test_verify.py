@@ -227,6 +227,40 @@ def test_one_duplicated_event_is_caught(tmp_path: Path) -> None:
     assert result.loss["total"] == 0
 
 
+def test_a_redelivered_copy_warns_and_an_id_collision_fails(tmp_path: Path) -> None:
+    """Planted: an identical second copy of dev-00001/2 (a redelivery: warning only) and a
+    different event under dev-00000/4's id (a collision: failure), both arriving at 55 s."""
+    redelivered = payload("dev-00001", 2, 20)
+    clash = payload("dev-00000", 4, 40).replace(b'"temperature_c":21.5', b'"temperature_c":30.0')
+    assert clash != payload("dev-00000", 4, 40)
+    run = clean_run()
+    run.extra_bronze = [("dev-00001", redelivered, 55.0)]
+    only_redelivered = run_verify(tmp_path / "a", run)
+    assert only_redelivered.ok, only_redelivered.failures
+    d = only_redelivered.duplicates
+    assert (d["bronze_collided_ids"], d["bronze_collided_rows"]) == (0, 0)
+    assert d["bronze_identical_copies"] == 1 == d["bronze_unexpected_copies"]
+    assert only_redelivered.warnings == [
+        "bronze holds 1 copies beyond the injected duplicates (redelivery upstream of the "
+        "processor; silver must still hold one)"
+    ]
+
+    run.extra_bronze.append(("dev-00000", clash, 55.0))
+    result = run_verify(tmp_path / "b", run)
+    assert not result.ok
+    d = result.duplicates
+    assert d["bronze_collided_ids"] == 1 and d["bronze_collided_rows"] == 2
+    assert d["bronze_identical_copies"] == 1
+    assert d["examples_collisions"] == [
+        {"event_id": eid("dev-00000", 4), "copies": 2, "contents": 2}
+    ]
+    assert result.failures == [
+        f"1 event ids carry different events in bronze (2 rows; e.g. {eid('dev-00000', 4)}): "
+        "an id must name one event"
+    ]
+    assert "id collisions in bronze: 1 event ids on 2 rows" in result.summary()
+
+
 def fault_run() -> Run:
     """Injected faults the pipeline handles correctly: verify passes and counts each one.
 
