@@ -2,7 +2,7 @@
 
 The fleet is the device dimension of the pipeline. Faker is slow (about 100 µs a
 call), so it is used here only, once per device; readings are generated from
-these profiles with plain numeric code (see ``producer.signals``).
+these profiles with plain numeric code (see ``producer.simulation``).
 """
 
 from __future__ import annotations

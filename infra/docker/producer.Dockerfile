@@ -19,8 +19,6 @@ COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
 COPY common common
 COPY producer producer
-# numba caches its compiled kernels; /app is read-only to the app user.
-ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
-    NUMBA_CACHE_DIR=/tmp/numba
+ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 USER 10001:10001
 ENTRYPOINT ["python", "-m", "producer"]
