@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from common import cli
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import state_dir
 from infra.tls import TlsFiles, ensure_tls
@@ -174,7 +175,14 @@ def start(
             (the message carries the tail of its log).
     """
     layout = _Layout(data_dir or default_data_dir())
-    layout.root.mkdir(parents=True, exist_ok=True)
+    try:
+        layout.root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        what = "is not a folder" if layout.root.is_file() else f"cannot be created ({exc.strerror})"
+        raise BrokerError(
+            f"the broker's data dir {layout.root} {what}: give --data-dir a folder this user "
+            "can write to"
+        ) from None
     with _locked(layout):
         running = _running_info(layout)
         if running is not None:
@@ -873,4 +881,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli.run(main, "broker")

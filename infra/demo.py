@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from common import cli
 from infra import broker
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import PROJECT_ROOT, state_dir
@@ -273,4 +274,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli.run(main, "demo")

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from common import cli
 from common.fleet import build_fleet
 from common.kafka import (
     KafkaConnectionError,
@@ -29,7 +30,15 @@ from producer.rate import RateProfile
 from producer.run import RunReport, StopFlag, run, write_report
 from producer.settings import ProducerSettings
 from producer.simulation import Clock, simulated_clock, wall_clock
-from producer.sinks import FileSink, KafkaSink, Sink, StdoutSink, check_out_dir, file_prefix
+from producer.sinks import (
+    FileSink,
+    KafkaSink,
+    Sink,
+    StdoutSink,
+    check_out_dir,
+    check_output_file,
+    file_prefix,
+)
 from producer.sources import ReplaySource, SimulationSource, Source, worker_count
 
 EH_EVENTS_PER_TU = 1000
@@ -280,6 +289,12 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
             if settings.out_dir is None:
                 raise ValueError("transport=file needs --out-dir (IOT_PRODUCER_OUT_DIR)")
             check_out_dir(settings.out_dir)
+        for path, setting in (
+            (settings.manifest_path, ProducerSettings.flag("manifest_path")),
+            (settings.report_path, ProducerSettings.flag("report_path")),
+        ):
+            if path is not None:
+                check_output_file(path, setting)
         if settings.transport == "kafka":
             conf = kafka_config(settings, credential)
             # Entra ID may take up to 12 s for the first token: keep the total under 30 s.
@@ -319,4 +334,4 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli.run(main, "producer")
