@@ -14,7 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from producer.__main__ import main, throughput_warning
+from producer.__main__ import main
+from producer.launch import throughput_warning
 from producer.manifest import read_manifest
 from producer.settings import ProducerSettings
 
