@@ -773,7 +773,7 @@ def describe(info: BrokerInfo) -> str:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m infra.broker", description="Run the local Kafka broker."
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -785,16 +785,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     start_p.add_argument(
         "--foreground", action="store_true", help="stay attached; Ctrl+C stops the broker"
     )
-    start_p.add_argument("--plaintext-port", type=int)
-    start_p.add_argument("--sasl-ssl-port", type=int)
-    start_p.add_argument("--controller-port", type=int)
+    remembered = "default: the port of the last start in this data dir, else a free one"
+    start_p.add_argument("--plaintext-port", type=int, help=f"PLAINTEXT listener ({remembered})")
+    start_p.add_argument("--sasl-ssl-port", type=int, help=f"SASL_SSL listener ({remembered})")
+    start_p.add_argument("--controller-port", type=int, help=f"KRaft controller ({remembered})")
     start_p.add_argument("--quiet", action="store_true", help="no progress lines")
     sub.add_parser("stop", parents=[common], help="stop the broker")
     status_p = sub.add_parser("status", parents=[common], help="is the broker running?")
     status_p.add_argument("--json", action="store_true", help="print the status as JSON")
     topic_p = sub.add_parser("topic", parents=[common], help="create a topic unless it exists")
     topic_p.add_argument("name")
-    topic_p.add_argument("--partitions", type=int, default=3)
+    topic_p.add_argument("--partitions", type=int, default=3, help="partitions (default 3)")
     return parser.parse_args(argv)
 
 

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import typing
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -34,8 +35,10 @@ from common import cli
 from infra import broker
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import PROJECT_ROOT, state_dir
+from producer.settings import ProducerSettings
 
 STOP_TIMEOUT_S = 20.0
+SCENARIO_NAMES = typing.get_args(ProducerSettings.model_fields["scenario"].annotation)
 # The demo's timing (see demo_env); the services' defaults are for real deployments.
 BACKGROUND_TRIGGER_INTERVAL = "15 seconds"
 WATERMARK = "30 seconds"
@@ -104,15 +107,16 @@ def _http_ok(url: str) -> bool:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m infra.demo", description=__doc__)
+    p = cli.ArgumentParser(prog="python -m infra.demo", description=__doc__)
     p.add_argument("--rate", type=float, default=200.0, help="producer events/s (default 200)")
     p.add_argument("--fleet-size", type=int, default=50, help="simulated devices (default 50)")
     p.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
-    p.add_argument("--topic", default="iot-events")
+    p.add_argument("--topic", default="iot-events", help="Kafka topic (default iot-events)")
     p.add_argument(
         "--scenario",
         default="realistic",
-        help="producer scenario: clean, realistic (default) or chaos",
+        choices=SCENARIO_NAMES,
+        help=f"producer scenario, one of {', '.join(SCENARIO_NAMES)} (default realistic)",
     )
     p.add_argument(
         "--trigger-interval", help="processor hot-path micro-batch interval (default: its own)"
