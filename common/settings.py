@@ -184,6 +184,25 @@ class Settings(BaseSettings):
         return (str(cls.model_config.get("env_prefix", "")) + field).upper()
 
     @classmethod
+    def env_vars(cls, **values: object) -> dict[str, str]:
+        """Environment variables that give a child process these settings.
+
+        ``KafkaSettings.env_vars(topic="t")`` is ``{"IOT_KAFKA_TOPIC": "t"}``. Values are
+        passed as text (``SecretStr`` revealed: the child needs it), ``None`` ones left out.
+
+        Raises:
+            KeyError: ``cls`` has no such field.
+
+        """
+        return {
+            cls.env_name(name): (
+                value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+            )
+            for name, value in values.items()
+            if value is not None
+        }
+
+    @classmethod
     def flag(cls, field: str) -> str:
         """The command-line flag of a field, e.g. ``--kafka-ssl-ca-location``."""
         cls.env_name(field)  # the same check that the field exists
