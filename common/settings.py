@@ -36,6 +36,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from common.lake import Table, checkpoint_location, table_location
 from common.paths import state_dir
 
 CONFIG_FILE_ENV = "IOT_CONFIG_FILE"
@@ -576,10 +577,10 @@ class LakeSettings(Settings):
         description="Folder or URI (abfss://, s3a://) holding every table",
     )
 
-    def table(self, name: str) -> str:
-        """Location of a table, e.g. ``table('gold/device_1m')``."""
-        return f"{self.root.rstrip('/')}/{name}"
+    def table(self, table: Table | str) -> str:
+        """Location of a table, e.g. ``table(Table.GOLD_DEVICE_1M)``."""
+        return table_location(self.root, table)
 
     def checkpoint(self, query: str) -> str:
         """Checkpoint location of one streaming query; every query has its own."""
-        return f"{self.root.rstrip('/')}/_checkpoints/{query}"
+        return checkpoint_location(self.root, query)

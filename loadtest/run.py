@@ -38,6 +38,7 @@ import polars as pl
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from common.lake import Table, checkpoint_location
 from common.paths import PROJECT_ROOT, state_dir
 from common.settings import KafkaSettings, LakeSettings
 from loadtest import report as pages
@@ -144,8 +145,8 @@ def _last_commit(root: str, name: str) -> datetime | None:
 def drain_state(root: str) -> tuple[int, int, bool]:
     """Bronze rows, silver + quarantine rows, and whether silver has read all of bronze."""
     cols = ["partition", "offset"]
-    bronze = _rows(root, "bronze/events", cols)
-    frames = [_rows(root, n, cols) for n in ("silver/events", "silver/quarantine")]
+    bronze = _rows(root, Table.BRONZE_EVENTS, cols)
+    frames = [_rows(root, n, cols) for n in (Table.SILVER_EVENTS, Table.SILVER_QUARANTINE)]
     if bronze is None or any(f is None for f in frames):
         return 0, 0, False
     seen = pl.concat([f for f in frames if f is not None])
@@ -165,7 +166,7 @@ def _expected_bronze(manifest: Path) -> int:
 
 def _ran_after(root: str, query: str, when: datetime) -> bool:
     """Whether ``query`` finished a batch with input that started at or after ``when``."""
-    metrics = _rows(root, "ops/pipeline_metrics", ["query_name", "timestamp", "num_input_rows"])
+    metrics = _rows(root, Table.OPS_PIPELINE_METRICS, ["query_name", "timestamp", "num_input_rows"])
     if metrics is None or metrics.is_empty():
         return False
     ts = metrics["timestamp"]
@@ -180,7 +181,7 @@ def _ran_after(root: str, query: str, when: datetime) -> bool:
 
 def _warmed_up(root: str) -> bool:
     """The processor finished its first (empty) silver batch: the hot path is compiled."""
-    metrics = _rows(root, "ops/pipeline_metrics", ["query_name"])
+    metrics = _rows(root, Table.OPS_PIPELINE_METRICS, ["query_name"])
     if metrics is None:
         return False
     return "silver" in set(metrics["query_name"].to_list())
@@ -188,8 +189,8 @@ def _warmed_up(root: str) -> bool:
 
 def gold_holds_silver(root: str) -> bool:
     """Whether ``gold/device_1m``'s windows count every event in ``silver/events``."""
-    silver = _rows(root, "silver/events", ["event_id"])
-    gold = _rows(root, "gold/device_1m", ["events"])
+    silver = _rows(root, Table.SILVER_EVENTS, ["event_id"])
+    gold = _rows(root, Table.GOLD_DEVICE_1M, ["events"])
     if silver is None or gold is None:
         return False
     return int(gold["events"].sum() or 0) == silver.height
@@ -272,7 +273,7 @@ def run_loadtest(
         processor = _Child("processor", ["-m", "processor", "run"], env, logs / "processor.log")
         # Start the load once the Kafka source has fixed its starting offsets and the
         # first (empty) batches ran: Spark's start-up is not the pipeline's latency.
-        offsets_fixed = Path(lake) / "_checkpoints" / "bronze" / "sources" / "0" / "0"
+        offsets_fixed = Path(checkpoint_location(lake, "bronze")) / "sources" / "0" / "0"
         if not _wait(
             lambda: offsets_fixed.exists() and _warmed_up(lake),
             settings.startup_timeout_s,
@@ -325,7 +326,7 @@ def run_loadtest(
                 return True
             # Silver's rows stop short of bronze's last offsets when the watermark dropped
             # the tail: then a silver batch that started after bronze's last commit read it.
-            bronze_commit = _last_commit(lake, "bronze/events")
+            bronze_commit = _last_commit(lake, Table.BRONZE_EVENTS)
             return bronze_commit is not None and _ran_after(lake, "silver", bronze_commit)
 
         deadline = time.monotonic() + settings.drain_timeout_s
