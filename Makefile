@@ -7,7 +7,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup jars demo demo-clean test lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
+.PHONY: setup jars demo demo-clean test test-fast lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
 
 setup: $(STAMP)
 
@@ -31,6 +31,11 @@ demo-clean: setup
 
 test: jars
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The tests that need no Kafka broker, no Spark and no browser: about a minute.
+FAST_TESTS := not integration and not browser and not slow and not spark and not broker
+test-fast: setup
+	$(PY) -m pytest -q -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -56,9 +56,9 @@ from deltalake.exceptions import TableNotFoundError
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from common.fleet import build_fleet  # noqa: E402
+from common.stats import percentiles  # noqa: E402
 from infra import broker  # noqa: E402
 from infra.jars import ensure_jars  # noqa: E402
-from producer.run import percentiles  # noqa: E402
 from producer.simulation import generate, simulated_clock, wall_clock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

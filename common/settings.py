@@ -36,6 +36,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from common.lake import Table, checkpoint_location, table_location
 from common.paths import state_dir
 
 CONFIG_FILE_ENV = "IOT_CONFIG_FILE"
@@ -182,6 +183,25 @@ class Settings(BaseSettings):
         if field not in cls.model_fields:
             raise KeyError(f"{cls.__name__} has no setting {field!r}")
         return (str(cls.model_config.get("env_prefix", "")) + field).upper()
+
+    @classmethod
+    def env_vars(cls, **values: object) -> dict[str, str]:
+        """Environment variables that give a child process these settings.
+
+        ``KafkaSettings.env_vars(topic="t")`` is ``{"IOT_KAFKA_TOPIC": "t"}``. Values are
+        passed as text (``SecretStr`` revealed: the child needs it), ``None`` ones left out.
+
+        Raises:
+            KeyError: ``cls`` has no such field.
+
+        """
+        return {
+            cls.env_name(name): (
+                value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+            )
+            for name, value in values.items()
+            if value is not None
+        }
 
     @classmethod
     def flag(cls, field: str) -> str:
@@ -557,10 +577,10 @@ class LakeSettings(Settings):
         description="Folder or URI (abfss://, s3a://) holding every table",
     )
 
-    def table(self, name: str) -> str:
-        """Location of a table, e.g. ``table('gold/device_1m')``."""
-        return f"{self.root.rstrip('/')}/{name}"
+    def table(self, table: Table | str) -> str:
+        """Location of a table, e.g. ``table(Table.GOLD_DEVICE_1M)``."""
+        return table_location(self.root, table)
 
     def checkpoint(self, query: str) -> str:
         """Checkpoint location of one streaming query; every query has its own."""
-        return f"{self.root.rstrip('/')}/_checkpoints/{query}"
+        return checkpoint_location(self.root, query)

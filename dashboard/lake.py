@@ -21,16 +21,6 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from common.contract import METRIC_NAMES
 
-GOLD_DEVICE_1M = "gold/device_1m"
-GOLD_DEVICE_STATUS = "gold/device_status"
-GOLD_DEVICE_SESSIONS = "gold/device_sessions"
-GOLD_ALERTS = "gold/alerts"
-GOLD_ALERT_RECOVERIES = "gold/alert_recoveries"
-OPS_PIPELINE_METRICS = "ops/pipeline_metrics"
-SILVER_EVENTS = "silver/events"
-SILVER_QUARANTINE = "silver/quarantine"
-DIM_DEVICES = "dim/devices"
-
 METRIC_AVGS: tuple[str, ...] = tuple(f"{m}_avg" for m in METRIC_NAMES)
 
 # The columns each view reads, per table.

@@ -22,6 +22,7 @@ import streamlit as st
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from common.lake import Table
 from common.settings import load_settings
 from dashboard import data, lake
 from dashboard.filters import (
@@ -171,10 +172,10 @@ def _gold_parts_version(
 ) -> data.GoldParts:
     time = lake.TimeRange("window_start", start, end)
     scan = pl.scan_delta(_table)
-    lake.check_columns(scan, lake.GOLD_DEVICE_1M, lake.OVERVIEW_GOLD_COLUMNS)
+    lake.check_columns(scan, Table.GOLD_DEVICE_1M, lake.OVERVIEW_GOLD_COLUMNS)
     files = lake.data_files(_table, time)
     if files is None:
-        rows = lake.read(_table, lake.GOLD_DEVICE_1M, lake.OVERVIEW_GOLD_COLUMNS, time=time)
+        rows = lake.read(_table, Table.GOLD_DEVICE_1M, lake.OVERVIEW_GOLD_COLUMNS, time=time)
         return data.gold_parts(rows)
     # Live (no end), a file's aggregates serve every range; pinned, they are of the range.
     bounds = (start, end) if end is not None else None
@@ -203,7 +204,7 @@ def load_gold_parts(
     Aggregates are cached per data file: after a commit only the new files are read
     and aggregated, and the page never holds the rows themselves.
     """
-    name = lake.GOLD_DEVICE_1M
+    name = Table.GOLD_DEVICE_1M
     uri = settings.lake.table(name)
     try:
         table = lake.open_table(uri)
@@ -234,52 +235,52 @@ class EmptyState:
 
 _DEMO = "make demo starts the producer and the processor"
 EMPTY_STATES: dict[str, EmptyState] = {
-    lake.GOLD_DEVICE_1M: EmptyState(
+    Table.GOLD_DEVICE_1M: EmptyState(
         "the fleet's readings",
         "No readings",
         f"The fleet's figures appear about a minute after readings start ({_DEMO}).",
     ),
-    lake.GOLD_DEVICE_STATUS: EmptyState(
+    Table.GOLD_DEVICE_STATUS: EmptyState(
         "the devices' status",
         "No devices",
         f"A device appears here once its first reading has been processed ({_DEMO}).",
     ),
-    lake.GOLD_ALERTS: EmptyState(
+    Table.GOLD_ALERTS: EmptyState(
         "the alerts",
         "No alerts",
         "An alert is raised when a reading crosses its device's threshold or jumps far "
         "from its recent values. make demo's realistic scenario injects spikes that raise "
         "some within about two minutes (elsewhere: IOT_PRODUCER_SCENARIO=realistic).",
     ),
-    lake.GOLD_ALERT_RECOVERIES: EmptyState(
+    Table.GOLD_ALERT_RECOVERIES: EmptyState(
         "the times to recover",
         "No recoveries",
         "An alert recovers when its metric is back within the thresholds; the time to "
         "recover shows once that happens.",
     ),
-    lake.GOLD_DEVICE_SESSIONS: EmptyState(
+    Table.GOLD_DEVICE_SESSIONS: EmptyState(
         "the connectivity sessions",
         "No connectivity sessions",
         "A session is recorded once the device has been silent for the session gap "
         "(2 minutes by default, IOT_PROCESSOR_SESSION_GAP).",
     ),
-    lake.DIM_DEVICES: EmptyState(
+    Table.DIM_DEVICES: EmptyState(
         "the device profiles",
         "No device profile",
         "The profiles and alert thresholds are written when the processor starts.",
     ),
-    lake.OPS_PIPELINE_METRICS: EmptyState(
+    Table.OPS_PIPELINE_METRICS: EmptyState(
         "the streaming queries' progress",
         "No streaming progress",
         f"The processor records every micro-batch of its streaming queries here ({_DEMO}).",
     ),
-    lake.SILVER_QUARANTINE: EmptyState(
+    Table.SILVER_QUARANTINE: EmptyState(
         "the quarantined records",
         "No quarantined records",
         "Readings the processor cannot use (unparsable, missing fields, unknown devices) "
         "are set aside here once it runs.",
     ),
-    lake.SILVER_EVENTS: EmptyState(
+    Table.SILVER_EVENTS: EmptyState(
         "the processed events",
         "No processed events",
         f"Events show here once the processor has handled them ({_DEMO}).",
@@ -376,7 +377,7 @@ def _scope_options(settings: DashboardSettings) -> tuple[list[str], list[str]]:
     """Sites and device types known to the lake, from the small dimension tables."""
     sites: set[str] = set()
     types: set[str] = set()
-    for name in (lake.DIM_DEVICES, lake.GOLD_DEVICE_STATUS):
+    for name in (Table.DIM_DEVICES, Table.GOLD_DEVICE_STATUS):
         loaded = load(settings, name, ("site", "device_type"))
         if loaded.frame is not None:
             sites.update(loaded.frame["site"].drop_nulls().to_list())

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from common import cli
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import state_dir
 from infra.tls import TlsFiles, ensure_tls
@@ -174,7 +175,14 @@ def start(
             (the message carries the tail of its log).
     """
     layout = _Layout(data_dir or default_data_dir())
-    layout.root.mkdir(parents=True, exist_ok=True)
+    try:
+        layout.root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        what = "is not a folder" if layout.root.is_file() else f"cannot be created ({exc.strerror})"
+        raise BrokerError(
+            f"the broker's data dir {layout.root} {what}: give --data-dir a folder this user "
+            "can write to"
+        ) from None
     with _locked(layout):
         running = _running_info(layout)
         if running is not None:
@@ -765,7 +773,7 @@ def describe(info: BrokerInfo) -> str:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m infra.broker", description="Run the local Kafka broker."
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -777,16 +785,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     start_p.add_argument(
         "--foreground", action="store_true", help="stay attached; Ctrl+C stops the broker"
     )
-    start_p.add_argument("--plaintext-port", type=int)
-    start_p.add_argument("--sasl-ssl-port", type=int)
-    start_p.add_argument("--controller-port", type=int)
+    remembered = "default: the port of the last start in this data dir, else a free one"
+    start_p.add_argument("--plaintext-port", type=int, help=f"PLAINTEXT listener ({remembered})")
+    start_p.add_argument("--sasl-ssl-port", type=int, help=f"SASL_SSL listener ({remembered})")
+    start_p.add_argument("--controller-port", type=int, help=f"KRaft controller ({remembered})")
     start_p.add_argument("--quiet", action="store_true", help="no progress lines")
     sub.add_parser("stop", parents=[common], help="stop the broker")
     status_p = sub.add_parser("status", parents=[common], help="is the broker running?")
     status_p.add_argument("--json", action="store_true", help="print the status as JSON")
     topic_p = sub.add_parser("topic", parents=[common], help="create a topic unless it exists")
     topic_p.add_argument("name")
-    topic_p.add_argument("--partitions", type=int, default=3)
+    topic_p.add_argument("--partitions", type=int, default=3, help="partitions (default 3)")
     return parser.parse_args(argv)
 
 
@@ -873,4 +882,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli.run(main, "broker")

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import typing
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -30,11 +31,16 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from common import cli
+from common.settings import KafkaSettings, LakeSettings
 from infra import broker
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import PROJECT_ROOT, state_dir
+from processor.settings import ProcessorSettings
+from producer.settings import ProducerSettings
 
 STOP_TIMEOUT_S = 20.0
+SCENARIO_NAMES = typing.get_args(ProducerSettings.model_fields["scenario"].annotation)
 # The demo's timing (see demo_env); the services' defaults are for real deployments.
 BACKGROUND_TRIGGER_INTERVAL = "15 seconds"
 WATERMARK = "30 seconds"
@@ -103,15 +109,16 @@ def _http_ok(url: str) -> bool:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m infra.demo", description=__doc__)
+    p = cli.ArgumentParser(prog="python -m infra.demo", description=__doc__)
     p.add_argument("--rate", type=float, default=200.0, help="producer events/s (default 200)")
     p.add_argument("--fleet-size", type=int, default=50, help="simulated devices (default 50)")
     p.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
-    p.add_argument("--topic", default="iot-events")
+    p.add_argument("--topic", default="iot-events", help="Kafka topic (default iot-events)")
     p.add_argument(
         "--scenario",
         default="realistic",
-        help="producer scenario: clean, realistic (default) or chaos",
+        choices=SCENARIO_NAMES,
+        help=f"producer scenario, one of {', '.join(SCENARIO_NAMES)} (default realistic)",
     )
     p.add_argument(
         "--trigger-interval", help="processor hot-path micro-batch interval (default: its own)"
@@ -154,33 +161,33 @@ def demo_env(
         bootstrap: ``host:port`` of the broker's PLAINTEXT listener.
         jars_dir: The resolved Spark connector jars.
     """
-    env = {
-        "IOT_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-        "IOT_KAFKA_TOPIC": args.topic,
-        "IOT_KAFKA_AUTH": "none",
-        "IOT_LAKE_ROOT": str(root / "lake"),
-        "IOT_PROCESSOR_JARS_DIR": str(jars_dir),
-        "IOT_PROCESSOR_FLEET_SIZE": str(args.fleet_size),
-        "IOT_PRODUCER_FLEET_SIZE": str(args.fleet_size),
-        # The demo's broker and lake live and die together; if one is wiped
-        # alone, carry on from the earliest offsets rather than fail.
-        "IOT_PROCESSOR_FAIL_ON_DATA_LOSS": "false",
-        # Alerts, sessions and device status within a minute or two, not after
-        # the watermark and background interval of a real deployment.
-        "IOT_PROCESSOR_BACKGROUND_TRIGGER_INTERVAL": BACKGROUND_TRIGGER_INTERVAL,
-        "IOT_PROCESSOR_WATERMARK": WATERMARK,
-        "IOT_PROCESSOR_SESSION_GAP": session_gap(args.rate, args.fleet_size),
-        "IOT_PRODUCER_SCENARIO": args.scenario,
-        "IOT_PRODUCER_DROPOUT_READINGS": str(DROPOUT_READINGS),
-        "IOT_PRODUCER_CLOCK_SKEW_MAX_S": str(CLOCK_SKEW_MAX_S),
-        "IOT_PRODUCER_RATE": str(args.rate),
-        "IOT_PRODUCER_PROGRESS_S": "30",
-        "IOT_PRODUCER_REPORT_PATH": str(root / "producer-report.json"),
-        "PYTHONUNBUFFERED": "1",
-    }
-    if args.trigger_interval:
-        env["IOT_PROCESSOR_TRIGGER_INTERVAL"] = args.trigger_interval
-    return env
+    return (
+        KafkaSettings.env_vars(bootstrap_servers=bootstrap, topic=args.topic, auth="none")
+        | LakeSettings.env_vars(root=root / "lake")
+        | ProcessorSettings.env_vars(
+            jars_dir=jars_dir,
+            fleet_size=args.fleet_size,
+            # The demo's broker and lake live and die together; if one is wiped
+            # alone, carry on from the earliest offsets rather than fail.
+            fail_on_data_loss=False,
+            # Alerts, sessions and device status within a minute or two, not after
+            # the watermark and background interval of a real deployment.
+            background_trigger_interval=BACKGROUND_TRIGGER_INTERVAL,
+            watermark=WATERMARK,
+            session_gap=session_gap(args.rate, args.fleet_size),
+            trigger_interval=args.trigger_interval,
+        )
+        | ProducerSettings.env_vars(
+            fleet_size=args.fleet_size,
+            scenario=args.scenario,
+            dropout_readings=DROPOUT_READINGS,
+            clock_skew_max_s=CLOCK_SKEW_MAX_S,
+            rate=args.rate,
+            progress_s=30,
+            report_path=root / "producer-report.json",
+        )
+        | {"PYTHONUNBUFFERED": "1"}
+    )
 
 
 def clean(root: Path) -> None:
@@ -273,4 +280,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli.run(main, "demo")

@@ -8,18 +8,19 @@ import polars as pl
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from common.lake import Table
 from loadtest.truth import Truth, truth_from_manifest
 from loadtest.verify import LakeFrames
 from producer.manifest import read_manifest
 
 COLUMNS = {
-    "bronze/events": ["value", "partition", "offset", "kafka_timestamp", "ingest_time"],
-    "silver/events": [
+    Table.BRONZE_EVENTS: ["value", "partition", "offset", "kafka_timestamp", "ingest_time"],
+    Table.SILVER_EVENTS: [
         "event_id", "device_id", "seq", "event_time", "partition", "offset",
         "kafka_timestamp", "ingest_time", "processed_time",
     ],
-    "silver/quarantine": ["reason", "raw", "event_id", "partition", "offset"],
-    "ops/pipeline_metrics": [
+    Table.SILVER_QUARANTINE: ["reason", "raw", "event_id", "partition", "offset"],
+    Table.OPS_PIPELINE_METRICS: [
         "query_name", "timestamp", "batch_duration_ms", "num_input_rows",
         "rows_dropped_by_watermark",
     ],
@@ -40,7 +41,7 @@ def read_table(root: str, name: str, *, required: bool = True) -> pl.DataFrame:
 
     Args:
         root: The lake root (folder or URI).
-        name: e.g. ``"silver/events"``.
+        name: e.g. ``Table.SILVER_EVENTS``.
         required: Raise when the table does not exist; else return an empty frame.
 
     Raises:
@@ -64,7 +65,7 @@ def read_table(root: str, name: str, *, required: bool = True) -> pl.DataFrame:
 
 def read_lake(root: str) -> LakeFrames:
     """The tables ``verify`` reads (``ops/pipeline_metrics`` may be absent) and gold's commits."""
-    metrics = read_table(root, "ops/pipeline_metrics", required=False)
+    metrics = read_table(root, Table.OPS_PIPELINE_METRICS, required=False)
     if metrics.schema.get("timestamp") == pl.Null:
         metrics = pl.DataFrame(
             schema={
@@ -76,11 +77,11 @@ def read_lake(root: str) -> LakeFrames:
             }
         )
     return LakeFrames(
-        bronze=read_table(root, "bronze/events"),
-        silver=read_table(root, "silver/events"),
-        quarantine=read_table(root, "silver/quarantine"),
+        bronze=read_table(root, Table.BRONZE_EVENTS),
+        silver=read_table(root, Table.SILVER_EVENTS),
+        quarantine=read_table(root, Table.SILVER_QUARANTINE),
         metrics=metrics,
-        gold_commits=commit_times(root, "gold/device_1m", operations={"MERGE"}),
+        gold_commits=commit_times(root, Table.GOLD_DEVICE_1M, operations={"MERGE"}),
     )
 
 

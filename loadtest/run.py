@@ -38,12 +38,15 @@ import polars as pl
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from common.lake import Table, checkpoint_location
 from common.paths import PROJECT_ROOT, state_dir
-from common.settings import KafkaSettings
+from common.settings import KafkaSettings, LakeSettings
 from loadtest import report as pages
 from loadtest.lake import read_lake, read_truth, table_uri
 from loadtest.settings import LoadtestSettings
 from loadtest.verify import VerifyConfig, VerifyResult, interval_seconds, verify
+from processor.settings import ProcessorSettings
+from producer.settings import ProducerSettings
 
 POLL_S = 3.0
 STOP_TIMEOUT_S = 90.0
@@ -67,23 +70,20 @@ class Outcome:
 
 def kafka_env(kafka: KafkaSettings) -> dict[str, str]:
     """The ``IOT_KAFKA_*`` variables that give a child process these Kafka settings."""
-    env = {
-        "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
-        "IOT_KAFKA_TOPIC": kafka.topic,
-        "IOT_KAFKA_AUTH": kafka.auth,
-    }
-    if kafka.connection_string is not None:
-        env["IOT_KAFKA_CONNECTION_STRING"] = kafka.connection_string.get_secret_value()
-    if kafka.ssl_ca_location is not None:
-        env["IOT_KAFKA_SSL_CA_LOCATION"] = str(kafka.ssl_ca_location)
-    if kafka.entra_scope:
-        env["IOT_KAFKA_ENTRA_SCOPE"] = kafka.entra_scope
-    return env
+    return KafkaSettings.env_vars(
+        bootstrap_servers=kafka.bootstrap_servers,
+        topic=kafka.topic,
+        auth=kafka.auth,
+        connection_string=kafka.connection_string,
+        ssl_ca_location=kafka.ssl_ca_location,
+        entra_scope=kafka.entra_scope or None,
+    )
 
 
 def child_env(base: dict[str, str], kafka: KafkaSettings, **extra: str) -> dict[str, str]:
     """A child's environment: ours without other Kafka settings, plus these."""
-    env = {k: v for k, v in base.items() if not k.startswith("IOT_KAFKA_")}
+    prefix = str(KafkaSettings.model_config.get("env_prefix", ""))
+    env = {k: v for k, v in base.items() if not k.startswith(prefix)}
     return env | kafka_env(kafka) | {"PYTHONUNBUFFERED": "1"} | extra
 
 
@@ -145,8 +145,8 @@ def _last_commit(root: str, name: str) -> datetime | None:
 def drain_state(root: str) -> tuple[int, int, bool]:
     """Bronze rows, silver + quarantine rows, and whether silver has read all of bronze."""
     cols = ["partition", "offset"]
-    bronze = _rows(root, "bronze/events", cols)
-    frames = [_rows(root, n, cols) for n in ("silver/events", "silver/quarantine")]
+    bronze = _rows(root, Table.BRONZE_EVENTS, cols)
+    frames = [_rows(root, n, cols) for n in (Table.SILVER_EVENTS, Table.SILVER_QUARANTINE)]
     if bronze is None or any(f is None for f in frames):
         return 0, 0, False
     seen = pl.concat([f for f in frames if f is not None])
@@ -166,7 +166,7 @@ def _expected_bronze(manifest: Path) -> int:
 
 def _ran_after(root: str, query: str, when: datetime) -> bool:
     """Whether ``query`` finished a batch with input that started at or after ``when``."""
-    metrics = _rows(root, "ops/pipeline_metrics", ["query_name", "timestamp", "num_input_rows"])
+    metrics = _rows(root, Table.OPS_PIPELINE_METRICS, ["query_name", "timestamp", "num_input_rows"])
     if metrics is None or metrics.is_empty():
         return False
     ts = metrics["timestamp"]
@@ -181,7 +181,7 @@ def _ran_after(root: str, query: str, when: datetime) -> bool:
 
 def _warmed_up(root: str) -> bool:
     """The processor finished its first (empty) silver batch: the hot path is compiled."""
-    metrics = _rows(root, "ops/pipeline_metrics", ["query_name"])
+    metrics = _rows(root, Table.OPS_PIPELINE_METRICS, ["query_name"])
     if metrics is None:
         return False
     return "silver" in set(metrics["query_name"].to_list())
@@ -189,8 +189,8 @@ def _warmed_up(root: str) -> bool:
 
 def gold_holds_silver(root: str) -> bool:
     """Whether ``gold/device_1m``'s windows count every event in ``silver/events``."""
-    silver = _rows(root, "silver/events", ["event_id"])
-    gold = _rows(root, "gold/device_1m", ["events"])
+    silver = _rows(root, Table.SILVER_EVENTS, ["event_id"])
+    gold = _rows(root, Table.GOLD_DEVICE_1M, ["events"])
     if silver is None or gold is None:
         return False
     return int(gold["events"].sum() or 0) == silver.height
@@ -252,27 +252,28 @@ def run_loadtest(
         kafka = kafka.model_copy(update={"topic": settings.topic})
     processor = producer = None
     try:
-        fleet = {"FLEET_SIZE": str(settings.fleet_size), "SEED": str(settings.seed)}
+        fleet = {"fleet_size": settings.fleet_size, "seed": settings.seed}
         # An external topic may hold earlier events: read only this run's.
         starting_offsets = "latest" if settings.target == "external" else "earliest"
         env = child_env(
             dict(os.environ),
             kafka,
-            IOT_LAKE_ROOT=lake,
-            IOT_PROCESSOR_JARS_DIR=str(spark_jars),
-            IOT_PROCESSOR_TRIGGER="processing_time",
-            IOT_PROCESSOR_WATERMARK=settings.watermark,
-            IOT_PROCESSOR_STARTING_OFFSETS=starting_offsets,
-            **{f"IOT_PROCESSOR_{k}": v for k, v in fleet.items()},
+            **LakeSettings.env_vars(root=lake),
+            **ProcessorSettings.env_vars(
+                jars_dir=spark_jars,
+                trigger="processing_time",
+                watermark=settings.watermark,
+                starting_offsets=starting_offsets,
+                trigger_interval=settings.trigger_interval or None,
+                **fleet,
+            ),
         )
-        if settings.trigger_interval:
-            env["IOT_PROCESSOR_TRIGGER_INTERVAL"] = settings.trigger_interval
         say(f"target {settings.target}: {kafka.bootstrap_servers}, topic {kafka.topic}")
         say(f"starting the processor (log: {logs / 'processor.log'})")
         processor = _Child("processor", ["-m", "processor", "run"], env, logs / "processor.log")
         # Start the load once the Kafka source has fixed its starting offsets and the
         # first (empty) batches ran: Spark's start-up is not the pipeline's latency.
-        offsets_fixed = Path(lake) / "_checkpoints" / "bronze" / "sources" / "0" / "0"
+        offsets_fixed = Path(checkpoint_location(lake, "bronze")) / "sources" / "0" / "0"
         if not _wait(
             lambda: offsets_fixed.exists() and _warmed_up(lake),
             settings.startup_timeout_s,
@@ -286,16 +287,16 @@ def run_loadtest(
         manifest = out / "manifest.jsonl"
         producer_report = out / "producer-report.json"
         send_s = settings.warmup_s + settings.duration_s  # one profile over both
-        producer_env = env | {
-            "IOT_PRODUCER_RATE": str(settings.rate),
-            "IOT_PRODUCER_RATE_PROFILE": settings.rate_profile,
-            "IOT_PRODUCER_DURATION_S": str(send_s),
-            "IOT_PRODUCER_SCENARIO": settings.scenario,
-            "IOT_PRODUCER_MANIFEST_PATH": str(manifest),
-            "IOT_PRODUCER_REPORT_PATH": str(producer_report),
-            "IOT_PRODUCER_PROGRESS_S": "10",
-            **{f"IOT_PRODUCER_{k}": v for k, v in fleet.items()},
-        }
+        producer_env = env | ProducerSettings.env_vars(
+            rate=settings.rate,
+            rate_profile=settings.rate_profile,
+            duration_s=send_s,
+            scenario=settings.scenario,
+            manifest_path=manifest,
+            report_path=producer_report,
+            progress_s=10,
+            **fleet,
+        )
         warmup = f" after a {settings.warmup_s:g} s warm-up" if settings.warmup_s else ""
         say(
             f"producer: {settings.rate:,.0f} events/s ({settings.rate_profile}) for "
@@ -325,7 +326,7 @@ def run_loadtest(
                 return True
             # Silver's rows stop short of bronze's last offsets when the watermark dropped
             # the tail: then a silver batch that started after bronze's last commit read it.
-            bronze_commit = _last_commit(lake, "bronze/events")
+            bronze_commit = _last_commit(lake, Table.BRONZE_EVENTS)
             return bronze_commit is not None and _ran_after(lake, "silver", bronze_commit)
 
         deadline = time.monotonic() + settings.drain_timeout_s
@@ -366,7 +367,11 @@ def run_loadtest(
         "bootstrap_servers": kafka.bootstrap_servers,
         "topic": kafka.topic,
         "settings": settings.model_dump(mode="json", exclude={"kafka", "out_dir"}),
-        "processor_settings": {k: v for k, v in env.items() if k.startswith("IOT_PROCESSOR_")},
+        "processor_settings": {
+            k: v
+            for k, v in env.items()
+            if k.startswith(str(ProcessorSettings.model_config.get("env_prefix", "")))
+        },
         "started_at": started.isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),
         "lake": lake,

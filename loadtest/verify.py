@@ -45,6 +45,7 @@ from typing import Any
 
 import polars as pl
 
+from common.stats import percentiles
 from loadtest.truth import DELAYED_KINDS, NOT_DELIVERABLE_REASON, Truth
 
 UTC_US = pl.Datetime("us", "UTC")
@@ -79,18 +80,13 @@ def interval_seconds(text: str) -> float:
     return total
 
 
-def percentiles(values: pl.Series, qs: tuple[int, ...] = (50, 95, 99)) -> dict[str, float]:
-    """Nearest-rank percentiles (as the producer's report computes them) plus max and count."""
-    v = values.drop_nulls().sort()
-    n = len(v)
-    if n == 0:
+def latency_summary(values: pl.Series) -> dict[str, float]:
+    """Nearest-rank percentiles (``common.stats.percentiles``) plus max and count."""
+    v = values.drop_nulls()
+    if v.is_empty():
         return {"count": 0}
-    out: dict[str, float] = {"count": n}
-    for q in qs:
-        rank = max(1, min(n, round(q / 100.0 * n + 0.5)))
-        out[f"p{q}"] = round(float(v[rank - 1]), 3)
-    out["max"] = round(float(v[-1]), 3)
-    return out
+    ranked = {k: round(float(x), 3) for k, x in percentiles(v.to_list()).items()}
+    return {"count": len(v), **ranked, "max": round(float(v.max()), 3)}
 
 
 @dataclass(frozen=True)
@@ -517,7 +513,7 @@ def check_latency(
     return {
         "events": rows.height,
         "excluded": excluded,
-        "stages": {s: percentiles(lat[s]) for s in STAGES},
+        "stages": {s: latency_summary(lat[s]) for s in STAGES},
         "not_in_gold": int(lat["gold"].null_count()),
         "note": note,
     }

@@ -45,6 +45,7 @@ from pyspark.sql.types import (
 )
 
 from common.fleet import build_fleet
+from common.lake import Table
 from common.settings import LakeSettings
 from processor import sinks, sources, transforms
 from processor.detector import DetectorConfig
@@ -93,19 +94,19 @@ class Tables:
     def under(cls, lake: LakeSettings) -> Tables:
         """The standard layout under ``lake.root`` (see docs/tables.md)."""
         return cls(
-            bronze=lake.table("bronze/events"),
-            silver=lake.table("silver/events"),
-            quarantine=lake.table("silver/quarantine"),
-            devices=lake.table("dim/devices"),
-            gold_device_1m=lake.table("gold/device_1m"),
-            site_type_10m=lake.table("gold/site_type_10m"),
-            device_sessions=lake.table("gold/device_sessions"),
-            alerts=lake.table("gold/alerts"),
-            alert_clears=lake.table("gold/alert_clears"),
-            alert_recoveries=lake.table("gold/alert_recoveries"),
-            device_status=lake.table("gold/device_status"),
-            fleet_summary=lake.table("gold/fleet_summary"),
-            pipeline_metrics=lake.table("ops/pipeline_metrics"),
+            bronze=lake.table(Table.BRONZE_EVENTS),
+            silver=lake.table(Table.SILVER_EVENTS),
+            quarantine=lake.table(Table.SILVER_QUARANTINE),
+            devices=lake.table(Table.DIM_DEVICES),
+            gold_device_1m=lake.table(Table.GOLD_DEVICE_1M),
+            site_type_10m=lake.table(Table.GOLD_SITE_TYPE_10M),
+            device_sessions=lake.table(Table.GOLD_DEVICE_SESSIONS),
+            alerts=lake.table(Table.GOLD_ALERTS),
+            alert_clears=lake.table(Table.GOLD_ALERT_CLEARS),
+            alert_recoveries=lake.table(Table.GOLD_ALERT_RECOVERIES),
+            device_status=lake.table(Table.GOLD_DEVICE_STATUS),
+            fleet_summary=lake.table(Table.GOLD_FLEET_SUMMARY),
+            pipeline_metrics=lake.table(Table.OPS_PIPELINE_METRICS),
         )
 
     def all(self) -> dict[str, str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from common.stats import percentiles
 from producer.manifest import Manifest
 from producer.rate import RateProfile
 from producer.sinks import Sink, SinkStalledError
@@ -119,18 +120,6 @@ class RunReport:
     def ok(self) -> bool:
         """True when everything not failed on purpose was delivered."""
         return self.fatal is None and not self.unexpected_errors and self.undelivered == 0
-
-
-def percentiles(samples: list[float], qs: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:
-    """Nearest-rank percentiles of ``samples`` (empty dict when there are none)."""
-    if not samples:
-        return {}
-    ordered = sorted(samples)
-    out = {}
-    for q in qs:
-        rank = max(1, min(len(ordered), round(q / 100.0 * len(ordered) + 0.5)))
-        out[f"p{q:g}"] = ordered[rank - 1]
-    return out
 
 
 class StopFlag:

@@ -278,8 +278,12 @@ class KafkaSink:
             self._producer = None
 
 
-def check_out_dir(out_dir: Path) -> None:
-    """Make sure the landing folder exists (creating it) and files can be written there.
+def check_folder(folder: Path, subject: str) -> None:
+    """Make sure ``folder`` exists (creating it) and files can be written there.
+
+    Args:
+        folder: The folder to check.
+        subject: How the message names it, e.g. ``--out-dir out``.
 
     Raises:
         ValueError: It is a file, cannot be created or cannot be written to (one line
@@ -287,19 +291,38 @@ def check_out_dir(out_dir: Path) -> None:
 
     """
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / f".iot-pulse-probe-{os.getpid()}"
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".iot-pulse-probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
         what = (
             "is not a folder"
-            if out_dir.exists() and not out_dir.is_dir()
+            if folder.exists() and not folder.is_dir()
             else (f"cannot be written to ({exc.strerror or type(exc).__name__})")
         )
         raise ValueError(
-            f"--out-dir {out_dir} {what}: give a folder this user can create and write to"
+            f"{subject} {what}: give a folder this user can create and write to"
         ) from None
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Make sure the landing folder can be written (``check_folder``)."""
+    check_folder(out_dir, f"--out-dir {out_dir}")
+
+
+def check_output_file(path: Path, setting: str) -> None:
+    """Make sure a file the run writes at its end (report, manifest) can be written there.
+
+    Checked before sending, so a run is not lost to a path that was wrong from the start.
+
+    Raises:
+        ValueError: The path is a folder, or its folder cannot be written to.
+
+    """
+    if path.is_dir():
+        raise ValueError(f"{setting} {path} is a folder: give a file name")
+    check_folder(path.parent, f"{setting} {path}: {path.parent}")
 
 
 class FileSink:

@@ -22,8 +22,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from common.stats import percentiles
+from producer.launch import run_one
 from producer.manifest import merge_manifests
-from producer.run import REPORT_EVERY_S, RunReport, StopFlag, percentiles, write_report
+from producer.run import REPORT_EVERY_S, RunReport, StopFlag, write_report
 
 _STATS = 4  # readings, sent, acked, errors
 START_WAIT_S = 30.0  # most a ready worker waits for the others before it starts anyway
@@ -80,8 +82,6 @@ def _worker_main(
     ready: Any,
 ) -> None:
     """Entry point of one worker process."""
-    from producer.__main__ import run_one
-
     flag = _SharedStop(stop, hurry)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into `stop`
     signal.signal(signal.SIGTERM, lambda s, f: flag.set("SIGTERM"))

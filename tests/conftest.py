@@ -15,6 +15,19 @@ pytest_plugins = (
 )
 
 
+# Fixtures that start a JVM: a test using one (directly or through another fixture) is
+# marked, so that `make test-fast` can leave it out.
+_HEAVY_FIXTURES = {"spark": "spark", "kafka_broker": "broker"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by the heavy fixtures it uses (``spark``, ``broker``)."""
+    for item in items:
+        for fixture, marker in _HEAVY_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+
+
 @pytest.fixture(scope="session")
 def lake_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("lake")

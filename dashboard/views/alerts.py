@@ -8,6 +8,7 @@ import polars as pl
 import streamlit as st
 
 from common.contract import METRIC_NAMES
+from common.lake import Table
 from dashboard import charts, data, lake, ui
 
 KINDS = ("threshold_high", "threshold_low", "zscore")
@@ -42,14 +43,14 @@ def render(now: datetime) -> None:
     """One refresh of the page."""
     start, end = filters.start(now), ui.reads_end(view)
     alerts = ui.load(
-        settings, lake.GOLD_ALERTS, lake.ALERT_COLUMNS,
+        settings, Table.GOLD_ALERTS, lake.ALERT_COLUMNS,
         time_column="event_time", start=start, end=end,
     ).scope(filters)  # fmt: skip
     if not alerts.ready or alerts.frame is None:
         ui.waiting(alerts)
         return
     recoveries = ui.load(
-        settings, lake.GOLD_ALERT_RECOVERIES, lake.RECOVERY_COLUMNS,
+        settings, Table.GOLD_ALERT_RECOVERIES, lake.RECOVERY_COLUMNS,
         time_column="recovered_time", start=start,
     )  # fmt: skip
     if recoveries.frame is None:

@@ -6,6 +6,7 @@ from datetime import datetime
 
 import streamlit as st
 
+from common.lake import Table
 from dashboard import charts, data, lake, ui
 
 view = ui.current_view()
@@ -17,14 +18,14 @@ st.title("Device")
 def _device_ids() -> list[str]:
     """Devices of the selected sites and types, from the dimension and the status table."""
     ids: set[str] = set()
-    for name in (lake.DIM_DEVICES, lake.GOLD_DEVICE_STATUS):
+    for name in (Table.DIM_DEVICES, Table.GOLD_DEVICE_STATUS):
         loaded = ui.load(settings, name, ("device_id", "site", "device_type")).scope(filters)
         if loaded.frame is not None:
             ids.update(loaded.frame["device_id"].to_list())
     if not ids:
         now = settings.now()
         gold = ui.load(
-            settings, lake.GOLD_DEVICE_1M, ("window_start", "device_id", "site", "device_type"),
+            settings, Table.GOLD_DEVICE_1M, ("window_start", "device_id", "site", "device_type"),
             time_column="window_start", start=filters.start(now), end=ui.reads_end(view),
         ).scope(filters)  # fmt: skip
         if gold.frame is not None:
@@ -47,7 +48,7 @@ ui.publish("device", device or "", "")
 
 def _profile(device_id: str) -> dict[str, object] | None:
     dim = ui.load(
-        settings, lake.DIM_DEVICES, lake.DEVICE_DIM_COLUMNS, equals={"device_id": device_id}
+        settings, Table.DIM_DEVICES, lake.DEVICE_DIM_COLUMNS, equals={"device_id": device_id}
     )
     if dim.frame is None or dim.frame.height == 0:
         ui.waiting(dim)
@@ -63,7 +64,7 @@ def _profile(device_id: str) -> dict[str, object] | None:
 
 def _status(device_id: str, now: datetime) -> None:
     status = ui.load(
-        settings, lake.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS, equals={"device_id": device_id}
+        settings, Table.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS, equals={"device_id": device_id}
     )
     if status.frame is None or status.frame.height == 0:
         ui.waiting(status)
@@ -84,26 +85,26 @@ def _status(device_id: str, now: datetime) -> None:
 def render(now: datetime) -> None:
     """One refresh of the page."""
     if not device:
-        text = ui.empty_state(lake.GOLD_DEVICE_STATUS)
+        text = ui.empty_state(Table.GOLD_DEVICE_STATUS)
         st.info(f"{text.none} yet. {text.why}", icon=":material/hourglass_empty:")
         return
     profile = _profile(device)
     _status(device, now)
     start, end = filters.start(now), ui.reads_end(view)
     gold = ui.load(
-        settings, lake.GOLD_DEVICE_1M, lake.DEVICE_GOLD_COLUMNS,
+        settings, Table.GOLD_DEVICE_1M, lake.DEVICE_GOLD_COLUMNS,
         time_column="window_start", start=start, end=end, equals={"device_id": device},
     )  # fmt: skip
     alerts = ui.load(
-        settings, lake.GOLD_ALERTS, lake.ALERT_COLUMNS,
+        settings, Table.GOLD_ALERTS, lake.ALERT_COLUMNS,
         time_column="event_time", start=start, end=end, equals={"device_id": device},
     )  # fmt: skip
     recoveries = ui.load(
-        settings, lake.GOLD_ALERT_RECOVERIES, lake.RECOVERY_COLUMNS,
+        settings, Table.GOLD_ALERT_RECOVERIES, lake.RECOVERY_COLUMNS,
         time_column="recovered_time", start=start, equals={"device_id": device},
     )  # fmt: skip
     sessions = ui.load(
-        settings, lake.GOLD_DEVICE_SESSIONS, lake.SESSION_COLUMNS,
+        settings, Table.GOLD_DEVICE_SESSIONS, lake.SESSION_COLUMNS,
         time_column="session_end", start=start, end=end, equals={"device_id": device},
     )  # fmt: skip
     limits = data.thresholds(profile)

@@ -8,6 +8,7 @@ import polars as pl
 import streamlit as st
 
 from common.contract import METRIC_NAMES
+from common.lake import Table
 from dashboard import charts, data, lake, ui
 from dashboard.filters import filters_to_params, floor_minute
 
@@ -27,16 +28,16 @@ def _kpis(now: datetime, gold: data.GoldParts) -> None:
     kpi = data.overview_kpis(gold, now, settings.active_minutes)
     start = filters.start(now)
     alerts = ui.load(
-        settings, lake.GOLD_ALERTS, ("alert_id", "device_type", "site", "event_time"),
+        settings, Table.GOLD_ALERTS, ("alert_id", "device_type", "site", "event_time"),
         time_column="event_time", start=start, end=ui.reads_end(view),
     ).scope(filters)  # fmt: skip
     recoveries = ui.load(
-        settings, lake.GOLD_ALERT_RECOVERIES, lake.RECOVERY_COLUMNS,
+        settings, Table.GOLD_ALERT_RECOVERIES, lake.RECOVERY_COLUMNS,
         time_column="recovered_time", start=start, end=None,
     )  # fmt: skip
     window = timedelta(seconds=settings.latency_window_s)
     silver = ui.load(
-        settings, lake.SILVER_EVENTS, lake.LATENCY_COLUMNS,
+        settings, Table.SILVER_EVENTS, lake.LATENCY_COLUMNS,
         time_column="event_time", start=floor_minute(now) - window, end=ui.reads_end(view),
     ).scope(filters)  # fmt: skip
     latency = None
@@ -90,7 +91,7 @@ def _kpis(now: datetime, gold: data.GoldParts) -> None:
 
 
 def _devices(now: datetime) -> None:
-    status = ui.load(settings, lake.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS).scope(filters)
+    status = ui.load(settings, Table.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS).scope(filters)
     if not status.ready or status.frame is None:
         ui.waiting(status)
         return

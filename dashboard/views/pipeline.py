@@ -6,6 +6,7 @@ from datetime import datetime
 
 import streamlit as st
 
+from common.lake import Table
 from dashboard import charts, data, lake, ui
 
 view = ui.current_view()
@@ -16,7 +17,7 @@ st.title("Pipeline health")
 
 def _queries(now: datetime) -> None:
     metrics = ui.load(
-        settings, lake.OPS_PIPELINE_METRICS, lake.PIPELINE_COLUMNS,
+        settings, Table.OPS_PIPELINE_METRICS, lake.PIPELINE_COLUMNS,
         time_column="timestamp", start=filters.start(now), end=ui.reads_end(view),
     )  # fmt: skip
     if not metrics.ready or metrics.frame is None:
@@ -77,7 +78,7 @@ def _queries(now: datetime) -> None:
 def _quarantine(now: datetime) -> None:
     st.subheader("Quarantine")
     quarantine = ui.load(
-        settings, lake.SILVER_QUARANTINE, lake.QUARANTINE_COLUMNS,
+        settings, Table.SILVER_QUARANTINE, lake.QUARANTINE_COLUMNS,
         time_column="ingest_time", start=filters.start(now), end=ui.reads_end(view),
     )  # fmt: skip
     if quarantine.frame is None:

@@ -1,5 +1,7 @@
 """`make demo` as a user runs it: every page fills within minutes, Ctrl-C leaves nothing behind.
 
+The Load test page fills while the demo runs: the producer's report is refreshed live.
+
 The demo runs with its defaults (200 events/s, 50 devices, the ``realistic`` scenario).
 The test adds only a manifest path, so that what landed in the lake can be checked
 against what the producer injected: the quarantine against the malformed payloads,
@@ -24,6 +26,7 @@ import pytest
 
 from common.contract import FIELDS, REQUIRED, parse_time
 from common.fleet import build_fleet
+from dashboard.data import load_report
 from infra.demo import session_gap
 from loadtest.lake import read_table
 from loadtest.truth import Truth, truth_from_manifest
@@ -88,12 +91,31 @@ def _reason_families(lake: Path) -> set[str]:
     return {r["reason"].split(":")[0] for r in rows}
 
 
+def _live_report(path: Path) -> Callable[[], bool]:
+    """True once the producer's report, read while it runs, has shown its count advancing.
+
+    The Load test page reads this file (``IOT_DASHBOARD_REPORT_PATH``, the demo's
+    ``producer-report.json``), so it fills while the demo runs, not only at its end.
+    """
+    seen: list[int] = []
+
+    def check() -> bool:
+        report = load_report(path)
+        if report is None or report.stopped_by != "running" or report.sent <= 0:
+            return False
+        seen.append(report.sent)
+        return seen[-1] > seen[0]
+
+    return check
+
+
 def _pages(lake: Path, port: int) -> dict[str, Callable[[], bool]]:
     """What each dashboard page needs, as a check on the lake (and the dashboard's HTTP).
 
     Insertion order matters: "silver" comes before the pages that follow from it.
     """
     return {
+        "load test": _live_report(lake.parent / "producer-report.json"),
         "dashboard": lambda: _http_status(f"http://127.0.0.1:{port}") == 200,
         "silver": lambda: bool(table_rows(lake / "silver" / "events", ["seq"])),
         "gold": lambda: bool(table_rows(lake / "gold" / "device_1m", ["events"])),

@@ -352,7 +352,7 @@ def test_replay_to_kafka_sends_each_line_verbatim_keyed_by_device(
 
 def test_the_sink_delivers_each_payload_intact_in_order_per_key(kafka_broker: BrokerInfo):
     """40 uneven batches of a chaos stream (resends, held-back and malformed messages)."""
-    from producer.__main__ import make_source
+    from producer.launch import make_source
     from producer.settings import ProducerSettings
     from producer.sinks import KafkaSink
 

@@ -193,3 +193,49 @@ def test_one_line_joins_lines_and_cuts_long_text():
 )
 def test_local_path(location, expected):
     assert cli.local_path(location) == expected
+
+
+def test_broker_with_a_data_dir_that_is_a_file(tmp_path):
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("x")
+    code, out, err, elapsed = run(
+        ["-m", "infra.broker", "start", "--data-dir", str(a_file)], tmp_path / "home"
+    )
+    assert code == 1
+    assert out == ""
+    assert err == (
+        f"error: the broker's data dir {a_file} is not a folder: "
+        "give --data-dir a folder this user can write to\n"
+    )
+    assert_quiet_failure(err, elapsed)
+    assert "exit 1" in (tmp_path / "home" / "logs" / "broker.log").read_text()
+
+
+def test_producer_with_a_report_path_in_a_file_sends_nothing(tmp_path):
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("x")
+    report = a_file / "report.json"
+    code, out, err, elapsed = run(
+        ["-m", "producer", "--transport", "stdout", "--count", "5", "--report-path", str(report)],
+        tmp_path / "home",
+    )
+    assert (code, out) == (1, "")
+    assert err == (
+        f"error: --report-path {report}: {a_file} is not a folder: "
+        "give a folder this user can create and write to\n"
+    )
+    assert_quiet_failure(err, elapsed)
+    assert "exit 1" in (tmp_path / "home" / "logs" / "producer.log").read_text()
+
+
+def test_demo_and_broker_help_show_defaults_and_choices(tmp_path):
+    code, out, err, _ = run(["-m", "infra.demo", "--help"], tmp_path / "home")
+    assert code == 0
+    assert "--scenario {clean,realistic,chaos}" in out
+    assert "one of clean, realistic, chaos (default realistic)" in " ".join(out.split())
+    code, out, err, _ = run(["-m", "infra.broker", "topic", "--help"], tmp_path / "home")
+    assert code == 0 and "partitions (default 3)" in out
+    code, out, err, elapsed = run(["-m", "infra.demo", "--scenario", "nope"], tmp_path / "home")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: python -m infra.demo: argument --scenario: invalid choice:")
+    assert_quiet_failure(err, elapsed)

@@ -66,3 +66,20 @@ def test_a_producer_report_alone_shows_no_verdict(lake: Path) -> None:
     at = _page()
     assert not at.error
     assert "Load test verdict" not in [h.value for h in at.subheader]
+
+
+def test_a_running_producer_report_reads_as_running(lake: Path) -> None:
+    report = lake.parent / "lake-report.json"
+    report.write_text(json.dumps(REPORT | {"stopped_by": "running", "duration_s": 12.0}))
+    at = _page()
+    captions = [c.value for c in at.caption]
+    assert (
+        "Started 2026-03-01 11:58:00 UTC, running for 12.0 s so far; pass: 100.3% of the "
+        "target rate (criterion: ≥ 90%)."
+    ) in captions, captions
+    report.write_text(json.dumps(REPORT))
+    at = _page()
+    assert any(
+        c.value.startswith("Started 2026-03-01 11:58:00 UTC, ran 99.2 s, stopped by SIGTERM;")
+        for c in at.caption
+    ), [c.value for c in at.caption]

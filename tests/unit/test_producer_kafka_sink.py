@@ -19,7 +19,7 @@ def _closed_port() -> int:
 
 
 def _source(scenario: str = "chaos", **rates: float) -> SimulationSource:
-    from producer.__main__ import make_source
+    from producer.launch import make_source
 
     settings = ProducerSettings(
         _env_file=None, scenario=scenario, fleet_size=30, seed=11,

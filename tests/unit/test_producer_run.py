@@ -14,7 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from producer.__main__ import main, throughput_warning
+from producer.__main__ import main
+from producer.launch import throughput_warning
 from producer.manifest import read_manifest
 from producer.settings import ProducerSettings
 
@@ -521,3 +522,21 @@ def test_a_worker_that_fails_before_the_start_does_not_hold_the_others(tmp_path)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     assert ready.value == 1  # counted as arrived: the other worker starts at once
+
+
+def test_bad_manifest_and_report_paths_are_one_line_before_anything_is_sent(tmp_path, capsys):
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("x")
+    for flag in ("--manifest-path", "--report-path"):
+        inside_a_file = a_file / "out.json"
+        assert main(["--transport", "stdout", "--count", "5", flag, str(inside_a_file)]) == 1
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err == (
+            f"error: {flag} {inside_a_file}: {a_file} is not a folder: "
+            "give a folder this user can create and write to\n"
+        )
+        assert main(["--transport", "stdout", "--count", "5", flag, str(tmp_path)]) == 1
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err == f"error: {flag} {tmp_path} is a folder: give a file name\n"

@@ -236,3 +236,52 @@ def test_argparse_refuses_a_value_outside_the_choices(clean_env, capsys):
     args = _parse(ProducerSettings, ["--transport", "file", "--kafka-auth", "entra"])
     s = load_settings(ProducerSettings, args)
     assert (s.transport, s.kafka.auth) == ("file", "entra")
+
+
+def test_env_vars_are_named_by_the_model_and_read_back_by_it(monkeypatch, tmp_path):
+    from common.settings import KafkaSettings
+    from processor.settings import ProcessorSettings
+
+    assert KafkaSettings.env_vars(
+        topic="t", connection_string=SecretStr("s"), ssl_ca_location=None
+    ) == {"IOT_KAFKA_TOPIC": "t", "IOT_KAFKA_CONNECTION_STRING": "s"}
+    with pytest.raises(KeyError, match="KafkaSettings has no setting 'topik'"):
+        KafkaSettings.env_vars(topik="t")
+    env = ProcessorSettings.env_vars(
+        fail_on_data_loss=False, fleet_size=7, jars_dir=tmp_path, session_gap="3 seconds"
+    )
+    assert env == {
+        "IOT_PROCESSOR_FAIL_ON_DATA_LOSS": "False",
+        "IOT_PROCESSOR_FLEET_SIZE": "7",
+        "IOT_PROCESSOR_JARS_DIR": str(tmp_path),
+        "IOT_PROCESSOR_SESSION_GAP": "3 seconds",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    back = ProcessorSettings(_env_file=None)
+    assert (back.fail_on_data_loss, back.fleet_size, back.jars_dir, back.session_gap) == (
+        False, 7, str(tmp_path), "3 seconds",
+    )  # fmt: skip
+
+
+def test_the_demo_environment_is_read_back_by_each_service(monkeypatch, tmp_path):
+    from infra.demo import demo_env
+    from processor.settings import ProcessorSettings
+    from producer.settings import ProducerSettings
+
+    args = argparse.Namespace(
+        topic="demo-t", rate=200.0, fleet_size=50, scenario="realistic", trigger_interval=None
+    )
+    env = demo_env(args, tmp_path, "127.0.0.1:9999", tmp_path / "jars")
+    for name in [n for n in os.environ if n.startswith("IOT_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    producer = ProducerSettings(_env_file=None)
+    processor = ProcessorSettings(_env_file=None)
+    assert (producer.kafka.bootstrap_servers, producer.kafka.topic) == ("127.0.0.1:9999", "demo-t")
+    assert (producer.scenario, producer.rate, producer.fleet_size) == ("realistic", 200.0, 50)
+    assert producer.report_path == tmp_path / "producer-report.json"
+    assert processor.lake.root == str(tmp_path / "lake")
+    assert processor.fail_on_data_loss is False and processor.fleet_size == 50
+    assert "IOT_PROCESSOR_TRIGGER_INTERVAL" not in env

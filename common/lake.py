@@ -1,0 +1,40 @@
+"""The lake's layout: every table's path under the lake root, and where checkpoints go.
+
+The processor writes these tables, the dashboard and the load test read them; each
+names a table by its ``Table`` member, never by its path.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Table(StrEnum):
+    """A Delta table, as its path under the lake root."""
+
+    BRONZE_EVENTS = "bronze/events"
+    SILVER_EVENTS = "silver/events"
+    SILVER_QUARANTINE = "silver/quarantine"
+    DIM_DEVICES = "dim/devices"
+    GOLD_DEVICE_1M = "gold/device_1m"
+    GOLD_SITE_TYPE_10M = "gold/site_type_10m"
+    GOLD_DEVICE_SESSIONS = "gold/device_sessions"
+    GOLD_ALERTS = "gold/alerts"
+    GOLD_ALERT_CLEARS = "gold/alert_clears"
+    GOLD_ALERT_RECOVERIES = "gold/alert_recoveries"
+    GOLD_DEVICE_STATUS = "gold/device_status"
+    GOLD_FLEET_SUMMARY = "gold/fleet_summary"
+    OPS_PIPELINE_METRICS = "ops/pipeline_metrics"
+
+
+CHECKPOINTS = "_checkpoints"  # one folder per streaming query below it
+
+
+def table_location(root: str, table: Table | str) -> str:
+    """Location of ``table`` under the lake ``root`` (a folder or a URI)."""
+    return f"{root.rstrip('/')}/{table}"
+
+
+def checkpoint_location(root: str, query: str) -> str:
+    """Checkpoint location of one streaming query; every query has its own."""
+    return f"{root.rstrip('/')}/{CHECKPOINTS}/{query}"
