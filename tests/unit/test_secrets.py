@@ -93,15 +93,6 @@ def error_texts(exc: ValidationError) -> str:
     return "\n".join([str(exc), repr(exc), repr(exc.errors()), exc.json()])
 
 
-@pytest.fixture
-def clean_env(monkeypatch, tmp_path):
-    for key in list(os.environ):
-        if key.startswith("IOT_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)  # no stray .env
-    return tmp_path
-
-
 @pytest.mark.parametrize(
     ("text", "bootstrap", "hub"),
     [

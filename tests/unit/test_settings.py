@@ -26,15 +26,6 @@ from producer.settings import ProducerSettings
 CS = "Endpoint=sb://myns.servicebus.windows.net/;SharedAccessKeyName=send;SharedAccessKey=c2VjcmV0LWtleQ=="
 
 
-@pytest.fixture
-def clean_env(monkeypatch, tmp_path):
-    for key in list(os.environ):
-        if key.startswith("IOT_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)  # no stray .env
-    return tmp_path
-
-
 def _parse(cls, argv):
     parser = argparse.ArgumentParser()
     parser.add_argument("--config")
