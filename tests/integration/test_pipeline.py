@@ -86,9 +86,11 @@ def expected_gold() -> dict[tuple[str, datetime], dict[str, float]]:
 
 
 def test_events_flow_to_gold_with_exact_aggregates(spark, kafka_broker, eh_env, lake_root, capsys):
+    # Seeded ids: the resent copies below must carry the ids the producer sent.
     rc = producer_main([
         "--count", str(COUNT), "--fleet-size", str(FLEET), "--seed", str(SEED),
         "--rate", "0", "--clock-rate", str(RATE), "--start-time", START.isoformat(),
+        "--deterministic-ids",
     ])  # fmt: skip
     assert rc == 0, capsys.readouterr().err
     # Faults on purpose: malformed records and resent duplicates, Event Hubs-style client.
