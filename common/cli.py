@@ -149,6 +149,15 @@ def fail(exc: CliError) -> int:
     return error(str(exc), exc.exit_code)
 
 
+def flag_names(argv: list[str]) -> list[str]:
+    """The ``--flags`` of a command line without their values, safe to log.
+
+    A value may be a secret (``--kafka-connection-string ...``), and a value that follows
+    its flag cannot be told from a positional argument: only flag names are kept.
+    """
+    return [arg.split("=", 1)[0] for arg in argv if arg.startswith("--")]
+
+
 def run(main: Callable[[], int], service: str) -> NoReturn:
     """Run a CLI's ``main`` and exit with its code; fail in one line.
 
@@ -157,8 +166,7 @@ def run(main: Callable[[], int], service: str) -> NoReturn:
         service: Names the log file (``log_path``).
     """
     open_log(service)
-    log.info("start: %s (pid %d)", " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
-             os.getpid())  # fmt: skip
+    log.info("start: %s %s (pid %d)", service, " ".join(flag_names(sys.argv[1:])), os.getpid())
     try:
         code = main()
     except CliError as exc:

@@ -239,3 +239,8 @@ def test_demo_and_broker_help_show_defaults_and_choices(tmp_path):
     assert (code, out) == (2, "")
     assert err.startswith("error: python -m infra.demo: argument --scenario: invalid choice:")
     assert_quiet_failure(err, elapsed)
+
+
+def test_the_log_keeps_flag_names_not_their_values():
+    argv = ["run", "--kafka-connection-string", "Endpoint=sb://x/;SharedAccessKey=k", "--a=b"]
+    assert cli.flag_names(argv) == ["--kafka-connection-string", "--a"]

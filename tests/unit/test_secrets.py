@@ -235,18 +235,27 @@ def test_the_clis_refuse_a_malformed_string_in_one_line_without_a_fragment(
     tmp_path, command, text, says
 ):
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
-    env |= {"IOT_KAFKA_AUTH": "connection_string", "IOT_KAFKA_CONNECTION_STRING": text}
-    proc = subprocess.run(
-        [sys.executable, *COMMANDS[command]],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stdout == ""
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith(
-        "error: invalid settings: IOT_KAFKA_CONNECTION_STRING (--kafka-connection-string): "
-        f"the Event Hubs connection string {says}"
-    )
-    assert leaks(KEY, proc.stderr) == []
-    assert leaks(text, proc.stderr, public=PUBLIC) == []
+    env |= {"IOT_KAFKA_AUTH": "connection_string", "IOT_PULSE_HOME": str(tmp_path / "home")}
+    # The string once from the environment, once as a flag (the log must not keep argv).
+    for given_by, extra_env, extra_args in (
+        ("env", {"IOT_KAFKA_CONNECTION_STRING": text}, []),
+        ("flag", {}, ["--kafka-connection-string", text]),
+    ):
+        proc = subprocess.run(
+            [sys.executable, *COMMANDS[command], *extra_args],
+            cwd=tmp_path, env=env | extra_env, capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2, (given_by, proc.stderr)
+        assert proc.stdout == ""
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert lines[0].startswith(
+            "error: invalid settings: IOT_KAFKA_CONNECTION_STRING (--kafka-connection-string): "
+            f"the Event Hubs connection string {says}"
+        )
+        logs = sorted((tmp_path / "home" / "logs").glob("*.log"))
+        assert [p.name for p in logs] == [f"{command}.log"]
+        written = proc.stderr + logs[0].read_text()
+        assert leaks(KEY, written) == [], given_by
+        assert leaks(text, written, public=PUBLIC) == [], given_by
