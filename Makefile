@@ -32,7 +32,7 @@ demo-clean: setup
 test: jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The tests that need no Kafka broker, no Spark and no browser: about a minute.
+# The tests that need no Kafka broker, no Spark and no browser: about 90 s on 2 cores.
 FAST_TESTS := not integration and not browser and not slow and not spark and not broker
 test-fast: setup
 	$(PY) -m pytest -q -m "$(FAST_TESTS)" $(PYTEST_ARGS)
