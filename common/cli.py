@@ -86,6 +86,19 @@ def local_path(location: str) -> Path | None:
     return Path(location).expanduser()
 
 
+def make_writable_folder(folder: Path) -> None:
+    """Create ``folder`` (and its parents) and check a file can be written and removed there.
+
+    Raises:
+        OSError: It is a file, lies inside one, or cannot be created or written; the
+            caller says which setting to fix.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".iot-pulse-write-check-{os.getpid()}"
+    probe.touch()
+    probe.unlink()
+
+
 def log_path(service: str) -> Path:
     """Where ``service`` (e.g. ``processor``) keeps its log: ``<log dir>/<service>.log``.
 

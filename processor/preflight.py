@@ -7,9 +7,7 @@ retry for minutes and then fail with pages of Java.
 
 from __future__ import annotations
 
-import os
-
-from common.cli import CliError, local_path
+from common.cli import CliError, local_path, make_writable_folder
 from common.kafka import KafkaConnectionError, check_connection, librdkafka_config
 from common.settings import KafkaSettings
 
@@ -34,10 +32,7 @@ def check_lake_root(root: str) -> None:
                 raise CliError(f"the lake root {path} {what}: set {_LAKE_FLAG} to a folder")
             break
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".iot-pulse-write-check-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
+        make_writable_folder(path)
     except OSError as exc:
         raise CliError(
             f"cannot write to the lake root {path} ({exc.strerror or exc}): set {_LAKE_FLAG} to a "

@@ -8,7 +8,6 @@ manifest do not care which sink they have.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
+from common.cli import make_writable_folder
 from producer.faults import Message
 
 Failure = tuple[bytes | None, Any, str]
@@ -291,10 +291,7 @@ def check_folder(folder: Path, subject: str) -> None:
 
     """
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".iot-pulse-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        make_writable_folder(folder)
     except OSError as exc:
         what = (
             "is not a folder"
