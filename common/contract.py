@@ -1,25 +1,33 @@
 """The event contract: the one place that says what a telemetry event is.
 
-The producer builds events from it and the processor parses them against it;
-the two agree through this module and through nothing else.
+The contract itself is data, in ``common/contract.toml`` (or the file that the
+``IOT_CONTRACT`` environment variable names, e.g. a test's contract with one more
+field); this module reads it once, at import, and gives it typed. The producer
+builds events from it, the processor parses and types them with it (silver's and
+gold's columns follow), and the dashboard takes its labels and units from it.
 
-Wire format: one UTF-8 JSON object per Kafka message (or per line in a
-JSON-lines file), keyed by ``device_id``. Times are ISO-8601 UTC with a ``Z``
-suffix and millisecond precision, e.g. ``2026-11-21T14:05:09.123Z``.
+Wire format: one UTF-8 JSON object per Kafka message (or per line in a JSON-lines
+file), keyed by ``device_id``. Times are ISO-8601 UTC with a ``Z`` suffix and
+millisecond precision, e.g. ``2026-11-21T14:05:09.123Z``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import tomllib
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 
-SCHEMA_VERSION: Final = 1
+CONTRACT_ENV: Final = "IOT_CONTRACT"
+DEFAULT_CONTRACT: Final = Path(__file__).with_name("contract.toml")
+TYPES: Final = ("string", "long", "double", "timestamp")
 
 
 @dataclass(frozen=True)
 class Field:
-    """One field of the event.
+    """One field of the event (or of the device dimension).
 
     Attributes:
         name: JSON key.
@@ -30,58 +38,85 @@ class Field:
         min: Smallest physically possible value (numbers only).
         max: Largest physically possible value (numbers only).
         doc: What the field means.
+        label: How the dashboard names it (default: the name).
+        example: A typical value; the simulator sends it for a field it has no model of.
 
     """
 
     name: str
     type: str
-    required: bool
+    required: bool = False
     unit: str = ""
     min: float | None = None
     max: float | None = None
     doc: str = ""
+    label: str = ""
+    example: str | float | int | None = None
+
+    @property
+    def title(self) -> str:
+        """``Temperature (°C)``: the label, and the unit where there is one."""
+        name = self.label or self.name
+        return f"{name} ({self.unit})" if self.unit else name
 
 
-# Envelope: identity, ordering and time.
-ENVELOPE: Final[tuple[Field, ...]] = (
-    Field("event_id", "string", True, doc="UUID of the event; a resend keeps it."),
-    Field("device_id", "string", True, doc="Stable id of the device, e.g. 'dev-00042'."),
-    Field("seq", "long", True, min=1, doc="Per-device sequence number, from 1, gapless."),
-    Field("event_time", "timestamp", True, doc="When the device measured, ISO-8601 UTC."),
-    Field("schema_version", "long", True, min=1, max=SCHEMA_VERSION, doc="Contract version."),
-    Field("status", "string", True, doc="Device status: online, degraded or offline."),
-    Field("battery_pct", "double", False, "%", 0.0, 100.0, "Remaining battery."),
+def _fields(path: Path, section: str, rows: Any) -> tuple[Field, ...]:
+    """Typed fields of one section of the contract file; a bad entry stops the import."""
+    known = {f.name for f in fields(Field)}
+    if not isinstance(rows, list) or not rows:
+        raise SystemExit(f"error: contract {path}: [[{section}]] must list at least one field")
+    out = []
+    for i, row in enumerate(rows, 1):
+        where = f"contract {path}: [[{section}]] #{i}"
+        if not isinstance(row.get("name"), str) or not row["name"]:
+            raise SystemExit(f"error: {where} has no name")
+        if unknown := sorted(set(row) - known):
+            raise SystemExit(f"error: {where} ({row['name']}): unknown keys {unknown}")
+        if row.get("type") not in TYPES:
+            raise SystemExit(
+                f"error: {where} ({row['name']}): type must be one of {', '.join(TYPES)}"
+            )
+        out.append(Field(**row))
+    return tuple(out)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SystemExit(
+            f"error: cannot read the contract {path}: {exc} (see {CONTRACT_ENV})"
+        ) from None
+    return data
+
+
+CONTRACT_FILE: Final = Path(os.environ.get(CONTRACT_ENV) or DEFAULT_CONTRACT)
+_DATA: Final = _load(CONTRACT_FILE)
+
+SCHEMA_VERSION: Final[int] = int(_DATA.get("schema_version", 1))
+STATUSES: Final[tuple[str, ...]] = tuple(_DATA.get("statuses", ()))
+# Envelope: identity, ordering and time. ``schema_version`` goes up to this contract's.
+ENVELOPE: Final[tuple[Field, ...]] = tuple(
+    Field(**{**vars(f), "max": SCHEMA_VERSION}) if f.name == "schema_version" else f
+    for f in _fields(CONTRACT_FILE, "envelope", _DATA.get("envelope"))
 )
-
-# Measurements. A device reports the subset its type defines; the rest are absent.
-METRICS: Final[tuple[Field, ...]] = (
-    Field("temperature_c", "double", False, "°C", -50.0, 150.0, "Air or surface temperature."),
-    Field("humidity_pct", "double", False, "%", 0.0, 100.0, "Relative humidity."),
-    Field("co2_ppm", "double", False, "ppm", 0.0, 40000.0, "CO2 concentration."),
-    Field("pm25_ugm3", "double", False, "µg/m³", 0.0, 2000.0, "PM2.5 particulate matter."),
-    Field("vibration_mm_s", "double", False, "mm/s", 0.0, 500.0, "RMS vibration velocity."),
-    Field("power_w", "double", False, "W", 0.0, 1_000_000.0, "Active power draw."),
-    Field("voltage_v", "double", False, "V", 0.0, 1000.0, "Supply voltage."),
-)
+# Measurements. A device reports the subset its type models; the rest are absent.
+METRICS: Final[tuple[Field, ...]] = _fields(CONTRACT_FILE, "metrics", _DATA.get("metrics"))
+# The device dimension: one row per device, written by the processor from the fleet.
+DEVICE_FIELDS: Final[tuple[Field, ...]] = _fields(CONTRACT_FILE, "device", _DATA.get("device"))
 
 FIELDS: Final[tuple[Field, ...]] = ENVELOPE + METRICS
 FIELD_BY_NAME: Final[dict[str, Field]] = {f.name: f for f in FIELDS}
 METRIC_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in METRICS)
 REQUIRED: Final[tuple[str, ...]] = tuple(f.name for f in FIELDS if f.required)
-STATUSES: Final[tuple[str, ...]] = ("online", "degraded", "offline")
 
-# The device dimension: one row per device, written by the processor from the fleet.
-DEVICE_FIELDS: Final[tuple[Field, ...]] = (
-    Field("device_id", "string", True),
-    Field("device_type", "string", True, doc="thermostat, air_quality, vibration or power_meter."),
-    Field("site", "string", True, doc="City-level site name."),
-    Field("building", "string", True),
-    Field("lat", "double", True, "deg", -90.0, 90.0),
-    Field("lon", "double", True, "deg", -180.0, 180.0),
-    Field("model", "string", True),
-    Field("firmware", "string", True),
-    Field("install_date", "string", True, doc="ISO-8601 date."),
-)
+_SIMULATED = ("event_id", "device_id", "seq", "event_time", "schema_version", "status")
+if missing := [n for n in _SIMULATED if n not in FIELD_BY_NAME]:
+    raise SystemExit(f"error: contract {CONTRACT_FILE}: the envelope lacks {missing}")
+if len(FIELD_BY_NAME) != len(FIELDS):
+    raise SystemExit(f"error: contract {CONTRACT_FILE}: a field name is used twice")
+if not STATUSES:
+    raise SystemExit(f"error: contract {CONTRACT_FILE}: statuses is empty")
 
 
 def format_time(ts: datetime) -> str:

@@ -8,13 +8,13 @@ these profiles with plain numeric code (see ``producer.simulation``).
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import date, timedelta
 from typing import Final
 
 from faker import Faker
 
-from common.contract import METRIC_NAMES
+from common.contract import METRIC_NAMES, METRICS, Field
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class DeviceType:
     models: tuple[str, ...]
 
 
-DEVICE_TYPES: Final[dict[str, DeviceType]] = {
+_MODELLED: Final[dict[str, DeviceType]] = {
     t.name: t
     for t in (
         DeviceType(
@@ -83,6 +83,32 @@ DEVICE_TYPES: Final[dict[str, DeviceType]] = {
             ("Shelly-3EM", "Schneider-PM5", "Eastron-SDM630"),
         ),
     )
+}
+
+
+def steady_profile(metric: Field) -> MetricProfile:
+    """How a contract metric that no device type models behaves: steady, with no alerts.
+
+    The value is the metric's ``example``, else the middle of its range (else its
+    minimum, else 0), so a metric added to the contract alone is sent by every device.
+    """
+    if metric.example is not None:
+        value = float(metric.example)
+    elif metric.min is not None and metric.max is not None:
+        value = (metric.min + metric.max) / 2
+    else:
+        value = metric.min or 0.0
+    return MetricProfile(value, 0.0, 0.0, None, None)
+
+
+_STEADY = {
+    m.name: steady_profile(m)
+    for m in METRICS
+    if not any(m.name in t.metrics for t in _MODELLED.values())
+}
+# Each type's metrics: the ones it models, then the contract's metrics nobody models.
+DEVICE_TYPES: Final[dict[str, DeviceType]] = {
+    name: replace(t, metrics=t.metrics | _STEADY) for name, t in _MODELLED.items()
 }
 
 

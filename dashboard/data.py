@@ -41,22 +41,9 @@ PARTIAL_MINUTES = (
 )
 
 
-_METRIC_NAMES_SHOWN = {
-    "temperature_c": "Temperature",
-    "humidity_pct": "Humidity",
-    "co2_ppm": "CO₂",
-    "pm25_ugm3": "PM2.5",
-    "vibration_mm_s": "Vibration",
-    "power_w": "Power",
-    "voltage_v": "Voltage",
-}
-
-
 def metric_label(metric: str) -> str:
-    """``temperature_c`` -> ``Temperature (°C)``; the unit comes from the contract."""
-    field = FIELD_BY_NAME[metric]
-    name = _METRIC_NAMES_SHOWN.get(metric, metric)
-    return f"{name} ({field.unit})" if field.unit else name
+    """``temperature_c`` -> ``Temperature (°C)``: label and unit come from the contract."""
+    return FIELD_BY_NAME[metric].title
 
 
 def format_duration(seconds: float | None) -> str:

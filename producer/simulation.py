@@ -490,11 +490,14 @@ def _generic_column(
 ) -> list[Any]:
     """Values of a contract field the simulation has no model for.
 
-    The device's profile attribute of the same name when it has one; else, by type:
-    the event time for a timestamp, the middle of the range for a number, ``""`` for text.
+    The device's profile attribute of the same name when it has one; else the field's
+    ``example``; else, by type: the event time for a timestamp, the middle of the range
+    for a number, ``""`` for text.
     """
     if hasattr(fleet[0], f.name):
         return np.array([getattr(d, f.name) for d in fleet], dtype=object)[r.dev].tolist()
+    if f.example is not None:
+        return [f.example] * len(r)
     if f.type == "timestamp":
         return times
     if f.type in ("double", "long"):

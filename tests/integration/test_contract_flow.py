@@ -1,0 +1,113 @@
+"""The contract drives the house: a field and a metric added to it alone reach silver and gold.
+
+A test contract is the shipped ``common/contract.toml`` plus one envelope field
+(``site_zone``) and one metric (``signal_dbm``), given to every process through
+``IOT_CONTRACT``. The real producer sends through the broker, the real processor
+(``available_now``) writes the lake; no code is edited. The field and the metric have
+no model in the simulator, so every device sends their ``example`` values: the
+expected silver and gold values are known exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from common.contract import DEFAULT_CONTRACT
+from common.lake import Table, table_location
+from infra.broker import ensure_topic
+from infra.jars import ensure_jars
+from loadtest.lake import read_truth
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET, SEED, COUNT = 8, 5, 480
+ZONE, SIGNAL = "zone-a", -67.5
+ADDED = f"""
+[[envelope]]
+name = "site_zone"
+type = "string"
+example = "{ZONE}"
+doc = "Zone of the site the device is in."
+
+[[metrics]]
+name = "signal_dbm"
+type = "double"
+unit = "dBm"
+min = -120.0
+max = 0.0
+label = "Signal"
+example = {SIGNAL}
+doc = "Radio signal strength."
+"""
+
+
+def _run(args: list[str], env: dict[str, str], log: Path, timeout: float) -> int:
+    with log.open("wb") as fh:
+        proc = subprocess.run(
+            [sys.executable, *args], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+    return proc.returncode
+
+
+def test_added_field_and_metric_flow_to_silver_and_gold(kafka_broker, tmp_path: Path) -> None:
+    contract = tmp_path / "contract.toml"
+    contract.write_text(DEFAULT_CONTRACT.read_text(encoding="utf-8") + ADDED, encoding="utf-8")
+    topic = "contract-flow"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=2)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    env = base | {
+        "IOT_CONTRACT": str(contract),
+        "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext,
+        "IOT_KAFKA_TOPIC": topic,
+        "PYTHONUNBUFFERED": "1",
+    }
+    manifest, lake = tmp_path / "manifest.jsonl", tmp_path / "lake"
+    produced = _run(
+        ["-m", "producer", "--scenario", "clean", "--count", str(COUNT), "--rate", "0",
+         "--fleet-size", str(FLEET), "--seed", str(SEED), "--clock-rate", "4",
+         "--start-time", "2026-01-01T00:00:00Z", "--manifest-path", str(manifest)],
+        env, tmp_path / "producer.log", 120,
+    )  # fmt: skip
+    assert produced == 0, (tmp_path / "producer.log").read_text()[-3000:]
+    processed = _run(
+        ["-m", "processor", "run", "--trigger", "available_now", "--queries", "silver",
+         "--fleet-size", str(FLEET), "--seed", str(SEED), "--shuffle-partitions", "2",
+         "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent),
+         "--lake-root", str(lake), "--driver-memory", "1g"],
+        env, tmp_path / "processor.log", 600,
+    )  # fmt: skip
+    assert processed == 0, (tmp_path / "processor.log").read_text()[-3000:]
+
+    sent = read_truth(manifest)
+    silver = DeltaTable(table_location(str(lake), Table.SILVER_EVENTS)).to_pyarrow_table()
+    assert silver.num_rows == COUNT
+    assert set(silver.column("event_id").to_pylist()) == set(sent.events["event_id"].to_list())
+    assert Counter(silver.column("site_zone").to_pylist()) == {ZONE: COUNT}
+    assert Counter(silver.column("signal_dbm").to_pylist()) == {SIGNAL: COUNT}
+
+    gold = (
+        DeltaTable(table_location(str(lake), Table.GOLD_DEVICE_1M)).to_pyarrow_table().to_pylist()
+    )
+    assert sum(r["events"] for r in gold) == COUNT
+    assert {r["device_id"] for r in gold} == {f"dev-{i:05d}" for i in range(FLEET)}
+    for row in gold:
+        values = (row["signal_dbm_min"], row["signal_dbm_avg"], row["signal_dbm_max"])
+        assert values == (SIGNAL, SIGNAL, SIGNAL)
+        assert row["signal_dbm_count"] == row["events"]
+
+    label = subprocess.run(
+        [sys.executable, "-c", "from dashboard.data import metric_label as m; "
+         "print(json.dumps(m('signal_dbm')))".replace("json.", "__import__('json').")],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert json.loads(label.stdout) == "Signal (dBm)"

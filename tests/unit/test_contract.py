@@ -1,0 +1,89 @@
+"""The contract file: what it gives, how a bad one fails, and the README's table of it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common import contract
+from dashboard.data import metric_label
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_contract() -> None:
+    assert [f.name for f in contract.ENVELOPE] == [
+        "event_id", "device_id", "seq", "event_time", "schema_version", "status", "battery_pct",
+    ]  # fmt: skip
+    assert contract.METRIC_NAMES == (
+        "temperature_c", "humidity_pct", "co2_ppm", "pm25_ugm3", "vibration_mm_s", "power_w",
+        "voltage_v",
+    )  # fmt: skip
+    assert contract.REQUIRED == (
+        "event_id", "device_id", "seq", "event_time", "schema_version", "status",
+    )  # fmt: skip
+    assert contract.STATUSES == ("online", "degraded", "offline")
+    version = contract.FIELD_BY_NAME["schema_version"]
+    assert (version.min, version.max) == (1, contract.SCHEMA_VERSION) == (1, 1)
+    co2 = contract.FIELD_BY_NAME["co2_ppm"]
+    assert (co2.type, co2.unit, co2.min, co2.max) == ("double", "ppm", 0.0, 40000.0)
+
+
+def test_dashboard_labels_come_from_the_contract() -> None:
+    assert metric_label("co2_ppm") == "CO₂ (ppm)"
+    assert metric_label("pm25_ugm3") == "PM2.5 (µg/m³)"
+    assert [metric_label(m) for m in contract.METRIC_NAMES] == [
+        f"{f.label} ({f.unit})" for f in contract.METRICS
+    ]
+
+
+def test_readme_table_lists_the_contract_fields() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## The event contract", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    named = [name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])]
+    assert named == [f.name for f in contract.FIELDS]
+
+
+def _import_with(path: Path) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {contract.CONTRACT_ENV: str(path)}
+    return subprocess.run(
+        [sys.executable, "-c", "import common.contract"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace('type = "long"', 'type = "int"', 1),
+         "[[envelope]] #3 (seq): type must be one of string, long, double, timestamp"),
+        (lambda t: t.replace('unit = "ppm"', 'units = "ppm"'),
+         "[[metrics]] #3 (co2_ppm): unknown keys ['units']"),
+        (lambda t: t + '[[metrics]]\nname = "power_w"\ntype = "double"\n',
+         "a field name is used twice"),
+        (lambda t: t.replace('name = "seq"', 'name = "sequence"'),
+         "the envelope lacks ['seq']"),
+        (lambda t: t.replace("[[metrics]]", "[[metrics", 1), "cannot read the contract"),
+    ],
+)  # fmt: skip
+def test_a_bad_contract_fails_in_one_line(tmp_path: Path, edit, message: str) -> None:
+    bad = tmp_path / "contract.toml"
+    bad.write_text(edit(contract.DEFAULT_CONTRACT.read_text(encoding="utf-8")), encoding="utf-8")
+    done = _import_with(bad)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert message in done.stderr
+    assert str(bad) in done.stderr
+
+
+def test_a_missing_contract_file_names_the_variable(tmp_path: Path) -> None:
+    done = _import_with(tmp_path / "nowhere.toml")
+    assert done.returncode == 1
+    assert "nowhere.toml" in done.stderr and contract.CONTRACT_ENV in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
