@@ -32,10 +32,10 @@ demo-clean: setup
 test: jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The tests that need no Kafka broker, no Spark and no browser: about 90 s on 2 cores.
+# The tests that need no Kafka broker, no Spark and no browser, on every core (pytest-xdist).
 FAST_TESTS := not integration and not browser and not slow and not spark and not broker
 test-fast: setup
-	$(PY) -m pytest -q -m "$(FAST_TESTS)" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,6 +61,30 @@ class Field:
         return f"{name} ({self.unit})" if self.unit else name
 
 
+@dataclass(frozen=True)
+class Version:
+    """One schema version of the payload: the fields it sends, and under which JSON keys.
+
+    Versions are cumulative: each is the one before it plus the fields it adds, with
+    the fields it renames sent under their new keys from then on.
+
+    Attributes:
+        number: The payload's ``schema_version``.
+        doc: What changed in it (a firmware release, say).
+        keys: Contract field name -> the JSON key this version sends it under, for
+            every field the version declares, in the contract's order.
+
+    """
+
+    number: int
+    doc: str
+    keys: Mapping[str, str]
+
+    def declares(self, name: str) -> bool:
+        """Whether this version sends the contract field ``name``."""
+        return name in self.keys
+
+
 def _fields(path: Path, section: str, rows: Any) -> tuple[Field, ...]:
     """Typed fields of one section of the contract file; a bad entry stops the import."""
     known = {f.name for f in fields(Field)}
@@ -90,22 +115,80 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
+def _versions(path: Path, rows: Any, names: Sequence[str]) -> tuple[Version, ...]:
+    """The typed ``[[versions]]`` of the contract; a bad entry stops the import.
+
+    Args:
+        path: The contract file (for messages).
+        rows: The ``versions`` array (absent: one version, 1, with every field).
+        names: The event's field names, in the contract's order.
+    """
+    where = f"contract {path}: [[versions]]"
+    rows = [{"version": 1}] if rows is None else rows
+    if not isinstance(rows, list) or not rows:
+        raise SystemExit(f"error: {where} must list at least one version")
+    # Identity, order and version are how every version is read, deduplicated and checked.
+    fixed = ("event_id", "device_id", "seq", "event_time", "schema_version")
+    added_later = {n for row in rows[1:] for n in row.get("added", ())}
+    keys = {n: n for n in names if n not in added_later}
+    owner: dict[str, str] = {n: n for n in names}  # JSON key -> the one field it names
+    out: list[Version] = []
+    for i, row in enumerate(rows, 1):
+        number = row.get("version")
+        if unknown := sorted(set(row) - {"version", "doc", "added", "renamed"}):
+            raise SystemExit(f"error: {where} #{i}: unknown keys {unknown}")
+        if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+            raise SystemExit(f"error: {where} #{i}: version must be a whole number from 1")
+        if out and number <= out[-1].number:
+            raise SystemExit(f"error: {where} #{i}: versions must go up ({number})")
+        added, renamed = row.get("added", []), row.get("renamed", {})
+        if i == 1 and (added or renamed):
+            raise SystemExit(f"error: {where} #1: the first version can neither add nor rename")
+        for name in added:
+            if name not in owner or name in keys or name in fixed:
+                raise SystemExit(
+                    f"error: {where} #{i}: cannot add {name!r} (unknown or sent already)"
+                )
+            keys[name] = name
+        for name, key in renamed.items():
+            if name not in keys or name in fixed or not isinstance(key, str) or not key:
+                raise SystemExit(f"error: {where} #{i}: cannot rename {name!r}")
+            if owner.setdefault(key, name) != name:
+                raise SystemExit(f"error: {where} #{i}: key {key!r} already names {owner[key]}")
+            keys[name] = key
+        ordered = {n: keys[n] for n in names if n in keys}
+        out.append(Version(number, str(row.get("doc", "")), ordered))
+    return tuple(out)
+
+
 CONTRACT_FILE: Final = Path(os.environ.get(CONTRACT_ENV) or DEFAULT_CONTRACT)
 _DATA: Final = _load(CONTRACT_FILE)
 
-SCHEMA_VERSION: Final[int] = int(_DATA.get("schema_version", 1))
+if _unknown := sorted(set(_DATA) - {"statuses", "versions", "envelope", "metrics", "device"}):
+    raise SystemExit(f"error: contract {CONTRACT_FILE}: unknown keys {_unknown}")
 STATUSES: Final[tuple[str, ...]] = tuple(_DATA.get("statuses", ()))
-# Envelope: identity, ordering and time. ``schema_version`` goes up to this contract's.
-ENVELOPE: Final[tuple[Field, ...]] = tuple(
-    Field(**{**vars(f), "max": SCHEMA_VERSION}) if f.name == "schema_version" else f
-    for f in _fields(CONTRACT_FILE, "envelope", _DATA.get("envelope"))
-)
+_ENVELOPE = _fields(CONTRACT_FILE, "envelope", _DATA.get("envelope"))
 # Measurements. A device reports the subset its type models; the rest are absent.
 METRICS: Final[tuple[Field, ...]] = _fields(CONTRACT_FILE, "metrics", _DATA.get("metrics"))
 # The device dimension: one row per device, written by the processor from the fleet.
 DEVICE_FIELDS: Final[tuple[Field, ...]] = _fields(CONTRACT_FILE, "device", _DATA.get("device"))
+# The payload versions accepted, oldest first; producers send one of them.
+VERSIONS: Final[tuple[Version, ...]] = _versions(
+    CONTRACT_FILE, _DATA.get("versions"), [f.name for f in _ENVELOPE + METRICS]
+)
+VERSION_BY_NUMBER: Final[dict[int, Version]] = {v.number: v for v in VERSIONS}
+SCHEMA_VERSION: Final[int] = VERSIONS[-1].number  # the newest
+# Envelope: identity, ordering and time. ``schema_version`` spans the versions above.
+ENVELOPE: Final[tuple[Field, ...]] = tuple(
+    Field(**{**vars(f), "min": VERSIONS[0].number, "max": SCHEMA_VERSION})
+    if f.name == "schema_version"
+    else f
+    for f in _ENVELOPE
+)
 
 FIELDS: Final[tuple[Field, ...]] = ENVELOPE + METRICS
+# Every JSON key that some version sends -> the contract field it carries.
+KEY_FIELDS: Final[dict[str, str]] = {k: n for v in VERSIONS for n, k in v.keys.items()}
 FIELD_BY_NAME: Final[dict[str, Field]] = {f.name: f for f in FIELDS}
 METRIC_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in METRICS)
 REQUIRED: Final[tuple[str, ...]] = tuple(f.name for f in FIELDS if f.required)

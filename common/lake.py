@@ -25,6 +25,7 @@ class Table(StrEnum):
     GOLD_DEVICE_STATUS = "gold/device_status"
     GOLD_FLEET_SUMMARY = "gold/fleet_summary"
     OPS_PIPELINE_METRICS = "ops/pipeline_metrics"
+    OPS_SCHEMA_DRIFT = "ops/schema_drift"
 
 
 CHECKPOINTS = "_checkpoints"  # one folder per streaming query below it

@@ -529,6 +529,37 @@ def quarantine_counts(quarantine: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def schema_drift(drift: pl.DataFrame) -> pl.DataFrame:
+    """Undeclared fields seen so far, one row per field, most rows first.
+
+    Args:
+        drift: Rows of ``ops/schema_drift`` (one per micro-batch, field and version).
+
+    Returns:
+        ``field``, ``rows`` (that carried it), ``first_seen`` and ``last_seen`` (when
+        the processor saw it), ``versions`` (the schema versions that sent it).
+    """
+    return (
+        drift.group_by("field")
+        .agg(
+            pl.col("rows").sum(),
+            pl.col("seen_time").min().alias("first_seen"),
+            pl.col("seen_time").max().alias("last_seen"),
+            pl.col("schema_version").unique().sort().alias("versions"),
+        )
+        .sort(["rows", "field"], descending=[True, False])
+    )
+
+
+def drift_line(field: str, rows: int, since: datetime, now: datetime) -> str:
+    """``new field `signal_dbm` seen on 312 rows since 14:05 UTC`` (the date too, if not today)."""
+    when = since.astimezone(UTC)
+    shown = (
+        f"{when:%H:%M}" if when.date() == now.astimezone(UTC).date() else f"{when:%Y-%m-%d %H:%M}"
+    )
+    return f"new field `{field}` seen on {rows:,} row{'s' if rows != 1 else ''} since {shown} UTC"
+
+
 # ---------------------------------------------------------------- load test
 
 

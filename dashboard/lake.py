@@ -104,6 +104,7 @@ PIPELINE_COLUMNS: tuple[str, ...] = (
     "kafka_offsets_behind",
 )
 QUARANTINE_COLUMNS: tuple[str, ...] = ("reason", "ingest_time")
+DRIFT_COLUMNS: tuple[str, ...] = ("field", "schema_version", "rows", "seen_time")
 LATENCY_COLUMNS: tuple[str, ...] = ("event_time", "device_type", "site", "process_latency_s")
 
 

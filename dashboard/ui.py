@@ -274,6 +274,12 @@ EMPTY_STATES: dict[str, EmptyState] = {
         "No streaming progress",
         f"The processor records every micro-batch of its streaming queries here ({_DEMO}).",
     ),
+    Table.OPS_SCHEMA_DRIFT: EmptyState(
+        "the undeclared fields",
+        "No undeclared fields",
+        "Fields that a reading's schema version does not declare are counted here once "
+        "the processor sees them.",
+    ),
     Table.SILVER_QUARANTINE: EmptyState(
         "the quarantined records",
         "No quarantined records",

@@ -1,4 +1,4 @@
-"""Command line: ``python -m processor [run|devices|maintain] [flags]``."""
+"""Command line: ``python -m processor [run|devices|maintain|rebuild QUERY...] [flags]``."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from pyspark.sql.streaming import StreamingQuery
 
 from common import cli
 from common.settings import add_settings_arguments, load_settings
+from processor.evolution import REBUILDS
 from processor.metrics import MetricsListener
 from processor.pipeline import (
     Tables,
     bronze_tier,
     maintain,
+    rebuild,
     run_available_now,
     silver_reads_bronze,
     start_all,
@@ -168,6 +170,19 @@ def _run(settings: ProcessorSettings, stop: StopSignal) -> int:
     return 0
 
 
+def _rebuild(settings: ProcessorSettings, queries: list[str], stop: StopSignal) -> int:
+    spark = _session(settings)
+    stop.install()
+    finished = rebuild(spark, settings, queries, should_stop=stop.requested.is_set)
+    quiet_console(spark)
+    spark.stop()
+    if not finished:
+        _say("stopped before the rebuild finished: run it again")
+        return cli.INTERRUPTED
+    _say(f"rebuilt {', '.join(queries)}")
+    return 0
+
+
 def _close(spark: SparkSession, queries: list[StreamingQuery], listener: MetricsListener) -> None:
     """Stop the queries, then the listener (no callbacks during shutdown), then Spark."""
     quiet_console(spark)
@@ -185,12 +200,23 @@ def main(argv: list[str] | None = None) -> int:
         epilog=EPILOG,
     )
     parser.add_argument(
-        "command", nargs="?", default="run", choices=("run", "devices", "maintain"),
-        help="run the pipeline (default), rewrite the device dimension, or OPTIMIZE+VACUUM",
+        "command", nargs="?", default="run", choices=("run", "devices", "maintain", "rebuild"),
+        help=(
+            "run the pipeline (default), rewrite the device dimension, OPTIMIZE+VACUUM, or "
+            "rebuild QUERY... from its input with a new checkpoint"
+        ),
+    )  # fmt: skip
+    parser.add_argument(
+        "targets", nargs="*", metavar="QUERY",
+        help=f"with rebuild: the queries to rebuild ({', '.join(REBUILDS)})",
     )  # fmt: skip
     parser.add_argument("--config", help="TOML settings file ([processor], [kafka], [lake])")
     add_settings_arguments(parser, ProcessorSettings)
     args = parser.parse_args(argv)
+    if (args.command == "rebuild") != bool(args.targets):
+        parser.error("name the queries to rebuild after rebuild, and only then")
+    if unknown := sorted(set(args.targets) - set(REBUILDS)):
+        parser.error(f"cannot rebuild {', '.join(unknown)}; choose from {', '.join(REBUILDS)}")
     stop = StopSignal()
     try:
         settings = load_settings(ProcessorSettings, args)
@@ -205,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "run":
             return _run(settings, stop)
+        if args.command == "rebuild":
+            return _rebuild(settings, args.targets, stop)
         spark = _session(settings)
         if args.command == "devices":
             write_devices(spark, settings, Tables.under(settings.lake).devices)

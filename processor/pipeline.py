@@ -7,7 +7,7 @@ query                  reads -> writes                             how
 =====================  ==========================================  =========================
 silver                 Kafka / files (or bronze) ->                foreachBatch: tagged appends,
                        silver/events, silver/quarantine,           and a txn MERGE that adds
-                       gold/device_1m                              the batch to its windows
+                       gold/device_1m, ops/schema_drift            the batch to its windows
 bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
 device_status          silver -> gold/device_status                foreachBatch: MERGE
 gold_site_type_10m     silver -> gold/site_type_10m                update mode + MERGE
@@ -47,7 +47,7 @@ from pyspark.sql.types import (
 from common.fleet import build_fleet
 from common.lake import Table
 from common.settings import LakeSettings
-from processor import sinks, sources, transforms
+from processor import evolution, sinks, sources, transforms
 from processor.detector import DetectorConfig
 from processor.metrics import METRICS_SCHEMA
 from processor.schema import DEVICE_SCHEMA
@@ -89,6 +89,7 @@ class Tables:
     device_status: str
     fleet_summary: str
     pipeline_metrics: str
+    schema_drift: str
 
     @classmethod
     def under(cls, lake: LakeSettings) -> Tables:
@@ -107,6 +108,7 @@ class Tables:
             device_status=lake.table(Table.GOLD_DEVICE_STATUS),
             fleet_summary=lake.table(Table.GOLD_FLEET_SUMMARY),
             pipeline_metrics=lake.table(Table.OPS_PIPELINE_METRICS),
+            schema_drift=lake.table(Table.OPS_SCHEMA_DRIFT),
         )
 
     def all(self) -> dict[str, str]:
@@ -164,13 +166,21 @@ def detector_config(settings: ProcessorSettings) -> DetectorConfig:
     )
 
 
-def ensure_tables(spark: SparkSession, settings: ProcessorSettings, tables: Tables) -> None:
+def ensure_tables(
+    spark: SparkSession, settings: ProcessorSettings, tables: Tables
+) -> dict[str, sinks.TableChange]:
     """Create every table empty, with its schema, so that downstream streams can start.
 
     The schemas come from running the transforms on empty frames, so they cannot
-    drift from what the queries write.
+    drift from what the queries write. An existing table gains the columns it lacks.
+
+    Returns:
+        What changed, per table (``Tables`` field name).
     """
-    if not sinks.DeltaTable.isDeltaTable(spark, tables.devices):
+    # The dimension is the fleet's: written anew when the contract changed its columns.
+    if not sinks.DeltaTable.isDeltaTable(spark, tables.devices) or (
+        sources.delta_table(spark, tables.devices).columns != DEVICE_SCHEMA.names
+    ):
         write_devices(spark, settings, tables.devices)
     bronze = transforms.to_bronze(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
     silver_all = silver_frame(bronze, sources.delta_table(spark, tables.devices), "1 minute")
@@ -180,25 +190,45 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings, tables: Tabl
     clears = transforms.cleared_alerts(transitions)
     s = settings
     empties = {
-        tables.bronze: bronze,
-        tables.silver: silver,
-        tables.quarantine: quarantine_out(silver_all),
-        tables.device_status: transforms.latest_status(silver),
-        tables.gold_device_1m: transforms.device_minute_aggregates(silver, "1 minute"),
-        tables.site_type_10m: transforms.site_type_sliding(
+        "bronze": bronze,
+        "silver": silver,
+        "quarantine": quarantine_out(silver_all),
+        "device_status": transforms.latest_status(silver),
+        "gold_device_1m": transforms.device_minute_aggregates(silver, "1 minute"),
+        "site_type_10m": transforms.site_type_sliding(
             silver, "1 minute", s.sliding_length, s.sliding_slide
         ),
-        tables.device_sessions: transforms.device_sessions(silver, "1 minute", s.session_gap),
-        tables.alerts: alerts,
-        tables.alert_clears: clears,
-        tables.alert_recoveries: transforms.alert_recoveries(
+        "device_sessions": transforms.device_sessions(silver, "1 minute", s.session_gap),
+        "alerts": alerts,
+        "alert_clears": clears,
+        "alert_recoveries": transforms.alert_recoveries(
             alerts, clears, "1 minute", s.recovery_window
         ),
-        tables.fleet_summary: transforms.fleet_summary(silver),
-        tables.pipeline_metrics: spark.createDataFrame([], METRICS_SCHEMA),
+        "fleet_summary": transforms.fleet_summary(silver),
+        "pipeline_metrics": spark.createDataFrame([], METRICS_SCHEMA),
+        "schema_drift": transforms.field_drift(silver),
     }
-    for path, empty in empties.items():
-        sinks.ensure_table(spark, path, empty)
+    paths = tables.all()
+    return {name: sinks.ensure_table(spark, paths[name], empty) for name, empty in empties.items()}
+
+
+def prepare_lake(spark: SparkSession, settings: ProcessorSettings, tables: Tables) -> None:
+    """Create or evolve the tables; reset the queries of this run whose state no longer fits.
+
+    See ``processor.evolution``. A stale query that this process does not run is
+    named, with the command that rebuilds it.
+    """
+    stale = evolution.stale_queries(ensure_tables(spark, settings, tables))
+    wanted = settings.query_names()
+    for query in evolution.with_readers(stale):
+        why = stale.get(query, "it reads a table that is rebuilt")
+        if query not in wanted:
+            evolution.say(
+                f"query {query} must be rebuilt ({why}): run python -m processor rebuild {query}"
+            )
+            continue
+        evolution.say(f"rebuilding {query} from its input: {why}")
+        evolution.reset_query(spark, query, settings.lake.checkpoint(query), tables.all())
 
 
 def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
@@ -248,6 +278,8 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
 
     The batch's valid events are appended to silver and, aggregated per device and
     minute, added to ``gold/device_1m`` by a MERGE that Delta applies once per batch.
+    A batch whose events carry undeclared fields also appends what it saw to
+    ``ops/schema_drift`` (``transforms.field_drift``).
     """
     from_bronze = silver_reads_bronze(s)
     # Silver read its source twice before it read it once: such a checkpoint cannot resume.
@@ -258,11 +290,19 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
         good = silver_out(batch)
         bad = quarantine_out(batch)
-        minutes = transforms.device_minute_aggregates(transforms.silver_rows(batch), s.watermark)
+        events = transforms.silver_rows(batch)
+        minutes = transforms.device_minute_aggregates(events, s.watermark)
+
+        def drift() -> None:
+            if transforms.carries_extra_fields(events):
+                drifted = transforms.field_drift(events)
+                sinks.idempotent_append(drifted, t.schema_drift, f"{query_id}:drift", batch_id)
+
         sinks.run_concurrently(
             batch.sparkSession,
             lambda: sinks.idempotent_append(good, t.silver, f"{query_id}:silver", batch_id),
             lambda: sinks.idempotent_append(bad, t.quarantine, f"{query_id}:quarantine", batch_id),
+            drift,
             lambda: sinks.merge_batch(
                 minutes,
                 t.gold_device_1m,
@@ -454,6 +494,30 @@ def start_stage(
                 spark.conf.set(key, value)
 
 
+def rebuild(
+    spark: SparkSession,
+    settings: ProcessorSettings,
+    queries: list[str],
+    should_stop: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Recompute queries' tables from their input, with new checkpoints, then return.
+
+    Each query (and each query that streams from its tables) is reset
+    (``evolution.reset_query``) and run ``available_now``.
+
+    Returns:
+        Whether every query ran to the end.
+    """
+    tables = Tables.under(settings.lake)
+    ensure_tables(spark, settings, tables)
+    chosen = evolution.with_readers(queries)
+    for query in chosen:
+        evolution.say(f"rebuilding {query}: its checkpoint and its rows go")
+        evolution.reset_query(spark, query, settings.lake.checkpoint(query), tables.all())
+    once = settings.model_copy(update={"trigger": "available_now", "queries": ",".join(chosen)})
+    return run_available_now(spark, once, should_stop)
+
+
 def run_available_now(
     spark: SparkSession,
     settings: ProcessorSettings,
@@ -471,7 +535,7 @@ def run_available_now(
         Whether every stage ran to the end.
     """
     tables = Tables.under(settings.lake)
-    ensure_tables(spark, settings, tables)
+    prepare_lake(spark, settings, tables)
     for group in stages(settings):
         queries = [start_stage(spark, stage, settings, tables) for stage in group]
         for query in queries:
@@ -502,7 +566,7 @@ def start_all(
         should_stop: Polled while waiting; when true, return the queries started so far.
     """
     tables = Tables.under(settings.lake)
-    ensure_tables(spark, settings, tables)
+    prepare_lake(spark, settings, tables)
     queries: list[StreamingQuery] = []
     for group in stages(settings):
         if should_stop():

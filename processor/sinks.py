@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from delta.tables import DeltaTable
@@ -61,39 +62,57 @@ def tier_interval(settings: ProcessorSettings, tier: Tier) -> str:
 
 
 class TableSchemaError(RuntimeError):
-    """An existing table's columns differ from those this version writes."""
+    """An existing table has a column of another type than this version writes."""
 
 
-def ensure_table(spark: SparkSession, path: str, empty: DataFrame) -> None:
+@dataclass(frozen=True)
+class TableChange:
+    """How ``ensure_table`` found an existing table against what the query writes.
+
+    Attributes:
+        added: Columns the table gained (null in its rows so far).
+        unwritten: Columns the table has and the query no longer writes (null in new rows).
+    """
+
+    added: tuple[str, ...] = ()
+    unwritten: tuple[str, ...] = ()
+
+
+def ensure_table(spark: SparkSession, path: str, empty: DataFrame) -> TableChange:
     """Create an empty Delta table with ``empty``'s schema unless one exists at ``path``.
 
-    A table written by an earlier version whose columns are the first of ``empty``'s
-    gets the new ones added at the end (null in its rows so far): an upgrade keeps
-    the lake, and the streams that read the table resume on their checkpoints.
+    An existing table is matched by column name: the columns it lacks are added (at the
+    end, null in its rows so far), so that a contract that gained a field or a metric
+    keeps the lake and the checkpoints; Delta appends and MERGEs match by name too.
+    Columns it has and the query no longer writes stay, null in new rows.
 
     Raises:
-        TableSchemaError: the existing table has other columns (written by another
-            version): the queries would fail on it, so say so before they start.
+        TableSchemaError: a column has another type than the query writes (a breaking
+            change: see the README's "Changing the schema").
     """
     if not DeltaTable.isDeltaTable(spark, path):
         empty.limit(0).write.format("delta").mode("ignore").save(path)
-        return
-    have = spark.read.format("delta").load(path).columns
-    if len(have) < len(empty.columns) and empty.columns[: len(have)] == have:
-        added = empty.schema.fields[len(have) :]
+        return TableChange()
+    have = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
+    if retyped := [
+        f"{f.name} ({have[f.name].simpleString()} -> {f.dataType.simpleString()})"
+        for f in empty.schema.fields
+        if f.name in have and have[f.name] != f.dataType
+    ]:
+        raise TableSchemaError(
+            f"the table at {path} has columns of another type than this version writes: "
+            f"{', '.join(retyped)}. A type change is a breaking change: write to a new lake "
+            '(IOT_LAKE_ROOT), or see the README\'s "Changing the schema".'
+        )
+    added = [f for f in empty.schema.fields if f.name not in have]
+    if added:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
         print(f"[processor] {path}: added the columns {columns}", file=sys.stderr, flush=True)
-        return
-    if have != empty.columns:
-        missing = [c for c in empty.columns if c not in have]
-        extra = [c for c in have if c not in empty.columns]
-        raise TableSchemaError(
-            f"the table at {path} was written by another version of the processor "
-            f"(missing columns: {', '.join(missing) or 'none'}; unknown columns: "
-            f"{', '.join(extra) or 'none'}; or another column order). Point "
-            "IOT_LAKE_ROOT at a new folder, or delete the lake (tables and _checkpoints)."
-        )
+    return TableChange(
+        added=tuple(f.name for f in added),
+        unwritten=tuple(name for name in have if name not in empty.columns),
+    )
 
 
 class CheckpointSourcesError(RuntimeError):

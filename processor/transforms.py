@@ -8,13 +8,24 @@ stamp the processing time (``with_time`` and its callers), which take one micro-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType, StructField, StructType
 
-from common.contract import FIELDS, METRIC_NAMES, REQUIRED, STATUSES, Field
+from common.contract import (
+    FIELD_BY_NAME,
+    FIELDS,
+    KEY_FIELDS,
+    METRIC_NAMES,
+    REQUIRED,
+    STATUSES,
+    VERSION_BY_NUMBER,
+    VERSIONS,
+    Field,
+)
 from processor.detector import DetectorConfig, detect_columns, dump_state, load_state
 from processor.schema import EVENT_SCHEMA
 
@@ -104,13 +115,68 @@ def rate_to_bronze(rate: DataFrame, fleet_size: int) -> DataFrame:
 
 CORRUPT = "_corrupt_record"
 DEDUP_KEY = "_dedup_key"
-# The contract's typed columns (all nullable: presence is checked, not assumed) plus
-# the column where Spark's permissive JSON parser flags a value it could not convert.
+EXTRA_FIELDS = "extra_fields"
+_TYPE_OF = {f.name: f.dataType for f in EVENT_SCHEMA.fields}
+# Every JSON key that some version sends, typed as the contract field it carries (all
+# nullable: presence is checked, not assumed), plus the column where Spark's
+# permissive JSON parser flags a value it could not convert.
 _JSON_SCHEMA = StructType(
-    [StructField(f.name, f.dataType) for f in EVENT_SCHEMA.fields]
+    [StructField(key, _TYPE_OF[name]) for key, name in KEY_FIELDS.items()]
     + [StructField(CORRUPT, StringType())]
 )
 _JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+
+
+def _in_every_version(f: Field) -> bool:
+    """Whether every version sends ``f`` under its own name."""
+    return all(v.keys.get(f.name) == f.name for v in VERSIONS)
+
+
+def _by_version(version: Column, f: Field, pick: Callable[[str], Column]) -> Column:
+    """``pick(key)`` for the JSON key that the payload's ``version`` sends ``f`` under.
+
+    Null where the version does not declare ``f`` (or is not a version of the contract).
+    """
+    if _in_every_version(f):
+        return pick(f.name)
+    out: Column | None = None
+    for v in VERSIONS:
+        if v.declares(f.name):
+            key = pick(v.keys[f.name])
+            out = (
+                F.when(version == v.number, key)
+                if out is None
+                else out.when(version == v.number, key)
+            )
+    return out if out is not None else F.lit(None)
+
+
+def _declared_keys(version: Column) -> Column:
+    """The JSON keys that the payload's ``version`` declares (null for an unknown version)."""
+    out: Column | None = None
+    for v in VERSIONS:
+        keys = F.array(*[F.lit(k) for k in v.keys.values()])
+        out = (
+            F.when(version == v.number, keys)
+            if out is None
+            else out.when(version == v.number, keys)
+        )
+    assert out is not None  # the contract has a version
+    return out
+
+
+def _extra_fields(raw: Column, version: Column) -> Column:
+    """The payload's keys that its version does not declare, as one JSON object (or null).
+
+    Values keep their JSON (Spark's VARIANT writes them back); the declared keys are
+    checked first, so a payload with nothing undeclared costs one scan of its keys.
+    """
+    declared = _declared_keys(version)
+    undeclared = F.filter(F.json_object_keys(raw), lambda k: ~F.array_contains(declared, k))
+    kept = F.map_filter(
+        F.from_json(raw, "map<string, variant>"), lambda k, _v: ~F.array_contains(declared, k)
+    )
+    return F.when(F.size(undeclared) > 0, F.to_json(kept))
 
 
 def _in_range(value: Column, f: Field) -> Column:
@@ -124,21 +190,37 @@ def _in_range(value: Column, f: Field) -> Column:
 
 
 def _range_checks(typed: Column) -> list[tuple[str, Column]]:
-    """``(reason, passes)`` for every range check: ranged numbers, then the status."""
+    """``(reason, passes)`` for every range check: the version, ranged numbers, the status."""
+    version = typed["schema_version"]
     checks = [
+        ("out_of_range:schema_version", F.coalesce(version.isin(*VERSION_BY_NUMBER), F.lit(True)))
+    ]
+    checks += [
         (f"out_of_range:{f.name}", _in_range(typed[f.name], f))
         for f in FIELDS
-        if f.min is not None or f.max is not None
+        if (f.min is not None or f.max is not None) and f.name != "schema_version"
     ]
     return checks + [("out_of_range:status", typed["status"].isin(*STATUSES))]
+
+
+def _required(typed: Column, f: Field) -> Column:
+    """True unless ``f`` is required by the payload's version and absent."""
+    if _in_every_version(f):
+        return typed[f.name].isNotNull()
+    declaring = [v.number for v in VERSIONS if v.declares(f.name)]
+    return (
+        F.coalesce(~typed["schema_version"].isin(*declaring), F.lit(True))
+        | typed[f.name].isNotNull()
+    )
 
 
 def _reason(raw: Column, typed: Column) -> Column:
     """Why a record failed: the first failed check, as a code (see ``parse_events``)."""
     present = F.from_json(raw, MapType(StringType(), StringType()))
+    version = typed["schema_version"]
     checks: list[Column] = [F.when(typed.isNull() | present.isNull(), F.lit("unparsable"))]
     for f in FIELDS:
-        given = present[f.name].isNotNull()
+        given = _by_version(version, f, lambda key: present[key].isNotNull())
         if f.required:
             checks.append(F.when(~given, F.lit(f"missing_field:{f.name}")))
         checks.append(F.when(given & typed[f.name].isNull(), F.lit(f"wrong_type:{f.name}")))
@@ -151,34 +233,54 @@ def _reason(raw: Column, typed: Column) -> Column:
 def parse_events(bronze: DataFrame) -> DataFrame:
     """Parse the raw JSON against the contract and say why a record is invalid.
 
-    Every bronze row comes out once, with the contract's typed columns, the raw
-    payload, the Kafka metadata and ``reason``: null for a valid event, else the
-    first failed check as a code: ``unparsable``, ``missing_field:<f>``,
-    ``wrong_type:<f>`` (a value JSON-typed otherwise than the contract says, e.g. a
-    number sent as a string), ``out_of_range:<f>``.
+    Every bronze row comes out once, with the contract's typed columns, the
+    undeclared fields (``extra_fields``), the raw payload, the Kafka metadata and
+    ``reason``: null for a valid event, else the first failed check as a code:
+    ``unparsable``, ``missing_field:<f>``, ``wrong_type:<f>`` (a value JSON-typed
+    otherwise than the contract says, e.g. a number sent as a string),
+    ``out_of_range:<f>`` (``out_of_range:schema_version``: not a version of the contract).
 
-    Valid records cost one typed JSON parse and a few comparisons; the detailed
-    reason (a second, untyped parse and a check per field) is computed only for
-    the records that fail.
+    A payload is read by its ``schema_version``: each field from the key that version
+    sends it under (``common.contract.VERSIONS``), so every version lands in the same
+    columns. Keys that its version does not declare are kept, as one JSON object in
+    ``extra_fields`` (null when there are none), for valid events.
+
+    Valid records cost one typed JSON parse, a scan of their keys and a few
+    comparisons; the detailed reason (a second, untyped parse and a check per field)
+    is computed only for the records that fail.
 
     Args:
         bronze: Rows of the bronze table (``value`` is the raw payload).
     """
     raw_text = F.make_valid_utf8(F.col("value").cast("string"))
+    keys = F.col("_keys")
+    version = keys["schema_version"]
     parsed = bronze.select(
         raw_text.alias("raw"),
         "value",
-        F.from_json(raw_text, _JSON_SCHEMA, _JSON_OPTIONS).alias("_t"),
+        F.from_json(raw_text, _JSON_SCHEMA, _JSON_OPTIONS).alias("_keys"),
         *[F.col(c) for c in KAFKA_META],
+    ).select(
+        "raw",
+        "value",
+        F.when(
+            keys.isNotNull(),
+            F.struct(
+                *[_by_version(version, f, lambda k: keys[k]).alias(f.name) for f in FIELDS],
+                keys[CORRUPT].alias(CORRUPT),
+            ),
+        ).alias("_t"),
+        *KAFKA_META,
     )
     typed = F.col("_t")
     valid = typed.isNotNull() & typed[CORRUPT].isNull()
     for name in REQUIRED:
-        valid = valid & typed[name].isNotNull()
+        valid = valid & _required(typed, FIELD_BY_NAME[name])
     for _, passes in _range_checks(typed):
         valid = valid & passes
     return parsed.select(
         *[typed[f.name].alias(f.name) for f in FIELDS],
+        F.when(valid, _extra_fields(F.col("raw"), typed["schema_version"])).alias(EXTRA_FIELDS),
         F.when(valid, F.lit(None).cast("string"))
         .otherwise(_reason(F.col("raw"), typed))
         .alias("reason"),
@@ -196,6 +298,37 @@ def valid_events(parsed: DataFrame) -> DataFrame:
 def silver_rows(enriched: DataFrame) -> DataFrame:
     """The valid rows of an enriched frame, shaped for the silver table."""
     return valid_events(enriched).drop("reason", "raw", "value")
+
+
+def field_drift(silver: DataFrame, now: datetime | None = None) -> DataFrame:
+    """Schema drift in one micro-batch: each undeclared field, the rows and devices that sent it.
+
+    One row per field and schema version found in ``extra_fields``, with the number of
+    rows and of distinct devices that carried it, their first and last event time and
+    ``seen_time`` (the processing time).
+
+    Args:
+        silver: Silver rows of one micro-batch (a static frame).
+        now: ``seen_time`` (UTC-aware); default: the current time (``with_time``).
+    """
+    carried = silver.filter(F.col(EXTRA_FIELDS).isNotNull()).select(
+        F.explode(F.json_object_keys(EXTRA_FIELDS)).alias("field"),
+        "schema_version",
+        "device_id",
+        "event_time",
+    )
+    counted = carried.groupBy("field", "schema_version").agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.size(F.collect_set("device_id")).cast("long").alias("devices"),
+        F.min("event_time").alias("first_event_time"),
+        F.max("event_time").alias("last_event_time"),
+    )
+    return with_time(counted, "seen_time", now)
+
+
+def carries_extra_fields(silver: DataFrame) -> bool:
+    """Whether any row of a micro-batch of silver has undeclared fields."""
+    return not silver.filter(F.col(EXTRA_FIELDS).isNotNull()).isEmpty()
 
 
 def invalid_events(parsed: DataFrame) -> DataFrame:
@@ -393,7 +526,8 @@ def combine_device_minutes(old: str = "t", new: str = "s") -> dict[str, Column]:
     """How a stored 1-minute row absorbs a later partial row of the same device and window.
 
     Counts add, minima and maxima keep the extreme, averages are weighted by their
-    counts: the result equals ``device_minute_aggregates`` over both rows' events.
+    counts: the result equals ``device_minute_aggregates`` over both rows' events. A
+    stored row from before a metric was added (its columns null) counts as none of it.
 
     Args:
         old: Alias of the stored row (the MERGE target).
@@ -411,7 +545,8 @@ def combine_device_minutes(old: str = "t", new: str = "s") -> dict[str, Column]:
 
     out = {"events": o("events") + n("events")}
     for m in METRIC_NAMES:
-        count = o(f"{m}_count") + n(f"{m}_count")
+        # A row stored before the metric was in the contract has a null count.
+        count = F.coalesce(o(f"{m}_count"), F.lit(0)) + n(f"{m}_count")
         total = F.coalesce(o(f"{m}_avg") * o(f"{m}_count"), F.lit(0.0)) + F.coalesce(
             n(f"{m}_avg") * n(f"{m}_count"), F.lit(0.0)
         )

@@ -13,7 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common.fleet import build_fleet
+import numpy as np
+
+from common import contract
+from common.fleet import build_fleet, device_id
 from common.kafka import (
     TokenCredential,
     entra_scope,
@@ -25,7 +28,7 @@ from producer.manifest import Manifest
 from producer.rate import RateProfile
 from producer.run import RunReport, StopFlag, run
 from producer.settings import ProducerSettings
-from producer.simulation import Clock, simulated_clock, wall_clock
+from producer.simulation import Clock, firmware_rollout, simulated_clock, wall_clock
 from producer.sinks import (
     FileSink,
     KafkaSink,
@@ -113,7 +116,21 @@ def make_source(settings: ProducerSettings, *, worker: int = 0, workers: int = 1
         worker=worker,
         workers=workers,
         deterministic_ids=settings.deterministic_ids,
+        rollout_share=settings.rollout_share,
     )
+
+
+def rollout_record(settings: ProducerSettings) -> dict[str, Any] | None:
+    """Which devices send the contract's newest schema version (None: a replay sends files)."""
+    if settings.replay is not None:
+        return None
+    versions = firmware_rollout(settings.fleet_size, settings.seed, settings.rollout_share)
+    rolled = np.flatnonzero(versions != contract.VERSIONS[0].number).tolist()
+    return {
+        "share": settings.rollout_share,
+        "version": contract.SCHEMA_VERSION,
+        "devices": [device_id(i) for i in rolled],
+    }
 
 
 def manifest_header(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
@@ -135,6 +152,7 @@ def manifest_header(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
         "transport": settings.transport,
         "topic": settings.kafka.topic if settings.transport == "kafka" else None,
         "replay": str(settings.replay) if settings.replay else None,
+        "rollout": rollout_record(settings),
         **extra,
     }
 

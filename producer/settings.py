@@ -70,6 +70,13 @@ class ProducerSettings(Settings):
         description="constant | ramp:FROM:TO:SECONDS | step:RATE@T,RATE@T,... | "
         "spike:BASE:PEAK:AT:SECONDS",
     )
+    rollout_share: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of the fleet on new firmware (0..1): those devices, drawn by the "
+        "seed, send the contract's newest schema version, the others its oldest",
+    )
     count: int | None = Field(None, ge=1, description="Stop after this many readings")
     duration_s: float | None = Field(None, gt=0, description="Stop after this many seconds")
     start_time: datetime | None = Field(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
@@ -285,6 +285,7 @@ class FleetSimulation:
         clock: Clock,
         *,
         deterministic_ids: bool = False,
+        versions: Sequence[int] | None = None,
     ) -> None:
         """Draw every device's initial state.
 
@@ -294,12 +295,20 @@ class FleetSimulation:
             clock: Event time of the ``k``-th reading.
             deterministic_ids: Draw event ids from a generator seeded by ``seed``
                 (else from ``os.urandom``).
+            versions: The schema version each device sends (``firmware_rollout``);
+                default: the contract's oldest for all.
 
         """
         if not fleet:
             raise ValueError("the simulation needs at least one device")
         self.fleet = list(fleet)
         self.clock = clock
+        oldest = contract.VERSIONS[0].number
+        self.versions = np.array(versions if versions is not None else [oldest] * len(fleet))
+        if len(self.versions) != len(self.fleet) or not set(self.versions.tolist()) <= set(
+            contract.VERSION_BY_NUMBER
+        ):
+            raise ValueError("versions: one version of the contract per device")
         self.metrics = contract.METRIC_NAMES
         n, m = len(self.fleet), len(self.metrics)
         self._rng = np.random.default_rng([seed, 0])
@@ -414,10 +423,11 @@ class FleetSimulation:
 class EventBuilder:
     """Turns ``Readings`` into events with the fields of ``common.contract.FIELDS``.
 
-    The contract is read when the builder is made. Each device gets the fields it has
-    a value for, in the contract's order: devices of one *shape* (the same fields)
-    share a dict constructor, a dict display compiled once from the field names (the
-    cheapest way CPython builds a dict; a reading costs one call of it).
+    The contract is read when the builder is made. Each device gets the fields that
+    its schema version declares and that it has a value for, in the contract's order,
+    under the JSON keys of its version: devices of one *shape* (the same keys) share a
+    dict constructor, a dict display compiled once from the keys (the cheapest way
+    CPython builds a dict; a reading costs one call of it).
     """
 
     def __init__(self, sim: FleetSimulation) -> None:
@@ -426,14 +436,18 @@ class EventBuilder:
         self.fields = tuple(contract.FIELDS)
         self._device_ids = np.array([d.device_id for d in sim.fleet], dtype=object)
         self._statuses = np.array(contract.STATUSES, dtype=object)
-        shapes: dict[tuple[str, ...], int] = {}
+        shapes: dict[tuple[tuple[str, str], ...], int] = {}
         self._shape_of = np.zeros(len(sim.fleet), dtype=np.int64)
         for i, device in enumerate(sim.fleet):
-            names = tuple(f.name for f in self.fields if self._present(f, device, i))
-            self._shape_of[i] = shapes.setdefault(names, len(shapes))
-        self.shapes = list(shapes)
+            keys = contract.VERSION_BY_NUMBER[int(sim.versions[i])].keys
+            shape = tuple(
+                (f.name, keys[f.name])
+                for f in self.fields
+                if f.name in keys and self._present(f, device, i)
+            )
+            self._shape_of[i] = shapes.setdefault(shape, len(shapes))
         every = [f.name for f in self.fields]
-        self._make = [_dict_constructor(every, names) for names in self.shapes]
+        self._make = [_dict_constructor(every, dict(shape)) for shape in shapes]
 
     def _present(self, f: contract.Field, device: Device, i: int) -> bool:
         if f.name == "battery_pct":
@@ -444,7 +458,7 @@ class EventBuilder:
 
     def _column(self, f: contract.Field, r: Readings, times: list[str]) -> list[Any]:
         """The field's value for each reading (anything where the device lacks the field)."""
-        sim, name, n = self.sim, f.name, len(r)
+        sim, name = self.sim, f.name
         if name == "event_id":
             return r.event_id
         if name == "device_id":
@@ -454,7 +468,7 @@ class EventBuilder:
         if name == "event_time":
             return times
         if name == "schema_version":
-            return [contract.SCHEMA_VERSION] * n
+            return sim.versions[r.dev].tolist()
         if name == "status":
             return self._statuses[r.status].tolist()
         if name == "battery_pct":
@@ -478,11 +492,39 @@ class EventBuilder:
         return list(map(orjson.dumps, self._dicts(r)))
 
 
-def _dict_constructor(every: Sequence[str], names: Sequence[str]) -> Callable[..., dict]:
-    """A function of one value per field in ``every`` that returns the dict of ``names``."""
+def _dict_constructor(every: Sequence[str], keys: Mapping[str, str]) -> Callable[..., dict]:
+    """A function of one value per field in ``every`` that returns the dict of ``keys``.
+
+    Args:
+        every: The fields, in the order of the function's arguments.
+        keys: Field -> its JSON key, for the fields the dict holds.
+    """
     params = ", ".join(f"v{i}" for i in range(len(every)))
-    items = ", ".join(f"{name!r}: v{i}" for i, name in enumerate(every) if name in names)
+    items = ", ".join(f"{keys[name]!r}: v{i}" for i, name in enumerate(every) if name in keys)
     return eval(f"lambda {params}: {{{items}}}")  # keys are repr()s: no name is code
+
+
+def firmware_rollout(fleet_size: int, seed: int, share: float) -> np.ndarray:
+    """The schema version each device sends when ``share`` of the fleet runs new firmware.
+
+    ``round(share * fleet_size)`` devices, drawn by the seed, send the contract's
+    newest version and the others its oldest. The draw is one shuffle of the fleet,
+    so a larger share keeps the devices of a smaller one, as a staged rollout does.
+
+    Args:
+        fleet_size: Number of devices.
+        seed: The run's seed.
+        share: Share of the fleet on the newest firmware (0..1).
+
+    Returns:
+        One version number per device, in fleet order.
+    """
+    if not 0.0 <= share <= 1.0:
+        raise ValueError("the rollout share is between 0 and 1")
+    versions = np.full(fleet_size, contract.VERSIONS[0].number, dtype=np.int64)
+    order = np.random.default_rng([seed, 2]).permutation(fleet_size)
+    versions[order[: round(share * fleet_size)]] = contract.VERSIONS[-1].number
+    return versions
 
 
 def _generic_column(

@@ -9,14 +9,22 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 import orjson
 
 from common.fleet import Device
 from producer.anomalies import AnomalyConfig, AnomalyInjector
 from producer.faults import FaultConfig, FaultInjector, Message
-from producer.simulation import Clock, EventBuilder, FleetSimulation, StridedClock
+from producer.simulation import (
+    Clock,
+    EventBuilder,
+    FleetSimulation,
+    StridedClock,
+    firmware_rollout,
+)
+
+T = TypeVar("T")
 
 
 class Source(Protocol):
@@ -46,8 +54,8 @@ def worker_seed(seed: int, worker: int, workers: int) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def worker_slice(fleet: Sequence[Device], worker: int, workers: int) -> list[Device]:
-    """The devices one worker owns: every ``workers``-th device from index ``worker``."""
+def worker_slice(fleet: Sequence[T], worker: int, workers: int) -> list[T]:
+    """The devices one worker owns (or their values): every ``workers``-th from ``worker``."""
     return list(fleet[worker::workers])
 
 
@@ -72,6 +80,7 @@ class SimulationSource:
         worker: int = 0,
         workers: int = 1,
         deterministic_ids: bool = False,
+        rollout_share: float = 0.0,
     ) -> None:
         """Set up one worker's simulation and injectors.
 
@@ -84,13 +93,20 @@ class SimulationSource:
             worker: This worker's number, 0-based.
             workers: Number of workers.
             deterministic_ids: Event ids from the seed instead of ``os.urandom``.
+            rollout_share: Share of the whole fleet that sends the contract's newest
+                schema version (``firmware_rollout``).
 
         """
         devices = worker_slice(fleet, worker, workers)
         own_seed = worker_seed(seed, worker, workers)
         own_clock: Clock = clock if workers == 1 else StridedClock(clock, workers, worker)
+        versions = firmware_rollout(len(fleet), seed, rollout_share)
         self.sim = FleetSimulation(
-            devices, own_seed, own_clock, deterministic_ids=deterministic_ids
+            devices,
+            own_seed,
+            own_clock,
+            deterministic_ids=deterministic_ids,
+            versions=worker_slice(versions.tolist(), worker, workers),
         )
         self.events = EventBuilder(self.sim)
         self.anomalies = (

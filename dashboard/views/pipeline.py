@@ -1,9 +1,10 @@
-"""Pipeline health: per streaming query progress, and quarantined records by reason."""
+"""Pipeline health: per streaming query progress, quarantined records by reason, schema drift."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+import polars as pl
 import streamlit as st
 
 from common.lake import Table
@@ -100,10 +101,49 @@ def _quarantine(now: datetime) -> None:
     right.dataframe(counts, hide_index=True)
 
 
+def _drift(now: datetime) -> None:
+    st.subheader("Schema drift")
+    drift = ui.load(
+        settings, Table.OPS_SCHEMA_DRIFT, lake.DRIFT_COLUMNS,
+        time_column="seen_time", end=ui.reads_end(view),
+    )  # fmt: skip
+    if drift.frame is None:
+        ui.waiting(drift)
+        return
+    fields = data.schema_drift(drift.frame)
+    if fields.height == 0:
+        st.success(
+            "Every reading so far had only the fields its schema version declares.",
+            icon=":material/check_circle:",
+        )
+        return
+    for row in fields.iter_rows(named=True):
+        st.warning(
+            data.drift_line(row["field"], row["rows"], row["first_seen"], now),
+            icon=":material/new_releases:",
+        )
+    st.caption(
+        "Readings keep these fields' values with them (extra_fields); declare a field in "
+        "the contract to give it a column of its own (README, Changing the schema)."
+    )
+    st.dataframe(
+        fields.with_columns(
+            pl.col("versions").list.eval(pl.element().cast(pl.String)).list.join(", ")
+        ),
+        hide_index=True,
+        column_config={
+            "first_seen": ui.utc_time_column("first seen"),
+            "last_seen": ui.utc_time_column("last seen"),
+            "versions": "schema versions",
+        },
+    )
+
+
 def render(now: datetime) -> None:
     """One refresh of the page."""
     _queries(now)
     _quarantine(now)
+    _drift(now)
 
 
 ui.live(view, render)

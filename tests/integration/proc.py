@@ -38,6 +38,16 @@ def processor_env(
     )
 
 
+def run_python(args: list[str], env: dict[str, str], log: Path, timeout_s: float) -> int:
+    """Run ``python ARGS`` from the project root to the end, appending its output to ``log``."""
+    with log.open("ab") as fh:
+        done = subprocess.run(
+            [sys.executable, *args], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
+            timeout=timeout_s, check=False,
+        )  # fmt: skip
+    return done.returncode
+
+
 def start_processor(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """Start ``python -m processor run`` in its own process group, logging to ``log``."""
     handle = log.open("ab")

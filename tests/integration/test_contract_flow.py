@@ -25,6 +25,7 @@ from common.lake import Table, table_location
 from infra.broker import ensure_topic
 from infra.jars import ensure_jars
 from loadtest.lake import read_truth
+from tests.integration.proc import run_python
 
 pytestmark = pytest.mark.integration
 
@@ -50,15 +51,6 @@ doc = "Radio signal strength."
 """
 
 
-def _run(args: list[str], env: dict[str, str], log: Path, timeout: float) -> int:
-    with log.open("wb") as fh:
-        proc = subprocess.run(
-            [sys.executable, *args], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
-            timeout=timeout, check=False,
-        )  # fmt: skip
-    return proc.returncode
-
-
 def test_added_field_and_metric_flow_to_silver_and_gold(kafka_broker, tmp_path: Path) -> None:
     contract = tmp_path / "contract.toml"
     contract.write_text(DEFAULT_CONTRACT.read_text(encoding="utf-8") + ADDED, encoding="utf-8")
@@ -72,14 +64,14 @@ def test_added_field_and_metric_flow_to_silver_and_gold(kafka_broker, tmp_path: 
         "PYTHONUNBUFFERED": "1",
     }
     manifest, lake = tmp_path / "manifest.jsonl", tmp_path / "lake"
-    produced = _run(
+    produced = run_python(
         ["-m", "producer", "--scenario", "clean", "--count", str(COUNT), "--rate", "0",
          "--fleet-size", str(FLEET), "--seed", str(SEED), "--clock-rate", "4",
          "--start-time", "2026-01-01T00:00:00Z", "--manifest-path", str(manifest)],
         env, tmp_path / "producer.log", 120,
     )  # fmt: skip
     assert produced == 0, (tmp_path / "producer.log").read_text()[-3000:]
-    processed = _run(
+    processed = run_python(
         ["-m", "processor", "run", "--trigger", "available_now", "--queries", "silver",
          "--fleet-size", str(FLEET), "--seed", str(SEED), "--shuffle-partitions", "2",
          "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent),

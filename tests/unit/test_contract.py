@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_shipped_contract() -> None:
     assert [f.name for f in contract.ENVELOPE] == [
         "event_id", "device_id", "seq", "event_time", "schema_version", "status", "battery_pct",
+        "rssi_dbm",
     ]  # fmt: skip
     assert contract.METRIC_NAMES == (
         "temperature_c", "humidity_pct", "co2_ppm", "pm25_ugm3", "vibration_mm_s", "power_w",
@@ -29,7 +30,16 @@ def test_the_shipped_contract() -> None:
     )  # fmt: skip
     assert contract.STATUSES == ("online", "degraded", "offline")
     version = contract.FIELD_BY_NAME["schema_version"]
-    assert (version.min, version.max) == (1, contract.SCHEMA_VERSION) == (1, 1)
+    assert (version.min, version.max) == (1, contract.SCHEMA_VERSION) == (1, 2)
+    v1, v2 = contract.VERSIONS
+    assert (v1.number, v2.number) == (1, 2)
+    assert list(v1.keys) == [f.name for f in contract.FIELDS if f.name != "rssi_dbm"]
+    assert list(v1.keys.values()) == list(v1.keys)
+    assert list(v2.keys) == [f.name for f in contract.FIELDS]
+    assert {k: v for k, v in v2.keys.items() if k != v} == {"temperature_c": "temp_c"}
+    assert {f.name: f.name for f in contract.FIELDS} | {
+        "temp_c": "temperature_c"
+    } == contract.KEY_FIELDS
     co2 = contract.FIELD_BY_NAME["co2_ppm"]
     assert (co2.type, co2.unit, co2.min, co2.max) == ("double", "ppm", 0.0, 40000.0)
 
@@ -70,6 +80,18 @@ def _import_with(path: Path) -> subprocess.CompletedProcess[str]:
         (lambda t: t.replace('name = "seq"', 'name = "sequence"'),
          "the envelope lacks ['seq']"),
         (lambda t: t.replace("[[metrics]]", "[[metrics", 1), "cannot read the contract"),
+        (lambda t: "schema_version = 1\n" + t, "unknown keys ['schema_version']"),
+        (lambda t: t.replace("version = 2", "version = 1"), "[[versions]] #2: versions must go up"),
+        (lambda t: t.replace('added = ["rssi_dbm"]', 'added = ["rssi"]'),
+         "[[versions]] #2: cannot add 'rssi'"),
+        (lambda t: t.replace('temperature_c = "temp_c"', 'seq = "n"'),
+         "[[versions]] #2: cannot rename 'seq'"),
+        (lambda t: t.replace('temperature_c = "temp_c"', 'temperature_c = "humidity_pct"'),
+         "[[versions]] #2: key 'humidity_pct' already names humidity_pct"),
+        (lambda t: t.replace('doc = "The first firmware."', 'added = ["rssi_dbm"]'),
+         "[[versions]] #1: the first version can neither add nor rename"),
+        (lambda t: t.replace("version = 2", "version = 2\nfirmware = 2"),
+         "[[versions]] #2: unknown keys ['firmware']"),
     ],
 )  # fmt: skip
 def test_a_bad_contract_fails_in_one_line(tmp_path: Path, edit, message: str) -> None:

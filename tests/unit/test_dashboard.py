@@ -122,6 +122,8 @@ def test_every_page_waits_on_an_empty_lake(lake):
             f"streaming queries here {demo}.",
             "No quarantined records yet. Readings the processor cannot use (unparsable, "
             "missing fields, unknown devices) are set aside here once it runs.",
+            "No undeclared fields yet. Fields that a reading's schema version does not "
+            "declare are counted here once the processor sees them.",
         ],
         "views/loadtest.py": [
             f"Waiting for data: no producer report at {lake.parent / 'lake-report.json'} yet. "

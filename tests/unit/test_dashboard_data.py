@@ -441,3 +441,36 @@ def test_load_report(tmp_path):
     path.write_text(json.dumps({k: v for k, v in report.items() if k != "acked"}))
     with pytest.raises(data.ReportUnreadableError, match="KeyError"):
         data.load_report(path)
+
+
+# ---------------------------------------------------------------- schema drift
+
+
+def test_schema_drift_sums_each_field_over_batches_and_versions():
+    t = T0.replace(hour=14, minute=5)
+    drift = pl.DataFrame(
+        {
+            "field": ["signal_dbm", "fw", "signal_dbm", "signal_dbm"],
+            "schema_version": [2, 1, 2, 1],
+            "rows": [300, 4, 10, 2],
+            "seen_time": [
+                t,
+                t + timedelta(minutes=1),
+                t + timedelta(minutes=2),
+                t + timedelta(minutes=3),
+            ],
+        }  # fmt: skip
+    )
+    summary = data.schema_drift(drift)
+    assert summary.to_dicts() == [
+        {"field": "signal_dbm", "rows": 312, "first_seen": t, "last_seen": t + timedelta(minutes=3),
+         "versions": [1, 2]},
+        {"field": "fw", "rows": 4, "first_seen": t + timedelta(minutes=1),
+         "last_seen": t + timedelta(minutes=1), "versions": [1]},
+    ]  # fmt: skip
+    assert data.drift_line("signal_dbm", 312, t, now=t + timedelta(hours=2)) == (
+        "new field `signal_dbm` seen on 312 rows since 14:05 UTC"
+    )
+    assert data.drift_line("fw", 1, t, now=t + timedelta(days=1)) == (
+        "new field `fw` seen on 1 row since 2026-03-01 14:05 UTC"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import uuid
 from collections import defaultdict
@@ -16,6 +17,7 @@ from producer.simulation import (
     EventBuilder,
     FleetSimulation,
     StridedClock,
+    firmware_rollout,
     generate,
     simulated_clock,
     time_texts,
@@ -143,19 +145,60 @@ def test_a_field_added_to_the_contract_is_in_every_event(monkeypatch):
     """No producer edit: a new number gets the middle of its range, a new text field the
     device attribute of its name, a new timestamp the event time."""
     added = (
-        contract.Field("rssi_dbm", "double", False, "dBm", -120.0, -30.0),
+        contract.Field("link_db", "double", False, "dB", -120.0, -30.0),
         contract.Field("firmware", "string", True),
         contract.Field("received_time", "timestamp", False),
     )
     monkeypatch.setattr(contract, "FIELDS", contract.FIELDS + added)
+    v1 = contract.VERSIONS[0]
+    every = {**v1.keys, **{f.name: f.name for f in added}}
+    monkeypatch.setattr(contract, "VERSION_BY_NUMBER", {1: dataclasses.replace(v1, keys=every)})
     fleet = build_fleet(6, 2)
     events = _stream(fleet, 2, simulated_clock(START, 5.0), (50,), 50, deterministic_ids=True)
     for e in events:
         device = fleet[int(e["device_id"][4:])]
-        assert e["rssi_dbm"] == -75.0
+        assert e["link_db"] == -75.0
         assert e["firmware"] == device.firmware
         assert e["received_time"] == e["event_time"]
-        assert list(e)[-3:] == ["rssi_dbm", "firmware", "received_time"]
+        assert list(e)[-3:] == ["link_db", "firmware", "received_time"]
+
+
+def test_a_rollout_takes_a_seeded_share_and_a_larger_share_keeps_the_smaller():
+    at = {share: firmware_rollout(40, 7, share) for share in (0.0, 0.1, 0.25, 1.0)}
+    rolled = {share: set(np.flatnonzero(v == 2).tolist()) for share, v in at.items()}
+    assert [len(rolled[s]) for s in (0.0, 0.1, 0.25, 1.0)] == [0, 4, 10, 40]
+    assert set(np.unique(np.concatenate(list(at.values()))).tolist()) == {1, 2}
+    assert rolled[0.1] < rolled[0.25] < rolled[1.0]
+    assert np.array_equal(firmware_rollout(40, 7, 0.25), at[0.25])
+    assert rolled[0.25] != set(np.flatnonzero(firmware_rollout(40, 8, 0.25) == 2).tolist())
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        firmware_rollout(40, 7, 1.5)
+
+
+def test_rolled_out_devices_send_the_same_readings_under_their_versions_keys():
+    """Version 2 (shipped contract): temperature_c is sent as temp_c, rssi_dbm is added
+    with its example value; the simulated values are those of the same seed on version 1."""
+    fleet = build_fleet(12, 3)
+    versions = firmware_rollout(12, 3, 0.5).tolist()
+    clock = simulated_clock(START, 50.0)
+    old = _stream(fleet, 3, clock, (17,), 120, deterministic_ids=True)
+    new = _stream(fleet, 3, clock, (17,), 120, deterministic_ids=True, versions=versions)
+    renamed = {"temp_c": "temperature_c"}
+    for before, after in zip(old, new, strict=True):
+        device = int(after["device_id"][4:])
+        if versions[device] == 1:
+            assert after == before
+            continue
+        assert after["schema_version"] == 2 and after.pop("rssi_dbm") == -67.0
+        assert "temperature_c" not in after
+        assert {renamed.get(k, k): v for k, v in after.items()} == before | {"schema_version": 2}
+    assert (
+        sum("temp_c" in e for e in new)
+        == sum("temperature_c" in e and versions[int(e["device_id"][4:])] == 2 for e in old)
+        > 0
+    )
+    with pytest.raises(ValueError, match="one version of the contract per device"):
+        FleetSimulation(fleet, 3, clock, versions=[3] * 12)
 
 
 def test_time_texts_are_the_contract_format():

@@ -150,6 +150,30 @@ def test_device_minutes_merged_batch_by_batch_equal_one_aggregation_once_each(sp
     assertDataFrameEqual(gold, everything.select(*gold.columns), rtol=1e-12)
 
 
+def test_a_window_stored_before_a_metric_existed_absorbs_its_later_readings(spark, tmp_path):
+    """The metric's columns were added to the table (null); a late reading of that window
+    with the metric gives the metric's aggregates of that reading alone."""
+    from processor import transforms
+
+    path = str(tmp_path / "device_1m")
+    before = _silver(spark, [("d2", 20, 1, 10.0, 50.0)])
+    old = transforms.device_minute_aggregates(before, "1 minute")
+    humidity = [c for c in old.columns if c.startswith("humidity_pct_")]
+    old.drop(*humidity).write.format("delta").save(path)
+    assert sinks.ensure_table(spark, path, old) == sinks.TableChange(added=tuple(humidity))
+    later = _silver(spark, [("d2", 30, 2, 12.0, 70.0)])
+    sinks.merge_batch(
+        transforms.device_minute_aggregates(later, "1 minute"), path, ("device_id", "window_start"),
+        since="window_start", update=transforms.combine_device_minutes(), txn=("q", 1),
+    )  # fmt: skip
+    cols = ["events", "temperature_c_avg", "temperature_c_count", *humidity]
+    assertDataFrameEqual(
+        spark.read.format("delta").load(path).select(*cols),
+        [Row(events=2, temperature_c_avg=11.0, temperature_c_count=2, humidity_pct_min=70.0,
+             humidity_pct_avg=70.0, humidity_pct_max=70.0, humidity_pct_count=1)],
+    )  # fmt: skip
+
+
 def test_concurrent_writes_inherit_the_callers_local_properties(spark):
     import warnings
 
@@ -381,9 +405,9 @@ def test_an_older_table_gains_the_new_columns_and_its_stream_resumes(spark, tmp_
 
     drain()
     newer = spark.createDataFrame([], "id long, v string, w double")
-    sinks.ensure_table(spark, path, newer)
+    assert sinks.ensure_table(spark, path, newer) == sinks.TableChange(added=("w",))
     assert "added the columns `w` double" in capsys.readouterr().err
-    sinks.ensure_table(spark, path, newer)  # now current: nothing to do
+    assert sinks.ensure_table(spark, path, newer) == sinks.TableChange()  # now current
     assert capsys.readouterr().err == ""
     spark.createDataFrame([(2, "b", 0.5)], "id long, v string, w double").write.format(
         "delta"
@@ -394,5 +418,11 @@ def test_an_older_table_gains_the_new_columns_and_its_stream_resumes(spark, tmp_
         spark.read.format("delta").load(path),
         [Row(id=1, v="a", w=None), Row(id=2, v="b", w=0.5)],
     )
-    with pytest.raises(sinks.TableSchemaError, match="missing columns: x"):
-        sinks.ensure_table(spark, path, spark.createDataFrame([], "id long, x string"))
+    # By name: a column in the middle is added at the end; one no longer written stays.
+    change = sinks.ensure_table(
+        spark, path, spark.createDataFrame([], "id long, x string, w double")
+    )
+    assert change == sinks.TableChange(added=("x",), unwritten=("v",))
+    assert spark.read.format("delta").load(path).columns == ["id", "v", "w", "x"]
+    with pytest.raises(sinks.TableSchemaError, match=r"v \(string -> bigint\)"):
+        sinks.ensure_table(spark, path, spark.createDataFrame([], "id long, v long"))

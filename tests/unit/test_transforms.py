@@ -75,6 +75,18 @@ def test_parse_valid_event_types_every_field(spark):
         (json.dumps(_event(battery_pct=-1)), "out_of_range:battery_pct"),
         (json.dumps(_event(seq=0)), "out_of_range:seq"),
         (json.dumps(_event(status="exploded")), "out_of_range:status"),
+        # Read by its version: version 2 sends temperature_c as temp_c.
+        (json.dumps(_event(schema_version=3)), "out_of_range:schema_version"),
+        (json.dumps(_event(schema_version=0)), "out_of_range:schema_version"),
+        (
+            json.dumps(_event(schema_version=2, temperature_c=None, temp_c="hot")),
+            "wrong_type:temperature_c",
+        ),
+        (
+            json.dumps(_event(schema_version=2, temperature_c=None, temp_c=900.0)),
+            "out_of_range:temperature_c",
+        ),
+        (json.dumps(_event(schema_version=2, rssi_dbm=5.0)), "out_of_range:rssi_dbm"),
     ],
 )
 def test_parse_gives_the_first_failed_check(spark, payload, reason):
@@ -82,6 +94,39 @@ def test_parse_gives_the_first_failed_check(spark, payload, reason):
     assert [r.reason for r in out.collect()] == [reason]
     quarantined = transforms.invalid_events(out).collect()
     assert [(q.reason, q.raw) for q in quarantined] == [(reason, payload)]
+
+
+def test_every_version_lands_in_the_contract_columns_and_undeclared_keys_are_kept(spark):
+    """Version 2 renames temperature_c to temp_c and adds rssi_dbm (common/contract.toml).
+    A key that the payload's own version does not declare goes to extra_fields, with its
+    JSON value; nothing the contract declares is there."""
+    v1 = _event(event_id="a", signal_dbm=-71.25, fw={"build": "a1", "ok": True, "n": [1, 2.5]})
+    v2 = _event(event_id="b", schema_version=2, temperature_c=None, temp_c=22.5, rssi_dbm=-60.5)
+    v2_old_key = _event(event_id="c", schema_version=2)  # temperature_c is not a v2 key
+    v1_new_key = _event(event_id="d", rssi_dbm=-50.0, humidity_pct=40.0)
+    payloads = [json.dumps(e) for e in (v1, v2, v2_old_key, v1_new_key)]
+    out = transforms.parse_events(_bronze(spark, payloads))
+    assert out.columns.index("extra_fields") == out.columns.index("voltage_v") + 1
+    got = out.select("event_id", "schema_version", "temperature_c", "humidity_pct", "rssi_dbm",
+                     "reason").orderBy("event_id").collect()  # fmt: skip
+    assert [tuple(r) for r in got] == [
+        ("a", 1, 21.5, None, None, None),
+        ("b", 2, 22.5, None, -60.5, None),
+        ("c", 2, None, None, None, None),
+        ("d", 1, 21.5, 40.0, None, None),
+    ]
+    # The same JSON values (a number in its shortest form: -50.0 is written -50).
+    extras = {r.event_id: r.extra_fields for r in out.collect()}
+    assert {k: v and json.loads(v) for k, v in extras.items()} == {
+        "a": {"signal_dbm": -71.25, "fw": {"build": "a1", "ok": True, "n": [1, 2.5]}},
+        "b": None,
+        "c": {"temperature_c": 21.5},
+        "d": {"rssi_dbm": -50.0},
+    }
+    assert list(json.loads(extras["a"])) == ["signal_dbm", "fw"]  # in the payload's order
+    assert transforms.silver_rows(out).columns == [
+        c for c in out.columns if c not in ("reason", "raw", "value")
+    ]
 
 
 def test_deduplicate_keeps_one_row_per_event_id(spark):

@@ -1,0 +1,102 @@
+"""Schema changes on a lake that already holds data: what applies in place, what rebuilds.
+
+A field or a metric added to the contract applies in place: every table gains its
+column (``sinks.ensure_table``) and the queries resume on their checkpoints, except
+those whose checkpointed *state* holds per-column aggregates: Spark cannot resume
+them on a state with another shape. Such a query is rebuilt: its checkpoint goes,
+its output table is emptied (its schema and history stay), and the query
+recomputes it from all of silver on its next start. ``python -m processor rebuild
+QUERY`` does the same on request (after a change of window length, for example).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable, Mapping
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from processor.sinks import TableChange
+
+log = logging.getLogger("iot_pulse.processor")
+
+# Queries that can be recomputed from silver (or from what they read), with the tables
+# they write and the queries that read those tables as streams (rebuilt with them: a
+# Delta stream stops at a deleted row).
+REBUILDS: Mapping[str, tuple[str, ...]] = {
+    "device_status": ("device_status",),
+    "gold_site_type_10m": ("site_type_10m",),
+    "gold_device_sessions": ("device_sessions",),
+    "fleet_summary": ("fleet_summary",),
+    "alerts": ("alerts", "alert_clears"),
+    "alert_recoveries": ("alert_recoveries",),
+}
+READERS: Mapping[str, tuple[str, ...]] = {"alerts": ("alert_recoveries",)}
+# Queries whose state holds one aggregate buffer per output column: a change of their
+# output's columns is a change of their state's shape.
+AGGREGATE_STATE: tuple[str, ...] = ("gold_site_type_10m", "gold_device_sessions", "fleet_summary")
+
+
+def with_readers(queries: Iterable[str]) -> list[str]:
+    """``queries`` and, after each, the queries that stream from its tables (in order)."""
+    out: list[str] = []
+    for q in queries:
+        for name in (q, *READERS.get(q, ())):
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def stale_queries(changes: Mapping[str, TableChange]) -> dict[str, str]:
+    """The queries whose checkpointed state no longer fits, each with why, in one line.
+
+    Args:
+        changes: What ``ensure_table`` did, per table (``Tables`` field name).
+    """
+    stale: dict[str, str] = {}
+    for query in AGGREGATE_STATE:
+        for table in REBUILDS[query]:
+            change = changes.get(table, TableChange())
+            if change.added or change.unwritten:
+                why = ", ".join(
+                    [f"column {c} added" for c in change.added]
+                    + [f"column {c} no longer written" for c in change.unwritten]
+                )
+                stale[query] = f"its state keeps one aggregate per column of {table} ({why})"
+    return stale
+
+
+def delete_folder(spark: SparkSession, location: str) -> bool:
+    """Delete a folder (local or a Hadoop URI) through Spark's file system; True if it was there."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    return bool(fs.exists(path) and fs.delete(path, True))
+
+
+def reset_query(
+    spark: SparkSession, query: str, checkpoint: str, tables: Mapping[str, str]
+) -> None:
+    """Forget a query's progress: delete its checkpoint and every row of its tables.
+
+    The tables keep their schema and their history (a Delta DELETE); the query's next
+    start reads its input from the beginning and writes them again.
+
+    Args:
+        spark: The session.
+        query: The query's name (a key of ``REBUILDS``).
+        checkpoint: Its checkpoint location.
+        tables: ``Tables`` field name -> location, for at least the query's tables.
+    """
+    delete_folder(spark, checkpoint)
+    for table in REBUILDS[query]:
+        if DeltaTable.isDeltaTable(spark, tables[table]):
+            DeltaTable.forPath(spark, tables[table]).delete()
+    log.info("reset %s: checkpoint %s deleted, %s emptied", query, checkpoint, REBUILDS[query])
+
+
+def say(message: str) -> None:
+    """One progress line on stderr."""
+    print(f"[processor] {message}", file=sys.stderr, flush=True)

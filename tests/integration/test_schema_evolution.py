@@ -1,0 +1,174 @@
+"""A contract that gains a field and a metric, applied to a lake that already holds data.
+
+Run 1 sends events under the shipped contract and processes them (``available_now``,
+every query). Then the contract gains ``site_zone`` and ``signal_dbm`` (a test
+contract, given by ``IOT_CONTRACT``); run 2 sends later events under it and the
+processor restarts on the same lake and checkpoints. Every acknowledged event is in
+silver exactly once, with nulls in the new columns for run 1's rows and the new values
+for run 2's; gold/device_1m has the new metric for run 2's windows only; the sliding
+windows, whose state held one aggregate per metric, are rebuilt and equal a
+recomputation over silver done here in plain Python; every dashboard page renders.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter, defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from common.contract import DEFAULT_CONTRACT, METRIC_NAMES
+from common.lake import Table, table_location
+from infra.broker import ensure_topic
+from infra.jars import ensure_jars
+from loadtest.lake import read_truth
+from tests.integration.proc import run_python
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET, SEED, COUNT = 8, 13, 320
+RUN2_START = datetime(2026, 1, 1, 0, 20, tzinfo=UTC)
+ZONE, SIGNAL = "zone-b", -71.25
+ADDED = f"""
+[[envelope]]
+name = "site_zone"
+type = "string"
+example = "{ZONE}"
+
+[[metrics]]
+name = "signal_dbm"
+type = "double"
+unit = "dBm"
+min = -120.0
+max = 0.0
+label = "Signal"
+example = {SIGNAL}
+"""
+LENGTH, SLIDE = timedelta(minutes=10), timedelta(minutes=5)
+
+
+def _produce(env: dict[str, str], start: str, manifest: Path, log: Path) -> None:
+    code = run_python(
+        ["-m", "producer", "--scenario", "clean", "--count", str(COUNT), "--rate", "0",
+         "--fleet-size", str(FLEET), "--seed", str(SEED), "--clock-rate", "1",
+         "--start-time", start, "--manifest-path", str(manifest)],
+        env, log, 120,
+    )  # fmt: skip
+    assert code == 0, log.read_text()[-3000:]
+
+
+def _process(env: dict[str, str], lake: Path, log: Path) -> None:
+    code = run_python(
+        ["-m", "processor", "run", "--trigger", "available_now",
+         "--fleet-size", str(FLEET), "--seed", str(SEED), "--shuffle-partitions", "2",
+         "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent),
+         "--lake-root", str(lake), "--driver-memory", "1g"],
+        env, log, 900,
+    )  # fmt: skip
+    assert code == 0, log.read_text()[-5000:]
+
+
+def _rows(lake: Path, table: Table) -> list[dict]:
+    return DeltaTable(table_location(str(lake), table)).to_pyarrow_table().to_pylist()
+
+
+def _sliding(silver: list[dict], metrics: list[str]) -> dict[tuple, dict]:
+    """site_type_10m recomputed: every 10-minute window sliding by 5 that holds a reading."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    for row in silver:
+        t = row["event_time"]
+        last = epoch + (t - epoch) // SLIDE * SLIDE
+        start = last
+        while start > t - LENGTH:
+            groups[(start, row["site"], row["device_type"])].append(row)
+            start -= SLIDE
+    out = {}
+    for key, rows in groups.items():
+        agg: dict = {"events": len(rows), "devices": len({r["device_id"] for r in rows})}
+        for m in metrics:
+            values = [r[m] for r in rows if r[m] is not None]
+            agg[f"{m}_avg"] = sum(values) / len(values) if values else None
+        out[key] = agg
+    return out
+
+
+def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Path) -> None:
+    topic = "schema-evolution"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=2)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    v1 = base | {
+        "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext,
+        "IOT_KAFKA_TOPIC": topic,
+        "PYTHONUNBUFFERED": "1",
+    }
+    contract = tmp_path / "contract.toml"
+    contract.write_text(DEFAULT_CONTRACT.read_text(encoding="utf-8") + ADDED, encoding="utf-8")
+    v2 = v1 | {"IOT_CONTRACT": str(contract)}
+    lake, log = tmp_path / "lake", tmp_path / "processor.log"
+
+    _produce(v1, "2026-01-01T00:00:00Z", tmp_path / "m1.jsonl", tmp_path / "producer.log")
+    _process(v1, lake, log)
+    _produce(v2, RUN2_START.isoformat(), tmp_path / "m2.jsonl", tmp_path / "producer.log")
+    _process(v2, lake, log)
+    said = log.read_text()
+    assert "silver/events: added the columns `site_zone` string, `signal_dbm` double" in said
+    assert (
+        "rebuilding gold_site_type_10m from its input: its state keeps one aggregate per "
+        "column of site_type_10m (column signal_dbm_avg added)"
+    ) in said
+
+    first = set(read_truth(tmp_path / "m1.jsonl").events["event_id"].to_list())
+    second = set(read_truth(tmp_path / "m2.jsonl").events["event_id"].to_list())
+    assert len(first) == len(second) == COUNT
+    silver = _rows(lake, Table.SILVER_EVENTS)
+    assert Counter(r["event_id"] for r in silver) == Counter(first | second)
+    new_columns = {r["event_id"]: (r["site_zone"], r["signal_dbm"]) for r in silver}
+    assert {new_columns[i] for i in first} == {(None, None)}
+    assert {new_columns[i] for i in second} == {(ZONE, SIGNAL)}
+
+    minutes = _rows(lake, Table.GOLD_DEVICE_1M)
+    assert sum(r["events"] for r in minutes) == 2 * COUNT
+    for row in minutes:
+        new = row["window_start"] >= RUN2_START
+        signal = (row["signal_dbm_min"], row["signal_dbm_avg"], row["signal_dbm_max"])
+        assert signal == ((SIGNAL,) * 3 if new else (None,) * 3), row
+        assert row["signal_dbm_count"] == (row["events"] if new else None), row
+
+    for r in silver:
+        r["event_time"] = r["event_time"].replace(tzinfo=UTC)
+    expected = _sliding(silver, [*METRIC_NAMES, "signal_dbm"])
+    got = {
+        (r["window_start"].replace(tzinfo=UTC), r["site"], r["device_type"]): r
+        for r in _rows(lake, Table.GOLD_SITE_TYPE_10M)
+    }
+    assert set(got) == set(expected)
+    for key, agg in expected.items():
+        for column, value in agg.items():
+            want = value if value is None else pytest.approx(value, rel=1e-12)
+            assert got[key][column] == want, (key, column)
+
+    pages = textwrap.dedent("""
+        from streamlit.testing.v1 import AppTest
+        for page in ("views/overview.py", "views/device.py", "views/alerts.py",
+                     "views/pipeline.py", "views/loadtest.py"):
+            at = AppTest.from_file("dashboard/app.py", default_timeout=60)
+            if page != "views/overview.py":
+                at.switch_page(page)
+            at.run()
+            assert not at.exception, (page, [e.value for e in at.exception])
+        print("rendered")
+    """)
+    shown = subprocess.run(
+        [sys.executable, "-c", pages], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=v2 | {"IOT_LAKE_ROOT": str(lake), "IOT_DASHBOARD_AS_OF": "2026-01-01T00:30:00+00:00"},
+        check=False,
+    )  # fmt: skip
+    assert shown.stdout.strip() == "rendered", shown.stderr[-3000:]
