@@ -36,7 +36,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from common.lake import Table, checkpoint_location, table_location
+from common.lake import Query, Table, checkpoint_location, table_location
 from common.paths import state_dir
 
 CONFIG_FILE_ENV = "IOT_CONFIG_FILE"
@@ -581,6 +581,6 @@ class LakeSettings(Settings):
         """Location of a table, e.g. ``table(Table.GOLD_DEVICE_1M)``."""
         return table_location(self.root, table)
 
-    def checkpoint(self, query: str) -> str:
+    def checkpoint(self, query: Query | str) -> str:
         """Checkpoint location of one streaming query; every query has its own."""
         return checkpoint_location(self.root, query)

@@ -38,7 +38,7 @@ import polars as pl
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from common.lake import Table, checkpoint_location
+from common.lake import Query, Table, checkpoint_location
 from common.paths import PROJECT_ROOT, state_dir
 from common.settings import KafkaSettings, LakeSettings
 from loadtest import report as pages
@@ -164,7 +164,7 @@ def _expected_bronze(manifest: Path) -> int:
     return int(totals["messages_sent"]) - int(totals["messages_failed"])
 
 
-def _ran_after(root: str, query: str, when: datetime) -> bool:
+def _ran_after(root: str, query: Query, when: datetime) -> bool:
     """Whether ``query`` finished a batch with input that started at or after ``when``."""
     metrics = _rows(root, Table.OPS_PIPELINE_METRICS, ["query_name", "timestamp", "num_input_rows"])
     if metrics is None or metrics.is_empty():
@@ -184,7 +184,7 @@ def _warmed_up(root: str) -> bool:
     metrics = _rows(root, Table.OPS_PIPELINE_METRICS, ["query_name"])
     if metrics is None:
         return False
-    return "silver" in set(metrics["query_name"].to_list())
+    return Query.SILVER in set(metrics["query_name"].to_list())
 
 
 def gold_holds_silver(root: str) -> bool:
@@ -273,7 +273,7 @@ def run_loadtest(
         processor = _Child("processor", ["-m", "processor", "run"], env, logs / "processor.log")
         # Start the load once the Kafka source has fixed its starting offsets and the
         # first (empty) batches ran: Spark's start-up is not the pipeline's latency.
-        offsets_fixed = Path(checkpoint_location(lake, "bronze")) / "sources" / "0" / "0"
+        offsets_fixed = Path(checkpoint_location(lake, Query.BRONZE)) / "sources" / "0" / "0"
         if not _wait(
             lambda: offsets_fixed.exists() and _warmed_up(lake),
             settings.startup_timeout_s,
@@ -327,7 +327,7 @@ def run_loadtest(
             # Silver's rows stop short of bronze's last offsets when the watermark dropped
             # the tail: then a silver batch that started after bronze's last commit read it.
             bronze_commit = _last_commit(lake, Table.BRONZE_EVENTS)
-            return bronze_commit is not None and _ran_after(lake, "silver", bronze_commit)
+            return bronze_commit is not None and _ran_after(lake, Query.SILVER, bronze_commit)
 
         deadline = time.monotonic() + settings.drain_timeout_s
         if not _wait(drained, settings.drain_timeout_s, processor):

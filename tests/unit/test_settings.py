@@ -88,10 +88,10 @@ def test_boolean_flags_and_nested_lake_settings(clean_env):
 
 
 def test_queries_must_be_known_and_select_the_stages(clean_env):
+    from common.lake import Query
     from processor import pipeline
-    from processor.settings import QUERY_NAMES
 
-    assert set(pipeline.QUERIES) == set(QUERY_NAMES)
+    assert set(pipeline.QUERIES) == set(Query)
     with pytest.raises(ValidationError, match="unknown queries: gold_device_1m"):
         ProcessorSettings(queries="silver, gold_device_1m")
 
