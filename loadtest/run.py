@@ -252,7 +252,7 @@ def run_loadtest(
         kafka = kafka.model_copy(update={"topic": settings.topic})
     processor = producer = None
     try:
-        fleet = {"fleet_size": settings.fleet_size, "seed": settings.seed}
+        fleet = settings.fleet()
         # An external topic may hold earlier events: read only this run's.
         starting_offsets = "latest" if settings.target == "external" else "earliest"
         env = child_env(

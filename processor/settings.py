@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from common.lake import Query
-from common.settings import KafkaSettings, LakeSettings, Settings
+from common.settings import FleetSettings, KafkaSettings, LakeSettings
 
 SPARK_VERSION = "4.0.0"
 DELTA_VERSION = "4.0.0"
@@ -26,7 +26,7 @@ def _names(value: str) -> list[str]:
 LogLevel = Literal["ERROR", "WARN", "INFO", "DEBUG"]
 
 
-class ProcessorSettings(Settings):
+class ProcessorSettings(FleetSettings):
     """How the streaming job runs."""
 
     config_section: ClassVar[str] = "processor"
@@ -120,8 +120,6 @@ class ProcessorSettings(Settings):
             "their micro-batches to one core, leaving the other to the hot path"
         ),
     )
-    fleet_size: int = Field(100, ge=1, description="Devices in the dimension (as the producer)")
-    seed: int = Field(42, description="Fleet seed (as the producer)")
     driver_memory: str = Field("2g", description="spark.driver.memory (local mode)")
     ui: bool = Field(False, description="Start the Spark UI")
     log_level: LogLevel = Field(
