@@ -27,7 +27,7 @@ import pytest
 from common.contract import FIELDS, REQUIRED, parse_time
 from common.fleet import build_fleet
 from common.report import ProducerReport
-from infra.demo import session_gap
+from demo.run import session_gap
 from loadtest.lake import read_table
 from loadtest.truth import Truth, truth_from_manifest
 from loadtest.verify import check_quarantine

@@ -279,7 +279,7 @@ def test_the_fleet_is_one_model_named_by_each_service(monkeypatch):
 
 
 def test_the_demo_environment_is_read_back_by_each_service(monkeypatch, tmp_path):
-    from infra.demo import demo_env
+    from demo.run import demo_env
     from processor.settings import ProcessorSettings
     from producer.settings import ProducerSettings
 
