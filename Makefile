@@ -23,11 +23,11 @@ jars: setup
 	$(PY) -m infra.jars spark kafka
 
 demo: jars
-	$(PY) -m infra.demo $(DEMO_ARGS)
+	$(PY) -m demo $(DEMO_ARGS)
 
 # The demo from scratch: its lake, broker data, logs and producer report go (not the jars).
 demo-clean: setup
-	$(PY) -m infra.demo --clean
+	$(PY) -m demo --clean
 
 test: jars
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -55,7 +55,7 @@ broker-stop: setup
 # Everything local: the state folder ($IOT_PULSE_HOME, else .local) and artifacts/.
 clean:
 	-$(PY) -m infra.broker stop
-	-$(PY) -m infra.demo --clean
+	-$(PY) -m demo --clean
 	rm -rf "$${IOT_PULSE_HOME:-.local}" artifacts
 
 # The offline checks of docker-compose.yml, the Dockerfiles and the Terraform templates.

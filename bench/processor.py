@@ -56,6 +56,7 @@ from deltalake.exceptions import TableNotFoundError
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from common.fleet import build_fleet  # noqa: E402
+from common.lake import Query  # noqa: E402
 from common.stats import percentiles  # noqa: E402
 from infra import broker  # noqa: E402
 from infra.jars import ensure_jars  # noqa: E402
@@ -152,10 +153,8 @@ def wait_until(what: str, done: Callable[[], bool], proc: subprocess.Popen, log:
         time.sleep(0.5)
 
 
-WARM_QUERIES = (
-    "bronze", "silver", "device_status", "gold_site_type_10m", "gold_device_sessions",
-    "alerts", "fleet_summary",
-)  # fmt: skip
+# The queries that read events (alert_recoveries reads alerts, which may stay empty).
+WARM_QUERIES = tuple(q for q in Query if q is not Query.ALERT_RECOVERIES)
 
 
 def warmed_up(log: Path, since: int = 0) -> bool:

@@ -60,13 +60,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common.report import ProducerReport  # noqa: E402
 from infra import broker  # noqa: E402
 
 BATCH = 4096  # messages per send_batch in the client baseline (the producer's default batch)
 TARGET = 200_000  # events/s the producer must reach at full realism with 2 workers
 
 
-def run_producer(bootstrap: str, topic: str, args: argparse.Namespace, work: Path) -> dict:
+def run_producer(
+    bootstrap: str, topic: str, args: argparse.Namespace, work: Path
+) -> ProducerReport:
     report = work / f"report-{topic}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")} | {
         "IOT_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
@@ -82,9 +85,10 @@ def run_producer(bootstrap: str, topic: str, args: argparse.Namespace, work: Pat
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     sys.stderr.write(proc.stderr)
-    if not report.exists():
+    done = ProducerReport.read(report)
+    if done is None:
         raise SystemExit(f"the producer failed (exit {proc.returncode})")
-    return json.loads(report.read_text())
+    return done
 
 
 def dump_topic(bootstrap: str, topic: str, expected: int, path: Path) -> int:
@@ -258,9 +262,9 @@ def main() -> None:
         broker.ensure_topic(bootstrap, "bench-events", partitions=3)
         report = run_producer(bootstrap, "bench-events", args, work)
         events = work / "events.tsv"
-        lines = dump_topic(bootstrap, "bench-events", report["acked"], events)
-        if lines != report["acked"]:
-            raise SystemExit(f"read {lines:,} of the {report['acked']:,} messages back")
+        lines = dump_topic(bootstrap, "bench-events", report.acked, events)
+        if lines != report.acked:
+            raise SystemExit(f"read {lines:,} of the {report.acked:,} messages back")
         n_topics = 0
 
         def fresh_topic() -> str:
@@ -274,10 +278,10 @@ def main() -> None:
 
         def producer_side() -> float:
             report = run_producer(bootstrap, fresh_topic(), args, work)
-            if report["acked"] != lines:
-                raise SystemExit(f"the producer acknowledged {report['acked']:,}, not {lines:,}")
-            cpu["producer"].append(report["cpu_s"])
-            return report["acked"] / report["duration_s"]
+            if report.acked != lines:
+                raise SystemExit(f"the producer acknowledged {report.acked:,}, not {lines:,}")
+            cpu["producer"].append(report.cpu_s)
+            return report.acked / report.duration_s
 
         def kcat_side() -> float:
             topic = fresh_topic()

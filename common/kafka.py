@@ -35,7 +35,7 @@ _BOOTSTRAP_HINT = (
 )
 _SECRET_KEYS = ("sasl.password", "sasl.jaas.config", "kafka.sasl.jaas.config", "oauth_cb")
 # The Entra ID login callback handler for Spark's JVM Kafka client, built by infra/jars.py
-# from infra/maven/eventhubs-oauth into the processor's jar folder.
+# from processor/jvm/eventhubs-oauth into the processor's jar folder.
 ENTRA_LOGIN_HANDLER = "io.iotpulse.eventhubs.EntraLoginCallbackHandler"
 OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"

@@ -1,7 +1,8 @@
 """The lake's layout: every table's path under the lake root, and where checkpoints go.
 
 The processor writes these tables, the dashboard and the load test read them; each
-names a table by its ``Table`` member, never by its path.
+names a table by its ``Table`` member, never by its path, and a streaming query by
+its ``Query`` member.
 """
 
 from __future__ import annotations
@@ -28,6 +29,24 @@ class Table(StrEnum):
     OPS_SCHEMA_DRIFT = "ops/schema_drift"
 
 
+class Query(StrEnum):
+    """A streaming query of the processor, as its name.
+
+    The name is the query's checkpoint folder (``checkpoint_location``), its Spark
+    query name and its ``query_name`` in ``ops/pipeline_metrics``. The members are in
+    the order the processor lists them (``--queries``).
+    """
+
+    SILVER = "silver"
+    BRONZE = "bronze"
+    DEVICE_STATUS = "device_status"
+    GOLD_SITE_TYPE_10M = "gold_site_type_10m"
+    GOLD_DEVICE_SESSIONS = "gold_device_sessions"
+    ALERTS = "alerts"
+    FLEET_SUMMARY = "fleet_summary"
+    ALERT_RECOVERIES = "alert_recoveries"
+
+
 CHECKPOINTS = "_checkpoints"  # one folder per streaming query below it
 
 
@@ -36,6 +55,6 @@ def table_location(root: str, table: Table | str) -> str:
     return f"{root.rstrip('/')}/{table}"
 
 
-def checkpoint_location(root: str, query: str) -> str:
+def checkpoint_location(root: str, query: Query | str) -> str:
     """Checkpoint location of one streaming query; every query has its own."""
     return f"{root.rstrip('/')}/{CHECKPOINTS}/{query}"

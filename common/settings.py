@@ -36,7 +36,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from common.lake import Table, checkpoint_location, table_location
+from common.lake import Query, Table, checkpoint_location, table_location
 from common.paths import state_dir
 
 CONFIG_FILE_ENV = "IOT_CONFIG_FILE"
@@ -581,6 +581,29 @@ class LakeSettings(Settings):
         """Location of a table, e.g. ``table(Table.GOLD_DEVICE_1M)``."""
         return table_location(self.root, table)
 
-    def checkpoint(self, query: str) -> str:
+    def checkpoint(self, query: Query | str) -> str:
         """Checkpoint location of one streaming query; every query has its own."""
         return checkpoint_location(self.root, query)
+
+
+class FleetSettings(Settings):
+    """The simulated fleet, one definition for every service that builds it.
+
+    The producer simulates this fleet, the processor writes it as the device
+    dimension, and the load test hands it to both: each service's settings class
+    derives from this one, so the fields keep that class's prefix and flags
+    (``IOT_PRODUCER_FLEET_SIZE``, ``IOT_PROCESSOR_SEED``, ``--fleet-size`` ...).
+    """
+
+    fleet_size: int = Field(
+        100, ge=1, description="Simulated devices (the producer's and the processor's must match)"
+    )
+    seed: int = Field(
+        42,
+        description="Seed of the fleet and of the producer's event stream (the producer's "
+        "and the processor's must match)",
+    )
+
+    def fleet(self) -> dict[str, int]:
+        """The fleet settings' values, e.g. ``ProcessorSettings.env_vars(**s.fleet())``."""
+        return {name: getattr(self, name) for name in FleetSettings.model_fields}

@@ -1,22 +1,21 @@
 """What the pages show, computed from table rows: polars in, DataFrames and dataclasses out.
 
-No Streamlit and no I/O besides ``load_report``, so that every number on a page can
-be checked on a hand-made frame.
+No Streamlit and no I/O, so that every number on a page can be checked on a
+hand-made frame (the producer's report is read by ``common.report.ProducerReport``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from urllib.parse import quote_plus, urlencode
 
 import polars as pl
 
 from common.contract import FIELD_BY_NAME, METRIC_NAMES
+from common.report import ProducerReport
 
 STALE = "stale"
 # Statuses as shown: the device's own report, or stale when nothing recent arrived.
@@ -561,73 +560,6 @@ def drift_line(field: str, rows: int, since: datetime, now: datetime) -> str:
 
 
 # ---------------------------------------------------------------- load test
-
-
-class ReportUnreadableError(Exception):
-    """The producer report exists but is not the JSON ``docs/tables.md`` describes."""
-
-
-@dataclass(frozen=True)
-class ProducerReport:
-    """The producer's run report (``IOT_PRODUCER_REPORT_PATH``)."""
-
-    target_rate: float
-    sent: int
-    acked: int
-    undelivered: int
-    duration_s: float
-    achieved_rate: float
-    errors: dict[str, int]
-    ack_latency_ms: dict[str, float]
-    throttle_events: int
-    stopped_by: str
-    started_at: str
-    per_second: list[int]
-
-    @property
-    def started_utc(self) -> str:
-        """``started_at`` as ``2026-03-01 11:58:00 UTC``; as written if it is no ISO time."""
-        try:
-            started = datetime.fromisoformat(self.started_at)
-        except ValueError:
-            return self.started_at
-        if started.tzinfo is None:
-            started = started.replace(tzinfo=UTC)
-        return f"{started.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-
-    @property
-    def rate_ratio(self) -> float | None:
-        """Achieved over target rate; None for an unpaced run (target 0)."""
-        return self.achieved_rate / self.target_rate if self.target_rate > 0 else None
-
-
-def load_report(path: Path) -> ProducerReport | None:
-    """Read the producer report; None if there is none yet.
-
-    Raises:
-        ReportUnreadableError: the file is not valid JSON or lacks a field.
-    """
-    if not path.is_file():
-        return None
-    try:
-        raw = json.loads(path.read_text())
-        values = {f.name: raw[f.name] for f in fields(ProducerReport)}
-        return ProducerReport(
-            target_rate=float(values["target_rate"]),
-            sent=int(values["sent"]),
-            acked=int(values["acked"]),
-            undelivered=int(values["undelivered"]),
-            duration_s=float(values["duration_s"]),
-            achieved_rate=float(values["achieved_rate"]),
-            errors={str(k): int(v) for k, v in dict(values["errors"]).items()},
-            ack_latency_ms={str(k): float(v) for k, v in dict(values["ack_latency_ms"]).items()},
-            throttle_events=int(values["throttle_events"]),
-            stopped_by=str(values["stopped_by"]),
-            started_at=str(values["started_at"]),
-            per_second=[int(v) for v in values["per_second"]],
-        )
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise ReportUnreadableError(f"{path}: {type(exc).__name__}: {exc}") from exc
 
 
 def per_second_frame(report: ProducerReport) -> pl.DataFrame:

@@ -1,8 +1,9 @@
 """Resolve jar bundles from Maven Central into a local folder.
 
 Each bundle is a ``pom.xml`` under ``infra/maven/<bundle>/``. Maven copies the
-bundle's runtime dependencies into ``<state dir>/jars/<bundle>/``; a stamp file
-holding the POM's hash makes later calls free until the POM changes.
+bundle's runtime dependencies into ``<state dir>/jars/<bundle>/``, with the jars of
+the bundle's Maven modules built from source (``MODULES``); a stamp file holding the
+POMs' and sources' hash makes later calls free until one of them changes.
 
 Run ``python -m infra.jars spark kafka`` to fetch both bundles ahead of time.
 """
@@ -20,8 +21,11 @@ from infra.paths import PROJECT_ROOT, state_dir
 MAVEN_DIR = PROJECT_ROOT / "infra" / "maven"
 BUNDLES = ("spark", "kafka")
 # Maven modules built from source into a bundle's folder, with their runtime dependencies:
-# the Entra ID (OAUTHBEARER) login handler for Spark's Kafka client sits beside the connectors.
-MODULES: dict[str, tuple[str, ...]] = {"spark": ("eventhubs-oauth",)}
+# the processor's Entra ID (OAUTHBEARER) login handler for Spark's Kafka client, which
+# lives beside the processor, lands beside the connectors.
+MODULES: dict[str, tuple[Path, ...]] = {
+    "spark": (PROJECT_ROOT / "processor" / "jvm" / "eventhubs-oauth",),
+}
 
 
 class JarResolutionError(RuntimeError):
@@ -31,21 +35,20 @@ class JarResolutionError(RuntimeError):
 def _pom_digest(bundle: str) -> str:
     data = (MAVEN_DIR / bundle / "pom.xml").read_bytes()
     data += (MAVEN_DIR / "settings.xml").read_bytes()
-    for module in MODULES.get(bundle, ()):
-        root = MAVEN_DIR / module
+    for root in MODULES.get(bundle, ()):
         for path in sorted(p for p in root.rglob("*") if p.is_file() and "target" not in p.parts):
             data += path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes()
     return hashlib.sha256(data).hexdigest()
 
 
-def _build_module(mvn: str, module: str, staging: Path) -> None:
+def _build_module(mvn: str, module: Path, staging: Path) -> None:
     """Build a module's jar and copy it, with its runtime dependencies, into ``staging``."""
-    build_dir = state_dir() / "build" / module
+    build_dir = state_dir() / "build" / module.name
     shutil.rmtree(build_dir, ignore_errors=True)
     cmd = [
         mvn, "-B", "-q",
         "-s", str(MAVEN_DIR / "settings.xml"),
-        "-f", str(MAVEN_DIR / module / "pom.xml"),
+        "-f", str(module / "pom.xml"),
         f"-Dbuild.dir={build_dir}",
         "package",
         "dependency:copy-dependencies",
@@ -56,7 +59,7 @@ def _build_module(mvn: str, module: str, staging: Path) -> None:
     built = sorted(build_dir.glob("*.jar"))
     if proc.returncode != 0 or not built:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise JarResolutionError(f"Maven could not build the {module} module:\n{tail}")
+        raise JarResolutionError(f"Maven could not build the {module.name} module:\n{tail}")
     for jar in built:
         shutil.copy2(jar, staging / jar.name)
 

@@ -8,6 +8,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from common.report import ProducerReport
 from loadtest import svg
 from loadtest.verify import STAGES, VerifyResult
 
@@ -46,10 +47,10 @@ class Check:
     passed: bool
 
 
-def evaluate(criteria: Criteria, producer: dict[str, Any], result: VerifyResult) -> list[Check]:
+def evaluate(criteria: Criteria, producer: ProducerReport, result: VerifyResult) -> list[Check]:
     """Judge a run: the producer's report and ``verify``'s result against the criteria."""
-    target = float(producer.get("target_rate") or 0.0)
-    acked_rate = float(producer.get("acked_rate") or 0.0)
+    target = producer.target_rate
+    acked_rate = producer.acked_rate
     ratio = acked_rate / target if target > 0 else None
     p95 = result.latency.get("stages", {}).get(criteria.latency_stage, {}).get("p95")
     pending = int(result.loss["pending"])
@@ -153,14 +154,14 @@ def verify_markdown(result: VerifyResult) -> str:
     return "\n".join(lines)
 
 
-def charts(producer: dict[str, Any], result: VerifyResult, criteria: Criteria) -> dict[str, str]:
+def charts(producer: ProducerReport, result: VerifyResult, criteria: Criteria) -> dict[str, str]:
     """The SVG plots of a load test, by file name."""
     out = {
         "rate.svg": svg.line_chart(
             {
-                "target": producer.get("per_second_target") or [],
-                "sent": producer.get("per_second") or [],
-                "acknowledged": producer.get("per_second_acked") or [],
+                "target": producer.per_second_target,
+                "sent": producer.per_second,
+                "acknowledged": producer.per_second_acked,
             },
             title="Producer rate",
             x_label="second of the run",
@@ -192,6 +193,7 @@ def write_pages(
     out: Path,
     *,
     report: dict[str, Any],
+    producer: ProducerReport,
     checks: list[Check],
     result: VerifyResult,
     producer_summary: str,
@@ -199,11 +201,20 @@ def write_pages(
 ) -> list[Path]:
     """Write ``report.json``, ``report.md`` (SVG files beside it) and ``report.html`` (inline).
 
+    Args:
+        out: The report folder.
+        report: What ``report.json`` holds (``settings``, ``target``, ``started_at`` ...).
+        producer: The producer's run report (the rate plot).
+        checks: The criteria as judged.
+        result: ``verify``'s result.
+        producer_summary: The producer's closing summary.
+        criteria: The criteria (the latency plot's limit).
+
     Returns:
         The files written.
     """
     out.mkdir(parents=True, exist_ok=True)
-    plots = charts(report["producer"], result, criteria)
+    plots = charts(producer, result, criteria)
     files = []
     for name, body in plots.items():
         (out / name).write_text(body)

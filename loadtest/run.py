@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -38,8 +38,9 @@ import polars as pl
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from common.lake import Table, checkpoint_location
+from common.lake import Query, Table, checkpoint_location
 from common.paths import PROJECT_ROOT, state_dir
+from common.report import ProducerReport, ReportUnreadableError
 from common.settings import KafkaSettings, LakeSettings
 from loadtest import report as pages
 from loadtest.lake import read_lake, read_truth, table_uri
@@ -164,7 +165,7 @@ def _expected_bronze(manifest: Path) -> int:
     return int(totals["messages_sent"]) - int(totals["messages_failed"])
 
 
-def _ran_after(root: str, query: str, when: datetime) -> bool:
+def _ran_after(root: str, query: Query, when: datetime) -> bool:
     """Whether ``query`` finished a batch with input that started at or after ``when``."""
     metrics = _rows(root, Table.OPS_PIPELINE_METRICS, ["query_name", "timestamp", "num_input_rows"])
     if metrics is None or metrics.is_empty():
@@ -184,7 +185,7 @@ def _warmed_up(root: str) -> bool:
     metrics = _rows(root, Table.OPS_PIPELINE_METRICS, ["query_name"])
     if metrics is None:
         return False
-    return "silver" in set(metrics["query_name"].to_list())
+    return Query.SILVER in set(metrics["query_name"].to_list())
 
 
 def gold_holds_silver(root: str) -> bool:
@@ -196,11 +197,11 @@ def gold_holds_silver(root: str) -> bool:
     return int(gold["events"].sum() or 0) == silver.height
 
 
-def measured_from(producer_report: dict[str, Any], warmup_s: float) -> datetime | None:
+def measured_from(producer: ProducerReport, warmup_s: float) -> datetime | None:
     """Start of the measured window: the producer's start plus the warm-up (None: none)."""
     if not warmup_s:
         return None
-    started = datetime.fromisoformat(producer_report["started_at"])
+    started = datetime.fromisoformat(producer.started_at)
     return started + timedelta(seconds=warmup_s)
 
 
@@ -252,7 +253,7 @@ def run_loadtest(
         kafka = kafka.model_copy(update={"topic": settings.topic})
     processor = producer = None
     try:
-        fleet = {"fleet_size": settings.fleet_size, "seed": settings.seed}
+        fleet = settings.fleet()
         # An external topic may hold earlier events: read only this run's.
         starting_offsets = "latest" if settings.target == "external" else "earliest"
         env = child_env(
@@ -273,7 +274,7 @@ def run_loadtest(
         processor = _Child("processor", ["-m", "processor", "run"], env, logs / "processor.log")
         # Start the load once the Kafka source has fixed its starting offsets and the
         # first (empty) batches ran: Spark's start-up is not the pipeline's latency.
-        offsets_fixed = Path(checkpoint_location(lake, "bronze")) / "sources" / "0" / "0"
+        offsets_fixed = Path(checkpoint_location(lake, Query.BRONZE)) / "sources" / "0" / "0"
         if not _wait(
             lambda: offsets_fixed.exists() and _warmed_up(lake),
             settings.startup_timeout_s,
@@ -310,7 +311,11 @@ def run_loadtest(
             producer.stop()
             raise LoadtestError(f"the producer did not finish; see {producer.log}") from None
         producer.stop()
-        if not manifest.is_file() or not producer_report.is_file():
+        try:
+            producer_data = ProducerReport.read(producer_report) if manifest.is_file() else None
+        except ReportUnreadableError as exc:
+            raise LoadtestError(f"the producer's report is unreadable: {exc}") from None
+        if producer_data is None:
             raise LoadtestError(
                 f"the producer exited with code {producer_code} without a report or manifest; "
                 f"its log ends:\n{producer.tail()}"
@@ -327,7 +332,7 @@ def run_loadtest(
             # Silver's rows stop short of bronze's last offsets when the watermark dropped
             # the tail: then a silver batch that started after bronze's last commit read it.
             bronze_commit = _last_commit(lake, Table.BRONZE_EVENTS)
-            return bronze_commit is not None and _ran_after(lake, "silver", bronze_commit)
+            return bronze_commit is not None and _ran_after(lake, Query.SILVER, bronze_commit)
 
         deadline = time.monotonic() + settings.drain_timeout_s
         if not _wait(drained, settings.drain_timeout_s, processor):
@@ -347,7 +352,6 @@ def run_loadtest(
             shutil.rmtree(broker_dir, ignore_errors=True)
 
     say("verifying the tables against the manifest")
-    producer_data = json.loads(producer_report.read_text())
     result = verify(
         read_truth(manifest),
         read_lake(lake),
@@ -377,12 +381,13 @@ def run_loadtest(
         "lake": lake,
         "processor_exit_code": processor_code,
         "producer_exit_code": producer_code,
-        "producer": producer_data,
+        "producer": producer_data.to_dict(),
         "verify": result.to_dict(),
     }
     files = pages.write_pages(
         out,
         report=report,
+        producer=producer_data,
         checks=checks,
         result=result,
         producer_summary=producer_summary,
@@ -393,30 +398,24 @@ def run_loadtest(
         from dashboard.settings import DashboardSettings
 
         path = DashboardSettings().report_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        dashboard = producer_data | {
-            "loadtest": {"passed": passed, "criteria": report["criteria"],
-                         "report": str(out / "report.md"), "finished_at": report["finished_at"]}
-        }  # fmt: skip
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(dashboard, indent=2))
-        tmp.replace(path)
+        verdict = {
+            "passed": passed,
+            "criteria": report["criteria"],
+            "report": str(out / "report.md"),
+            "finished_at": report["finished_at"],
+        }
+        replace(producer_data, loadtest=verdict).write(path)
         say(f"dashboard report: {path}")
     text = pages.summary(checks, producer_summary, result)
     say("report: " + ", ".join(str(f) for f in files))
     return Outcome(passed=passed, out_dir=out, summary=text, report=report, result=result)
 
 
-def _producer_summary(data: dict[str, Any], log: Path | None) -> str:
-    """The producer's own closing summary (from its log), else one built from its report."""
+def _producer_summary(data: ProducerReport, log: Path | None) -> str:
+    """The producer's own closing summary (from its log), else its report's."""
     if log is not None and log.is_file():
         lines = log.read_text(errors="replace").splitlines()
         start = next((i for i, line in enumerate(lines) if line.startswith("sent ")), None)
         if start is not None:
             return "\n".join(lines[start:])
-    lat = data.get("ack_latency_ms") or {}
-    return (
-        f"sent {data.get('sent', 0):,}, acknowledged {data.get('acked', 0):,} in "
-        f"{data.get('duration_s', 0):.1f} s; achieved {data.get('achieved_rate', 0):,.0f}/s of "
-        f"{data.get('target_rate', 0):,.0f}/s; ack p95 {lat.get('p95', float('nan')):.1f} ms"
-    )
+    return data.summary()

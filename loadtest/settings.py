@@ -8,12 +8,12 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from common.settings import KafkaSettings, Settings
+from common.settings import FleetSettings, KafkaSettings
 from loadtest.report import Criteria
 from loadtest.verify import interval_seconds
 
 
-class LoadtestSettings(Settings):
+class LoadtestSettings(FleetSettings):
     """What to run, against what, and how to judge it."""
 
     config_section: ClassVar[str] = "loadtest"
@@ -36,8 +36,6 @@ class LoadtestSettings(Settings):
         "processor's first stateful batches); their readings count for loss and duplicates, "
         "not for latency. The rate profile spans warm-up and window together",
     )
-    fleet_size: int = Field(100, ge=1, description="Simulated devices")
-    seed: int = Field(42, description="Fleet and stream seed")
     scenario: Literal["clean", "realistic", "chaos"] = Field(
         "clean", description="The producer's fault scenario"
     )

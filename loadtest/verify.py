@@ -45,6 +45,7 @@ from typing import Any
 
 import polars as pl
 
+from common.lake import Query
 from common.stats import percentiles
 from loadtest.truth import DELAYED_KINDS, NOT_DELIVERABLE_REASON, Truth
 
@@ -320,7 +321,7 @@ def _examples(df: pl.DataFrame, cols: list[str]) -> list[dict[str, Any]]:
 def _slack(cfg: VerifyConfig, metrics: pl.DataFrame) -> float:
     if cfg.slack_s is not None:
         return cfg.slack_s
-    silver = metrics.filter(pl.col("query_name") == "silver").sort("timestamp")
+    silver = metrics.filter(pl.col("query_name") == Query.SILVER).sort("timestamp")
     if silver.height < 2:
         return DEFAULT_SLACK_S
     gap = silver["timestamp"].diff().dt.total_microseconds().max()
@@ -588,7 +589,7 @@ def verify(truth: Truth, lake: LakeFrames, cfg: VerifyConfig | None = None) -> V
     acked_ids = set(expected["event_id"].to_list())
     dropped_ids = set(dropped["event_id"].to_list())
     skewed = truth.skewed_devices
-    spark_dropped = metrics.filter(pl.col("query_name") == "silver")[
+    spark_dropped = metrics.filter(pl.col("query_name") == Query.SILVER)[
         "rows_dropped_by_watermark"
     ].sum()
     late = {

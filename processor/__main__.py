@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from common import cli
+from common.lake import Query
 from common.settings import add_settings_arguments, load_settings
 from processor.evolution import REBUILDS
 from processor.metrics import MetricsListener
@@ -91,7 +92,7 @@ def reads_kafka(settings: ProcessorSettings) -> bool:
     """Whether the queries to run read Kafka (bronze, or silver from the source)."""
     names = settings.query_names()
     return settings.source == "kafka" and (
-        "bronze" in names or ("silver" in names and not silver_reads_bronze(settings))
+        Query.BRONZE in names or (Query.SILVER in names and not silver_reads_bronze(settings))
     )
 
 

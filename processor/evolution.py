@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from common.lake import Query
 from processor.sinks import TableChange
 
 log = logging.getLogger("iot_pulse.processor")
@@ -25,18 +26,22 @@ log = logging.getLogger("iot_pulse.processor")
 # Queries that can be recomputed from silver (or from what they read), with the tables
 # they write and the queries that read those tables as streams (rebuilt with them: a
 # Delta stream stops at a deleted row).
-REBUILDS: Mapping[str, tuple[str, ...]] = {
-    "device_status": ("device_status",),
-    "gold_site_type_10m": ("site_type_10m",),
-    "gold_device_sessions": ("device_sessions",),
-    "fleet_summary": ("fleet_summary",),
-    "alerts": ("alerts", "alert_clears"),
-    "alert_recoveries": ("alert_recoveries",),
+REBUILDS: Mapping[Query, tuple[str, ...]] = {
+    Query.DEVICE_STATUS: ("device_status",),
+    Query.GOLD_SITE_TYPE_10M: ("site_type_10m",),
+    Query.GOLD_DEVICE_SESSIONS: ("device_sessions",),
+    Query.FLEET_SUMMARY: ("fleet_summary",),
+    Query.ALERTS: ("alerts", "alert_clears"),
+    Query.ALERT_RECOVERIES: ("alert_recoveries",),
 }
-READERS: Mapping[str, tuple[str, ...]] = {"alerts": ("alert_recoveries",)}
+READERS: Mapping[Query, tuple[Query, ...]] = {Query.ALERTS: (Query.ALERT_RECOVERIES,)}
 # Queries whose state holds one aggregate buffer per output column: a change of their
 # output's columns is a change of their state's shape.
-AGGREGATE_STATE: tuple[str, ...] = ("gold_site_type_10m", "gold_device_sessions", "fleet_summary")
+AGGREGATE_STATE: tuple[Query, ...] = (
+    Query.GOLD_SITE_TYPE_10M,
+    Query.GOLD_DEVICE_SESSIONS,
+    Query.FLEET_SUMMARY,
+)
 
 
 def with_readers(queries: Iterable[str]) -> list[str]:

@@ -45,7 +45,7 @@ from pyspark.sql.types import (
 )
 
 from common.fleet import build_fleet
-from common.lake import Table
+from common.lake import Query, Table
 from common.settings import LakeSettings
 from processor import evolution, sinks, sources, transforms
 from processor.detector import DetectorConfig
@@ -266,7 +266,7 @@ def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
         sinks.idempotent_append(transforms.stamp_ingest(batch), t.bronze, query_id, batch_id)
 
-    name = "bronze"
+    name = Query.BRONZE
     return sinks.foreach_batch_stream(
         bronze_source(spark, s), write, s.lake.checkpoint(name), name, s,
         tier=bronze_tier(s), cache=False,
@@ -283,7 +283,8 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     """
     from_bronze = silver_reads_bronze(s)
     # Silver read its source twice before it read it once: such a checkpoint cannot resume.
-    sinks.check_checkpoint_sources(s.lake.checkpoint("silver"), "silver", expected=1)
+    name = Query.SILVER
+    sinks.check_checkpoint_sources(s.lake.checkpoint(name), name, expected=1)
     raw = sources.delta_stream(spark, t.bronze) if from_bronze else bronze_source(spark, s)
     frame = silver_frame(raw, sources.delta_table(spark, t.devices), s.watermark)
 
@@ -313,7 +314,7 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
             ),
         )
 
-    return sinks.foreach_batch_stream(frame, write, s.lake.checkpoint("silver"), "silver", s)
+    return sinks.foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
 
 
 def _silver(spark: SparkSession, t: Tables) -> DataFrame:
@@ -328,7 +329,7 @@ def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
         with sinks.persisted(transforms.latest_status(batch)) as latest:
             sinks.merge_latest(latest, t.device_status)
 
-    name = "device_status"
+    name = Query.DEVICE_STATUS
     return sinks.foreach_batch_stream(
         _silver(spark, t), write, s.lake.checkpoint(name), name, s, tier="background", cache=False
     )
@@ -344,7 +345,7 @@ def start_site_type_10m(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
         # Update mode emits each changed window whole: replaying a batch rewrites the same rows.
         sinks.merge_batch(batch, t.site_type_10m, KEYS["site_type_10m"], since="window_start")
 
-    name = "gold_site_type_10m"
+    name = Query.GOLD_SITE_TYPE_10M
     return sinks.foreach_batch_stream(
         df, write, s.lake.checkpoint(name), name, s, output_mode="update", tier="background"
     )
@@ -353,7 +354,7 @@ def start_site_type_10m(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Silver -> connectivity sessions per device, appended once closed."""
     df = transforms.device_sessions(_silver(spark, t), s.watermark, s.session_gap)
-    name = "gold_device_sessions"
+    name = Query.GOLD_DEVICE_SESSIONS
     return sinks.table_stream(
         df, t.device_sessions, s.lake.checkpoint(name), name, s, tier="background"
     )
@@ -369,8 +370,9 @@ def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
         cleared = transforms.cleared_alerts(batch)
         sinks.idempotent_append(cleared, t.alert_clears, f"{query_id}:clears", batch_id)
 
+    name = Query.ALERTS
     return sinks.foreach_batch_stream(
-        transitions, write, s.lake.checkpoint("alerts"), "alerts", s, tier="background"
+        transitions, write, s.lake.checkpoint(name), name, s, tier="background"
     )
 
 
@@ -382,7 +384,7 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables)
         s.watermark,
         s.recovery_window,
     )
-    name = "alert_recoveries"
+    name = Query.ALERT_RECOVERIES
     return sinks.table_stream(
         df, t.alert_recoveries, s.lake.checkpoint(name), name, s, tier="background"
     )
@@ -390,7 +392,7 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables)
 
 def start_fleet_summary(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Silver -> per-type summary, rewritten whole every batch (complete mode)."""
-    name = "fleet_summary"
+    name = Query.FLEET_SUMMARY
     return sinks.table_stream(
         transforms.fleet_summary(_silver(spark, t)),
         t.fleet_summary,
@@ -403,18 +405,20 @@ def start_fleet_summary(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
 
 
 Stage = Callable[[SparkSession, ProcessorSettings, Tables], StreamingQuery]
-QUERIES: dict[str, Stage] = {
-    "bronze": start_bronze,
-    "silver": start_silver,
-    "device_status": start_device_status,
-    "gold_site_type_10m": start_site_type_10m,
-    "gold_device_sessions": start_device_sessions,
-    "alerts": start_alerts,
-    "fleet_summary": start_fleet_summary,
-    "alert_recoveries": start_alert_recoveries,
+# What starts each query (``common.lake.Query`` names them all).
+QUERIES: dict[Query, Stage] = {
+    Query.BRONZE: start_bronze,
+    Query.SILVER: start_silver,
+    Query.DEVICE_STATUS: start_device_status,
+    Query.GOLD_SITE_TYPE_10M: start_site_type_10m,
+    Query.GOLD_DEVICE_SESSIONS: start_device_sessions,
+    Query.ALERTS: start_alerts,
+    Query.FLEET_SUMMARY: start_fleet_summary,
+    Query.ALERT_RECOVERIES: start_alert_recoveries,
 }
 _BACKGROUND = (
-    "device_status", "gold_site_type_10m", "gold_device_sessions", "alerts", "fleet_summary",
+    Query.DEVICE_STATUS, Query.GOLD_SITE_TYPE_10M, Query.GOLD_DEVICE_SESSIONS, Query.ALERTS,
+    Query.FLEET_SUMMARY,
 )  # fmt: skip
 
 
@@ -426,10 +430,10 @@ def stages(settings: ProcessorSettings) -> list[list[Stage]]:
     the queries it names (the others may run in another process, or not at all).
     """
     if silver_reads_bronze(settings):
-        groups = [["bronze"], ["silver"], [*_BACKGROUND]]
+        groups = [[Query.BRONZE], [Query.SILVER], [*_BACKGROUND]]
     else:
-        groups = [["silver"], ["bronze", *_BACKGROUND]]
-    groups.append(["alert_recoveries"])
+        groups = [[Query.SILVER], [Query.BRONZE, *_BACKGROUND]]
+    groups.append([Query.ALERT_RECOVERIES])
     wanted = settings.query_names()
     chosen = [[QUERIES[q] for q in group if q in wanted] for group in groups]
     return [group for group in chosen if group]

@@ -7,7 +7,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from common.settings import KafkaSettings, LakeSettings, Settings
+from common.lake import Query
+from common.settings import FleetSettings, KafkaSettings, LakeSettings
 
 SPARK_VERSION = "4.0.0"
 DELTA_VERSION = "4.0.0"
@@ -15,13 +16,6 @@ DEFAULT_PACKAGES = (
     f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION},"
     f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
 )
-
-
-# The streaming queries, by name (processor.pipeline.QUERIES starts them).
-QUERY_NAMES = (
-    "silver", "bronze", "device_status", "gold_site_type_10m", "gold_device_sessions",
-    "alerts", "fleet_summary", "alert_recoveries",
-)  # fmt: skip
 
 
 def _names(value: str) -> list[str]:
@@ -32,7 +26,7 @@ def _names(value: str) -> list[str]:
 LogLevel = Literal["ERROR", "WARN", "INFO", "DEBUG"]
 
 
-class ProcessorSettings(Settings):
+class ProcessorSettings(FleetSettings):
     """How the streaming job runs."""
 
     config_section: ClassVar[str] = "processor"
@@ -126,8 +120,6 @@ class ProcessorSettings(Settings):
             "their micro-batches to one core, leaving the other to the hot path"
         ),
     )
-    fleet_size: int = Field(100, ge=1, description="Devices in the dimension (as the producer)")
-    seed: int = Field(42, description="Fleet seed (as the producer)")
     driver_memory: str = Field("2g", description="spark.driver.memory (local mode)")
     ui: bool = Field(False, description="Start the Spark UI")
     log_level: LogLevel = Field(
@@ -143,13 +135,13 @@ class ProcessorSettings(Settings):
     @field_validator("queries")
     @classmethod
     def _known_queries(cls, value: str) -> str:
-        unknown = sorted(set(_names(value)) - set(QUERY_NAMES))
+        unknown = sorted(set(_names(value)) - set(Query))
         if unknown:
             raise ValueError(
-                f"unknown queries: {', '.join(unknown)}; choose from {', '.join(QUERY_NAMES)}"
+                f"unknown queries: {', '.join(unknown)}; choose from {', '.join(Query)}"
             )
         return value
 
-    def query_names(self) -> list[str]:
+    def query_names(self) -> list[Query]:
         """The queries to run: those named in ``queries``, else all."""
-        return _names(self.queries) or list(QUERY_NAMES)
+        return [Query(name) for name in _names(self.queries)] or list(Query)

@@ -578,7 +578,7 @@ def foreach_batch_stream(
         df.writeStream.foreachBatch(_run)
         .outputMode(output_mode)
         .option("checkpointLocation", checkpoint)
-        .queryName(name)
+        .queryName(str(name))  # an exact str: Spark refuses a subclass (common.lake.Query)
     )
     query = with_trigger(writer, settings, tier).start()
     qid.set(query.id)

@@ -17,7 +17,6 @@ from producer.launch import (
     run_one,
     throughput_warning,
 )
-from producer.run import write_report
 from producer.settings import ProducerSettings
 from producer.sinks import check_out_dir, check_output_file
 
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
     report.workers = settings.workers
     print(report.summary(), file=sys.stderr)
     if settings.report_path is not None:
-        write_report(report, settings.report_path)
+        report.write(settings.report_path)
     return 0 if report.ok else 1
 
 

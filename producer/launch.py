@@ -22,11 +22,12 @@ from common.kafka import (
     entra_scope,
     librdkafka_config,
 )
+from common.report import ProducerReport
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig
 from producer.manifest import Manifest
 from producer.rate import RateProfile
-from producer.run import RunReport, StopFlag, run
+from producer.run import StopFlag, run
 from producer.settings import ProducerSettings
 from producer.simulation import Clock, firmware_rollout, simulated_clock, wall_clock
 from producer.sinks import (
@@ -168,7 +169,7 @@ def run_one(
     manifest_path: Path | None = None,
     conf: dict[str, Any] | None = None,
     install_signal_handlers: bool = True,
-) -> tuple[RunReport, list[float]]:
+) -> tuple[ProducerReport, list[float]]:
     """Run one process's share of the work and write its manifest.
 
     Returns:

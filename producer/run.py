@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from common.report import RUNNING, ProducerReport
 from common.stats import percentiles
 from producer.manifest import Manifest
 from producer.rate import RateProfile
@@ -35,91 +35,6 @@ READY_TIMEOUT_S = 10.0
 # of them in a reference cycle, and scanning them was a tenth of the producer's CPU.
 GC_THRESHOLD = 50_000
 REPORT_EVERY_S = 2.0  # the report file is refreshed this often while the run goes on
-
-
-@dataclass
-class RunReport:
-    """What a run achieved; written as JSON at the end.
-
-    ``per_second``, ``per_second_acked`` and ``per_second_target`` hold, for each whole
-    second of the run, the messages sent, the messages acknowledged and the target.
-    ``ready_wait_s`` is the time spent, before the clock started, waiting for the sink
-    to be ready (Kafka: the broker assigning the idempotent producer its id). ``cpu_s``
-    is the CPU time the process(es) used while the clock ran, client threads included.
-    """
-
-    target_rate: float
-    sent: int
-    acked: int
-    undelivered: int
-    duration_s: float
-    achieved_rate: float
-    errors: dict[str, int]
-    ack_latency_ms: dict[str, float]
-    throttle_events: int = 0
-    stopped_by: str = "limit"
-    started_at: str = ""
-    per_second: list[int] = field(default_factory=list)
-    per_second_acked: list[int] = field(default_factory=list)
-    per_second_target: list[float] = field(default_factory=list)
-    rate_profile: str = "constant"
-    peak_target_rate: float = 0.0
-    acked_rate: float = 0.0
-    readings: int = 0
-    throttle_ms_total: int = 0
-    lag_forgiven: int = 0
-    expected_errors: dict[str, int] = field(default_factory=dict)
-    unexpected_errors: dict[str, int] = field(default_factory=dict)
-    workers: int = 1
-    warnings: list[str] = field(default_factory=list)
-    fatal: str | None = None
-    manifest_path: str | None = None
-    ready_wait_s: float = 0.0
-    cpu_s: float = 0.0
-
-    def summary(self) -> str:
-        """A readable multi-line summary."""
-        lat = self.ack_latency_ms
-        lines = [
-            f"sent {self.sent:,} messages ({self.readings:,} readings), acknowledged "
-            f"{self.acked:,}, undelivered {self.undelivered:,} in {self.duration_s:.1f} s "
-            f"(stopped by {self.stopped_by})",
-            f"rate: target {self.target_rate:,.0f}/s ({self.rate_profile}), achieved "
-            f"{self.achieved_rate:,.0f}/s sent, {self.acked_rate:,.0f}/s acknowledged",
-        ]
-        if lat:
-            lines.append(
-                f"ack latency: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, "
-                f"p99 {lat['p99']:.1f} ms"
-            )
-        if self.throttle_events:
-            lines.append(
-                f"throttled {self.throttle_events:,} times ({self.throttle_ms_total:,} ms in all)"
-            )
-        if self.errors:
-            lines.append("errors: " + ", ".join(f"{k}={v}" for k, v in sorted(self.errors.items())))
-            if self.expected_errors:
-                lines.append(
-                    "  of which injected on purpose: "
-                    + ", ".join(f"{k}={v}" for k, v in sorted(self.expected_errors.items()))
-                )
-        if self.ready_wait_s >= 0.05:
-            lines.append(
-                f"waited {self.ready_wait_s:.1f} s for the sink to be ready (the broker to "
-                "assign a producer id) before the clock started"
-            )
-        if self.fatal:
-            lines.append(f"stopped early: {self.fatal}")
-        for warning in self.warnings:
-            lines.append(f"warning: {warning}")
-        if self.manifest_path:
-            lines.append(f"manifest: {self.manifest_path}")
-        return "\n".join(lines)
-
-    @property
-    def ok(self) -> bool:
-        """True when everything not failed on purpose was delivered."""
-        return self.fatal is None and not self.unexpected_errors and self.undelivered == 0
 
 
 class StopFlag:
@@ -200,7 +115,7 @@ def run(
     start_gate: Callable[[], None] | None = None,
     report_path: Path | None = None,
     report_every_s: float = REPORT_EVERY_S,
-) -> RunReport:
+) -> ProducerReport:
     """Send the source's messages to ``sink`` at the profile's rate until a limit or a stop.
 
     The loop is closed on what was actually sent: at every step it sends what the
@@ -228,7 +143,7 @@ def run(
         start_gate: Called once the sink is ready, just before the clock starts (workers
             wait there for each other).
         report_path: Refresh the report here every ``report_every_s`` while running
-            (``stopped_by`` is ``"running"`` until the end); the caller writes the last one.
+            (``stopped_by`` is ``RUNNING`` until the end); the caller writes the last one.
         report_every_s: Seconds between refreshes of ``report_path``.
 
     Returns:
@@ -253,11 +168,11 @@ def run(
     cpu0 = time.process_time()
     undelivered = 0
 
-    def report(duration: float) -> RunReport:
+    def report(duration: float) -> ProducerReport:
         sent_counts = _diffs(c.per_second)
         expected = _expected_errors(sink.failures)
         errors = dict(sink.errors)
-        return RunReport(
+        return ProducerReport(
             target_rate=round(cumulative(duration) / duration, 1) if duration > 0 else 0.0,
             sent=c.sent,
             acked=sink.acked,
@@ -308,7 +223,7 @@ def run(
         t0, cpu0 = time.monotonic(), time.process_time()
         next_progress = t0 + progress_s
         next_report = t0 + report_every_s
-        stopped_by = "running"
+        stopped_by = RUNNING
         while True:
             now = time.monotonic()
             elapsed = now - t0
@@ -326,7 +241,7 @@ def run(
                 break
             if report_path is not None and now >= next_report:
                 next_report = now + report_every_s
-                write_report(report(elapsed), report_path)
+                report(elapsed).write(report_path)
             if now >= next_progress:
                 next_progress = now + progress_s
                 if show_progress:
@@ -401,11 +316,3 @@ def _expected_errors(failures: list[tuple[bytes | None, Any, str]]) -> dict[str,
         if isinstance(tag, dict) and tag.get("kind") == "oversized":
             out[error] = out.get(error, 0) + 1
     return out
-
-
-def write_report(report: RunReport, path: Path, *, extra: dict[str, Any] | None = None) -> None:
-    """Write the report as JSON, atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(asdict(report) | (extra or {}), indent=2))
-    tmp.replace(path)

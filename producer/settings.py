@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from common.settings import KafkaSettings, Settings
+from common.settings import FleetSettings, KafkaSettings
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig, parse_delay
 from producer.rate import RateProfile, parse_profile
@@ -55,15 +55,13 @@ SCENARIOS: dict[str, dict[str, float]] = {
 }
 
 
-class ProducerSettings(Settings):
+class ProducerSettings(FleetSettings):
     """What to send, how fast, and where."""
 
     config_section: ClassVar[str] = "producer"
     model_config = SettingsConfigDict(env_prefix="IOT_PRODUCER_")
 
     transport: Literal["kafka", "file", "stdout"] = Field("kafka", description="Where to send")
-    fleet_size: int = Field(100, ge=1, description="Number of simulated devices")
-    seed: int = Field(42, description="Seed of the fleet and of the event stream")
     rate: float = Field(1000.0, ge=0, description="Target events/s (0 = as fast as possible)")
     rate_profile: str = Field(
         "constant",

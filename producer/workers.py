@@ -16,16 +16,17 @@ import sys
 import tempfile
 import time
 import types
-from dataclasses import asdict, fields
+from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from common.report import RUNNING, ProducerReport
 from common.stats import percentiles
 from producer.launch import run_one
 from producer.manifest import merge_manifests
-from producer.run import REPORT_EVERY_S, RunReport, StopFlag, write_report
+from producer.run import REPORT_EVERY_S, StopFlag
 
 _STATS = 4  # readings, sent, acked, errors
 START_WAIT_S = 30.0  # most a ready worker waits for the others before it starts anyway
@@ -111,11 +112,11 @@ def _worker_main(
         if not gated:  # the others must not wait for a worker that will never come
             _arrive(ready)
         raise
-    part = asdict(report) | {"_latency_samples": samples}
+    part = report.to_dict() | {"_latency_samples": samples}
     (Path(out) / f"report-{worker}.json").write_text(json.dumps(part))
 
 
-def merge_reports(parts: list[dict[str, Any]]) -> RunReport:
+def merge_reports(parts: list[dict[str, Any]]) -> ProducerReport:
     """Combine the workers' reports into one."""
 
     def summed(key: str) -> list[Any]:
@@ -139,9 +140,9 @@ def merge_reports(parts: list[dict[str, Any]]) -> RunReport:
     samples = [s for p in parts for s in p["_latency_samples"]]
     stopped = sorted({p["stopped_by"] for p in parts})
     fatal = "; ".join(p["fatal"] for p in parts if p["fatal"]) or None
-    known = {f.name for f in fields(RunReport)}
+    known = {f.name for f in fields(ProducerReport)}
     base = {k: v for k, v in parts[0].items() if k in known}
-    return RunReport(
+    return ProducerReport(
         **base
         | {
             "target_rate": round(sum(p["target_rate"] for p in parts), 1),
@@ -175,7 +176,7 @@ def merge_reports(parts: list[dict[str, Any]]) -> RunReport:
 
 def live_report(
     settings: Any, values: list[int], per_second: list[list[int]], elapsed: float
-) -> RunReport:
+) -> ProducerReport:
     """The report of a multi-worker run so far, from the workers' shared counters.
 
     Errors are a total (``{"all": n}``) until the workers' own reports come in.
@@ -184,7 +185,7 @@ def live_report(
     totals = [[sum(v[i::_STATS]) for v in per_second] for i in (1, 2)]
     profile = settings.profile()
     diffs = [[b - a for a, b in zip([0, *t], t, strict=False)] for t in totals]
-    return RunReport(
+    return ProducerReport(
         target_rate=round(profile.cumulative(elapsed) / elapsed, 1) if elapsed > 0 else 0.0,
         sent=sent,
         acked=acked,
@@ -193,7 +194,7 @@ def live_report(
         achieved_rate=round(sent / elapsed, 1) if elapsed > 0 else 0.0,
         errors={"all": errors} if errors else {},
         ack_latency_ms={},
-        stopped_by="running",
+        stopped_by=RUNNING,
         started_at=datetime.fromtimestamp(time.time() - elapsed, UTC).isoformat(),
         per_second=diffs[0],
         per_second_acked=diffs[1],
@@ -211,7 +212,7 @@ def live_report(
 
 def run_workers(
     settings: Any, *, manifest_run: dict[str, Any] | None, progress_s: float
-) -> RunReport:
+) -> ProducerReport:
     """Run ``settings.workers`` processes to completion and merge what they did.
 
     Args:
@@ -272,8 +273,9 @@ def run_workers(
                     per_second.append(list(stats))
                 if time.monotonic() >= next_report:
                     next_report += REPORT_EVERY_S
-                    write_report(live_report(settings, list(stats), per_second, since),
-                                 settings.report_path)  # fmt: skip
+                    live_report(settings, list(stats), per_second, since).write(
+                        settings.report_path
+                    )
             if time.monotonic() >= next_progress and any(p.is_alive() for p in procs):
                 next_progress += progress_s
                 values = list(stats)

@@ -6,18 +6,16 @@ After ``python -m loadtest run`` the report also holds the load test's verdict
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 import streamlit as st
 
+from common.report import ProducerReport, ReportUnreadableError
 from dashboard import charts, data, ui
 
 PASS_RATIO = 0.9  # Azure streaming-at-scale: at least 90 % of the target rate
-RUNNING = "running"  # the report's stopped_by while the producer still runs
 
 view = ui.current_view()
 settings = view.settings
@@ -30,13 +28,10 @@ st.caption(
 )
 
 
-def loadtest_part(path: Path) -> dict[str, Any] | None:
+def loadtest_part(report: ProducerReport) -> dict[str, Any] | None:
     """The verdict ``python -m loadtest run`` adds to the report (``loadtest``), if any."""
-    try:
-        part = json.loads(path.read_text()).get("loadtest")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return part if isinstance(part, dict) and isinstance(part.get("criteria"), list) else None
+    part = report.loadtest
+    return part if part is not None and isinstance(part.get("criteria"), list) else None
 
 
 def render_verdict(part: dict[str, Any]) -> None:
@@ -64,8 +59,8 @@ def render_verdict(part: dict[str, Any]) -> None:
 def render(now: datetime) -> None:
     """One refresh of the page."""
     try:
-        report = data.load_report(settings.report_path)
-    except data.ReportUnreadableError as exc:
+        report = ProducerReport.read(settings.report_path)
+    except ReportUnreadableError as exc:
         st.warning(f"Cannot read the producer report yet ({exc}).", icon=":material/warning:")
         return
     if report is None:
@@ -99,7 +94,7 @@ def render(now: datetime) -> None:
     )
     progress = (
         f"running for {report.duration_s:,.1f} s so far"
-        if report.stopped_by == RUNNING
+        if report.running
         else f"ran {report.duration_s:,.1f} s, stopped by {report.stopped_by}"
     )
     st.caption(
@@ -115,7 +110,7 @@ def render(now: datetime) -> None:
         st.dataframe(errors, hide_index=True)
     else:
         st.success("No delivery errors.", icon=":material/check_circle:")
-    verdict = loadtest_part(settings.report_path)
+    verdict = loadtest_part(report)
     if verdict is not None:
         render_verdict(verdict)
 

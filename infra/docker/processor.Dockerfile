@@ -18,7 +18,7 @@ COPY infra/maven infra/maven
 RUN /opt/venv/bin/pip install --constraint infra/docker/constraints.txt ".[processor]" \
     && /opt/venv/bin/pip uninstall --yes iot-pulse
 # The same resolution as on a developer's machine: infra/maven/spark/pom.xml plus the
-# eventhubs-oauth module, minus the jars PySpark already ships.
+# processor/jvm/eventhubs-oauth module, minus the jars PySpark already ships.
 ENV IOT_PULSE_HOME=/build/state
 RUN /opt/venv/bin/python -m infra.jars spark \
     && rm -rf /root/.m2

@@ -26,8 +26,8 @@ import pytest
 
 from common.contract import FIELDS, REQUIRED, parse_time
 from common.fleet import build_fleet
-from dashboard.data import load_report
-from infra.demo import session_gap
+from common.report import ProducerReport
+from demo.run import session_gap
 from loadtest.lake import read_table
 from loadtest.truth import Truth, truth_from_manifest
 from loadtest.verify import check_quarantine
@@ -100,8 +100,8 @@ def _live_report(path: Path) -> Callable[[], bool]:
     seen: list[int] = []
 
     def check() -> bool:
-        report = load_report(path)
-        if report is None or report.stopped_by != "running" or report.sent <= 0:
+        report = ProducerReport.read(path)
+        if report is None or not report.running or report.sent <= 0:
             return False
         seen.append(report.sent)
         return seen[-1] > seen[0]

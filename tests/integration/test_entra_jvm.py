@@ -1,5 +1,5 @@
 """auth=entra for the Spark processor: the JVM Kafka client logs in through the project's
-OAUTHBEARER login callback handler (infra/maven/eventhubs-oauth).
+OAUTHBEARER login callback handler (processor/jvm/eventhubs-oauth).
 
 Against Event Hubs the handler gets tokens from azure-identity's DefaultAzureCredential;
 here its ``tokenSource=unsecured`` mints unsigned JWTs for the local broker's SASL_SSL

@@ -229,15 +229,15 @@ def test_producer_with_a_report_path_in_a_file_sends_nothing(tmp_path):
 
 
 def test_demo_and_broker_help_show_defaults_and_choices(tmp_path):
-    code, out, err, _ = run(["-m", "infra.demo", "--help"], tmp_path / "home")
+    code, out, err, _ = run(["-m", "demo", "--help"], tmp_path / "home")
     assert code == 0
     assert "--scenario {clean,realistic,chaos}" in out
     assert "one of clean, realistic, chaos (default realistic)" in " ".join(out.split())
     code, out, err, _ = run(["-m", "infra.broker", "topic", "--help"], tmp_path / "home")
     assert code == 0 and "partitions (default 3)" in out
-    code, out, err, elapsed = run(["-m", "infra.demo", "--scenario", "nope"], tmp_path / "home")
+    code, out, err, elapsed = run(["-m", "demo", "--scenario", "nope"], tmp_path / "home")
     assert (code, out) == (2, "")
-    assert err.startswith("error: python -m infra.demo: argument --scenario: invalid choice:")
+    assert err.startswith("error: python -m demo: argument --scenario: invalid choice:")
     assert_quiet_failure(err, elapsed)
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from common.report import ProducerReport
 from dashboard import data, lake
 from dashboard.filters import (
     Filters,
@@ -422,25 +421,12 @@ def test_threshold_breaches_and_labels():
     ]
 
 
-def test_load_report(tmp_path):
-    path = tmp_path / "report.json"
-    assert data.load_report(path) is None
-    report = {
-        "target_rate": 0.0, "sent": 5, "acked": 5, "undelivered": 0, "duration_s": 1.5,
-        "achieved_rate": 3.3, "errors": {}, "ack_latency_ms": {}, "throttle_events": 0,
-        "stopped_by": "limit", "started_at": "2026-03-01T12:00:00+00:00", "per_second": [3, 2],
-    }  # fmt: skip
-    path.write_text(json.dumps(report))
-    loaded = data.load_report(path)
-    assert loaded is not None and loaded.rate_ratio is None  # unpaced run
-    assert loaded.started_utc == "2026-03-01 12:00:00 UTC"
-    east = dataclasses.replace(loaded, started_at="2026-03-01T07:00:00.5-05:00")
-    assert east.started_utc == "2026-03-01 12:00:00 UTC"
-    assert dataclasses.replace(loaded, started_at="soon").started_utc == "soon"
-    assert data.per_second_frame(loaded).rows() == [(1, 3, 0.0), (2, 2, 0.0)]
-    path.write_text(json.dumps({k: v for k, v in report.items() if k != "acked"}))
-    with pytest.raises(data.ReportUnreadableError, match="KeyError"):
-        data.load_report(path)
+def test_per_second_frame():
+    report = ProducerReport(
+        target_rate=0.0, sent=5, acked=5, undelivered=0, duration_s=1.5, achieved_rate=3.3,
+        errors={}, ack_latency_ms={}, per_second=[3, 2],
+    )  # fmt: skip
+    assert data.per_second_frame(report).rows() == [(1, 3, 0.0), (2, 2, 0.0)]
 
 
 # ---------------------------------------------------------------- schema drift

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from common.report import RUNNING
 from tests.browser.seed import AS_OF, REPORT, seed_lake
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
@@ -70,7 +71,7 @@ def test_a_producer_report_alone_shows_no_verdict(lake: Path) -> None:
 
 def test_a_running_producer_report_reads_as_running(lake: Path) -> None:
     report = lake.parent / "lake-report.json"
-    report.write_text(json.dumps(REPORT | {"stopped_by": "running", "duration_s": 12.0}))
+    report.write_text(json.dumps(REPORT | {"stopped_by": RUNNING, "duration_s": 12.0}))
     at = _page()
     captions = [c.value for c in at.caption]
     assert (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pytest
 from pydantic import SecretStr
 
+from common.report import ProducerReport
 from common.settings import KafkaSettings
 from loadtest import svg
 from loadtest.report import Criteria, evaluate, summary, write_pages
@@ -45,8 +47,12 @@ def result(
     )  # fmt: skip
 
 
-PRODUCER = {"target_rate": 2000.0, "acked_rate": 1850.0, "per_second": [2000, 1900],
-            "per_second_acked": [1990, 1900], "per_second_target": [2000.0, 2000.0]}  # fmt: skip
+PRODUCER = ProducerReport(
+    target_rate=2000.0, sent=3900, acked=3890, undelivered=0, duration_s=2.0,
+    achieved_rate=1950.0, errors={}, ack_latency_ms={}, acked_rate=1850.0,
+    per_second=[2000, 1900], per_second_acked=[1990, 1900], per_second_target=[2000.0, 2000.0],
+    started_at="2026-03-01T12:00:00.250000+00:00",
+)  # fmt: skip
 
 
 def test_criteria_pass_at_the_defaults() -> None:
@@ -67,11 +73,11 @@ def test_criteria_pass_at_the_defaults() -> None:
         ({"dups": 1}, PRODUCER, "duplicated"),
         ({"p95": 15.5}, PRODUCER, "latency"),
         ({"unexpected_oos": 2}, PRODUCER, "out_of_sequence"),
-        ({}, PRODUCER | {"acked_rate": 1799.0}, "rate"),
-        ({}, PRODUCER | {"target_rate": 0.0}, "rate"),
+        ({}, dataclasses.replace(PRODUCER, acked_rate=1799.0), "rate"),
+        ({}, dataclasses.replace(PRODUCER, target_rate=0.0), "rate"),
     ],
 )
-def test_each_criterion_fails_alone(kwargs: dict, producer: dict, failed: str) -> None:
+def test_each_criterion_fails_alone(kwargs: dict, producer: ProducerReport, failed: str) -> None:
     checks = evaluate(Criteria(), producer, result(**kwargs))
     assert [c.name for c in checks if not c.passed] == [failed]
 
@@ -85,11 +91,13 @@ def test_latency_without_a_measure_fails() -> None:
 
 def test_pages_and_plots(tmp_path: Path) -> None:
     checks = evaluate(Criteria(), PRODUCER, result(lost=1))
-    report = {"producer": PRODUCER, "target": "local", "started_at": "2026-03-01T12:00:00Z",
+    report = {"producer": PRODUCER.to_dict(), "target": "local",
+              "started_at": "2026-03-01T12:00:00Z",
               "settings": {"rate_profile": "constant", "rate": 2000.0, "duration_s": 120.0,
                            "fleet_size": 100, "scenario": "clean"}}  # fmt: skip
-    files = write_pages(tmp_path, report=report, checks=checks, result=result(lost=1),
-                        producer_summary="sent 2 messages", criteria=Criteria())  # fmt: skip
+    files = write_pages(tmp_path, report=report, producer=PRODUCER, checks=checks,
+                        result=result(lost=1), producer_summary="sent 2 messages",
+                        criteria=Criteria())  # fmt: skip
     assert sorted(f.name for f in files) == [
         "latency.svg", "rate.svg", "report.html", "report.json", "report.md"
     ]  # fmt: skip
@@ -108,14 +116,15 @@ def test_pages_and_plots(tmp_path: Path) -> None:
 
 
 def test_the_measured_window_starts_after_the_warm_up(tmp_path: Path) -> None:
-    producer = {"started_at": "2026-03-01T12:00:00.250000+00:00"}
-    assert measured_from(producer, 60.0) == datetime(2026, 3, 1, 12, 1, 0, 250000, tzinfo=UTC)
-    assert measured_from(producer, 0.0) is None
-    report = {"producer": PRODUCER, "target": "local", "started_at": "2026-03-01T12:00:00Z",
+    assert measured_from(PRODUCER, 60.0) == datetime(2026, 3, 1, 12, 1, 0, 250000, tzinfo=UTC)
+    assert measured_from(PRODUCER, 0.0) is None
+    report = {"producer": PRODUCER.to_dict(), "target": "local",
+              "started_at": "2026-03-01T12:00:00Z",
               "settings": {"rate_profile": "constant", "rate": 2000.0, "duration_s": 120.0,
                            "warmup_s": 60.0, "fleet_size": 100, "scenario": "clean"}}  # fmt: skip
-    write_pages(tmp_path, report=report, checks=evaluate(Criteria(), PRODUCER, result()),
-                result=result(), producer_summary="", criteria=Criteria())  # fmt: skip
+    write_pages(tmp_path, report=report, producer=PRODUCER,
+                checks=evaluate(Criteria(), PRODUCER, result()), result=result(),
+                producer_summary="", criteria=Criteria())  # fmt: skip
     assert "2,000 events/s for 120 s (after a 60 s warm-up, left out of the latency figures), " in (
         (tmp_path / "report.md").read_text()
     )

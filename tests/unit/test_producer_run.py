@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from common.report import RUNNING
 from producer.__main__ import main
 from producer.launch import throughput_warning
 from producer.manifest import read_manifest
@@ -202,7 +203,7 @@ def _live_reports(path: Path, proc: subprocess.Popen, n: int = 2) -> list[dict]:
         time.sleep(0.2)
     assert len(seen) == n, seen
     for rep in seen:
-        assert rep["stopped_by"] == "running"
+        assert rep["stopped_by"] == RUNNING
         assert 0 <= rep["acked"] <= rep["sent"] and len(rep["per_second"]) >= 1
     assert seen[1]["duration_s"] > seen[0]["duration_s"]
     return seen
@@ -478,19 +479,17 @@ def test_the_clock_starts_after_the_source_is_prepared_and_the_sink_is_ready():
 
 
 def test_merged_workers_last_from_the_first_start_to_the_last_end():
-    from dataclasses import asdict
-
-    from producer.run import RunReport
+    from common.report import ProducerReport
     from producer.workers import merge_reports
 
     def part(started_at: str, duration_s: float, sent: int, ready: float) -> dict:
-        report = RunReport(
+        report = ProducerReport(
             target_rate=0.0, sent=sent, acked=sent, undelivered=0, duration_s=duration_s,
             achieved_rate=0.0, errors={}, ack_latency_ms={}, started_at=started_at,
             per_second=[sent], per_second_acked=[sent], per_second_target=[0.0],
             ready_wait_s=ready,
         )  # fmt: skip
-        return asdict(report) | {"_latency_samples": [0.01]}
+        return report.to_dict() | {"_latency_samples": [0.01]}
 
     merged = merge_reports([
         part("2026-01-01T00:00:00.500000+00:00", 1.0, 300, 0.5),

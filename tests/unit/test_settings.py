@@ -88,10 +88,10 @@ def test_boolean_flags_and_nested_lake_settings(clean_env):
 
 
 def test_queries_must_be_known_and_select_the_stages(clean_env):
+    from common.lake import Query
     from processor import pipeline
-    from processor.settings import QUERY_NAMES
 
-    assert set(pipeline.QUERIES) == set(QUERY_NAMES)
+    assert set(pipeline.QUERIES) == set(Query)
     with pytest.raises(ValidationError, match="unknown queries: gold_device_1m"):
         ProcessorSettings(queries="silver, gold_device_1m")
 
@@ -255,8 +255,31 @@ def test_env_vars_are_named_by_the_model_and_read_back_by_it(monkeypatch, tmp_pa
     )  # fmt: skip
 
 
+def test_the_fleet_is_one_model_named_by_each_service(monkeypatch):
+    from common.settings import FleetSettings
+    from loadtest.settings import LoadtestSettings
+
+    for cls, prefix in (
+        (ProducerSettings, "IOT_PRODUCER_"),
+        (ProcessorSettings, "IOT_PROCESSOR_"),
+        (LoadtestSettings, "IOT_LOADTEST_"),
+    ):
+        assert issubclass(cls, FleetSettings)
+        assert (cls.env_name("fleet_size"), cls.env_name("seed")) == (
+            f"{prefix}FLEET_SIZE", f"{prefix}SEED",
+        )  # fmt: skip
+        assert (cls.flag("fleet_size"), cls.flag("seed")) == ("--fleet-size", "--seed")
+    monkeypatch.setenv("IOT_LOADTEST_FLEET_SIZE", "7")
+    monkeypatch.setenv("IOT_LOADTEST_SEED", "3")
+    loadtest = LoadtestSettings(_env_file=None)
+    assert loadtest.fleet() == {"fleet_size": 7, "seed": 3}
+    assert ProcessorSettings.env_vars(**loadtest.fleet()) == {
+        "IOT_PROCESSOR_FLEET_SIZE": "7", "IOT_PROCESSOR_SEED": "3",
+    }  # fmt: skip
+
+
 def test_the_demo_environment_is_read_back_by_each_service(monkeypatch, tmp_path):
-    from infra.demo import demo_env
+    from demo.run import demo_env
     from processor.settings import ProcessorSettings
     from producer.settings import ProducerSettings
 

@@ -109,7 +109,7 @@ def _http_ok(url: str) -> bool:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = cli.ArgumentParser(prog="python -m infra.demo", description=__doc__)
+    p = cli.ArgumentParser(prog="python -m demo", description=__doc__)
     p.add_argument("--rate", type=float, default=200.0, help="producer events/s (default 200)")
     p.add_argument("--fleet-size", type=int, default=50, help="simulated devices (default 50)")
     p.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
@@ -277,7 +277,3 @@ def main(argv: list[str] | None = None) -> int:
             _stop_child(child)
         broker.stop(broker_dir)
         _say("stopped")
-
-
-if __name__ == "__main__":
-    cli.run(main, "demo")
