@@ -1,4 +1,4 @@
-"""Helpers to run the processor as its own process, as a user or a cluster would."""
+"""Helpers to run the processor as its own process, as a user or a cluster would, and test contracts."""
 
 from __future__ import annotations
 
@@ -46,6 +46,67 @@ def run_python(args: list[str], env: dict[str, str], log: Path, timeout_s: float
             timeout=timeout_s, check=False,
         )  # fmt: skip
     return done.returncode
+
+
+def process_available_now(
+    env: dict[str, str],
+    lake: Path,
+    log: Path,
+    fleet: int,
+    seed: int,
+    *args: str,
+    timeout_s: float = 900,
+) -> None:
+    """Run ``python -m processor run --trigger available_now`` on ``lake`` and check it ends well.
+
+    Args:
+        env: The processor's environment (broker, topic, contract).
+        lake: The lake root.
+        log: Where its output goes (appended).
+        fleet: The fleet size (as the producer's).
+        seed: The fleet's seed.
+        *args: More flags, e.g. ``--queries``.
+        timeout_s: The longest it may take.
+    """
+    from infra.jars import ensure_jars
+
+    code = run_python(
+        ["-m", "processor", "run", "--trigger", "available_now", "--fleet-size", str(fleet),
+         "--seed", str(seed), "--shuffle-partitions", "2", "--driver-memory", "1g",
+         "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent), "--lake-root", str(lake),
+         *args],
+        env, log, timeout_s,
+    )  # fmt: skip
+    assert code == 0, log.read_text()[-5000:]
+
+
+def contract_with_zone_and_signal(path: Path, zone: str, signal: float) -> Path:
+    """Write the shipped contract plus a field (``site_zone``) and a metric (``signal_dbm``).
+
+    Neither has a model in the simulator, so every device sends their examples,
+    ``zone`` and ``signal``: a test knows their values in silver and gold exactly.
+    """
+    from common.contract import DEFAULT_CONTRACT
+
+    added = f"""
+[[envelope]]
+name = "site_zone"
+type = "string"
+example = "{zone}"
+doc = "Zone of the site the device is in."
+
+[[metrics]]
+name = "signal_dbm"
+type = "double"
+unit = "dBm"
+min = -120.0
+max = 0.0
+label = "Signal"
+example = {signal}
+doc = "Radio signal strength."
+"""
+    path.write_text(DEFAULT_CONTRACT.read_text(encoding="utf-8") + added, encoding="utf-8")
+    return path
 
 
 def start_processor(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

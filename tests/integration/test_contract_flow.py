@@ -20,40 +20,20 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from common.contract import DEFAULT_CONTRACT
 from common.lake import Table, table_location
 from infra.broker import ensure_topic
-from infra.jars import ensure_jars
 from loadtest.lake import read_truth
-from tests.integration.proc import run_python
+from tests.integration.proc import contract_with_zone_and_signal, process_available_now, run_python
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET, SEED, COUNT = 8, 5, 480
 ZONE, SIGNAL = "zone-a", -67.5
-ADDED = f"""
-[[envelope]]
-name = "site_zone"
-type = "string"
-example = "{ZONE}"
-doc = "Zone of the site the device is in."
-
-[[metrics]]
-name = "signal_dbm"
-type = "double"
-unit = "dBm"
-min = -120.0
-max = 0.0
-label = "Signal"
-example = {SIGNAL}
-doc = "Radio signal strength."
-"""
 
 
 def test_added_field_and_metric_flow_to_silver_and_gold(kafka_broker, tmp_path: Path) -> None:
-    contract = tmp_path / "contract.toml"
-    contract.write_text(DEFAULT_CONTRACT.read_text(encoding="utf-8") + ADDED, encoding="utf-8")
+    contract = contract_with_zone_and_signal(tmp_path / "contract.toml", ZONE, SIGNAL)
     topic = "contract-flow"
     ensure_topic(kafka_broker.plaintext, topic, partitions=2)
     base = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
@@ -71,14 +51,9 @@ def test_added_field_and_metric_flow_to_silver_and_gold(kafka_broker, tmp_path: 
         env, tmp_path / "producer.log", 120,
     )  # fmt: skip
     assert produced == 0, (tmp_path / "producer.log").read_text()[-3000:]
-    processed = run_python(
-        ["-m", "processor", "run", "--trigger", "available_now", "--queries", "silver",
-         "--fleet-size", str(FLEET), "--seed", str(SEED), "--shuffle-partitions", "2",
-         "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent),
-         "--lake-root", str(lake), "--driver-memory", "1g"],
-        env, tmp_path / "processor.log", 600,
-    )  # fmt: skip
-    assert processed == 0, (tmp_path / "processor.log").read_text()[-3000:]
+    process_available_now(
+        env, lake, tmp_path / "processor.log", FLEET, SEED, "--queries", "silver", timeout_s=600
+    )
 
     sent = read_truth(manifest)
     silver = DeltaTable(table_location(str(lake), Table.SILVER_EVENTS)).to_pyarrow_table()

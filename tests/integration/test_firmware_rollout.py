@@ -25,9 +25,8 @@ from deltalake import DeltaTable
 from common.contract import DEFAULT_CONTRACT, FIELDS
 from common.lake import Table, table_location
 from infra.broker import ensure_topic
-from infra.jars import ensure_jars
 from loadtest.lake import read_truth
-from tests.integration.proc import ROOT, run_python
+from tests.integration.proc import ROOT, process_available_now, run_python
 
 pytestmark = pytest.mark.integration
 
@@ -84,14 +83,7 @@ def test_a_mixed_v1_v2_stream_lands_in_one_set_of_columns(kafka_broker, tmp_path
         env | {"IOT_CONTRACT": str(newer)}, log, 120,
     )  # fmt: skip
     assert code == 0, log.read_text()[-3000:]
-    code = run_python(
-        ["-m", "processor", "run", "--trigger", "available_now", "--queries", "bronze,silver",
-         "--fleet-size", str(FLEET), "--seed", str(SEED), "--shuffle-partitions", "2",
-         "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent),
-         "--lake-root", str(lake), "--driver-memory", "1g"],
-        env, log, 600,
-    )  # fmt: skip
-    assert code == 0, log.read_text()[-5000:]
+    process_available_now(env, lake, log, FLEET, SEED, "--queries", "bronze,silver")
 
     # What was sent, from bronze's raw bytes; the manifest says which devices rolled out.
     bronze = DeltaTable(table_location(str(lake), Table.BRONZE_EVENTS)).to_pyarrow_table()

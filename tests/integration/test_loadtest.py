@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from infra.broker import ensure_topic
 from infra.jars import ensure_jars
 from loadtest.lake import read_lake, read_truth
 from loadtest.verify import VerifyConfig, verify
+from tests.integration.proc import run_python
 
 pytestmark = pytest.mark.integration
 
@@ -37,24 +36,15 @@ def _env(**extra: str) -> dict[str, str]:
     return env | {"PYTHONUNBUFFERED": "1"} | extra
 
 
-def _run(args: list[str], env: dict[str, str], log: Path, timeout: float) -> int:
-    with log.open("wb") as fh:
-        proc = subprocess.run(
-            [sys.executable, *args], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
-            timeout=timeout, check=False,
-        )  # fmt: skip
-    return proc.returncode
-
-
 @pytest.fixture(scope="module")
-def chaos_run(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def chaosrun_python(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Produce a chaos run with a manifest, process it with available_now."""
     work = tmp_path_factory.mktemp("verify-chaos")
     topic = "verify-chaos"
     ensure_topic(kafka_broker.plaintext, topic, partitions=3)
     kafka = {"IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext, "IOT_KAFKA_TOPIC": topic}
     manifest = work / "manifest.jsonl"
-    code = _run(
+    code = run_python(
         ["-m", "producer"],
         _env(**kafka, IOT_PRODUCER_SCENARIO="chaos", IOT_PRODUCER_COUNT=str(COUNT),
              IOT_PRODUCER_RATE="0", IOT_PRODUCER_FLEET_SIZE=str(FLEET),
@@ -66,7 +56,7 @@ def chaos_run(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     # Exit 1 is the oversized payloads the broker refused on purpose; the manifest says so.
     assert code in (0, 1), (work / "producer.log").read_text()[-3000:]
     lake = work / "lake"
-    code = _run(
+    code = run_python(
         ["-m", "processor", "run"],
         _env(**kafka, IOT_LAKE_ROOT=str(lake), IOT_PROCESSOR_TRIGGER="available_now",
              IOT_PROCESSOR_JARS_DIR=str(ensure_jars("spark", quiet=True)[0].parent),
@@ -146,7 +136,7 @@ def test_verify_catches_a_lost_and_a_duplicated_event(
 
 
 def code_of(manifest: Path, lake: Path, out: Path) -> int:
-    return _run(
+    return run_python(
         ["-m", "loadtest", "verify", "--manifest", str(manifest), "--lake-root", str(lake),
          "--out", str(out)],
         _env(), out / "verify.log", 300,
@@ -156,7 +146,7 @@ def code_of(manifest: Path, lake: Path, out: Path) -> int:
 @pytest.mark.slow
 def test_short_loadtest_through_the_event_hubs_shaped_listener(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    code = _run(
+    code = run_python(
         ["-m", "loadtest", "run", "--target", "local_sasl", "--rate", "300", "--duration-s", "20",
          "--warmup-s", "10", "--fleet-size", "20", "--partitions", "2", "--out-dir", str(out),
          "--no-dashboard-report", "--max-p95-latency-s", "600"],

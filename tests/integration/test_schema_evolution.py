@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from common.contract import DEFAULT_CONTRACT, METRIC_NAMES
+from common.contract import METRIC_NAMES
 from common.lake import Table, table_location
 from infra.broker import ensure_topic
 from infra.jars import ensure_jars
 from loadtest.lake import read_truth
-from tests.integration.proc import run_python
+from tests.integration.proc import contract_with_zone_and_signal, process_available_now, run_python
 
 pytestmark = pytest.mark.integration
 
@@ -36,21 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 FLEET, SEED, COUNT = 8, 13, 320
 RUN2_START = datetime(2026, 1, 1, 0, 20, tzinfo=UTC)
 ZONE, SIGNAL = "zone-b", -71.25
-ADDED = f"""
-[[envelope]]
-name = "site_zone"
-type = "string"
-example = "{ZONE}"
-
-[[metrics]]
-name = "signal_dbm"
-type = "double"
-unit = "dBm"
-min = -120.0
-max = 0.0
-label = "Signal"
-example = {SIGNAL}
-"""
 LENGTH, SLIDE = timedelta(minutes=10), timedelta(minutes=5)
 
 
@@ -62,17 +47,6 @@ def _produce(env: dict[str, str], start: str, manifest: Path, log: Path) -> None
         env, log, 120,
     )  # fmt: skip
     assert code == 0, log.read_text()[-3000:]
-
-
-def _process(env: dict[str, str], lake: Path, log: Path) -> None:
-    code = run_python(
-        ["-m", "processor", "run", "--trigger", "available_now",
-         "--fleet-size", str(FLEET), "--seed", str(SEED), "--shuffle-partitions", "2",
-         "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent),
-         "--lake-root", str(lake), "--driver-memory", "1g"],
-        env, log, 900,
-    )  # fmt: skip
-    assert code == 0, log.read_text()[-5000:]
 
 
 def _rows(lake: Path, table: Table) -> list[dict]:
@@ -109,15 +83,14 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Pat
         "IOT_KAFKA_TOPIC": topic,
         "PYTHONUNBUFFERED": "1",
     }
-    contract = tmp_path / "contract.toml"
-    contract.write_text(DEFAULT_CONTRACT.read_text(encoding="utf-8") + ADDED, encoding="utf-8")
+    contract = contract_with_zone_and_signal(tmp_path / "contract.toml", ZONE, SIGNAL)
     v2 = v1 | {"IOT_CONTRACT": str(contract)}
     lake, log = tmp_path / "lake", tmp_path / "processor.log"
 
     _produce(v1, "2026-01-01T00:00:00Z", tmp_path / "m1.jsonl", tmp_path / "producer.log")
-    _process(v1, lake, log)
+    process_available_now(v1, lake, log, FLEET, SEED)
     _produce(v2, RUN2_START.isoformat(), tmp_path / "m2.jsonl", tmp_path / "producer.log")
-    _process(v2, lake, log)
+    process_available_now(v2, lake, log, FLEET, SEED)
     said = log.read_text()
     assert "silver/events: added the columns `site_zone` string, `signal_dbm` double" in said
     assert (
@@ -154,6 +127,31 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Pat
         for column, value in agg.items():
             want = value if value is None else pytest.approx(value, rel=1e-12)
             assert got[key][column] == want, (key, column)
+
+    # On request: the rebuild command recomputes a query from all of silver and exits.
+    before = _rows(lake, Table.GOLD_FLEET_SUMMARY)
+    code = run_python(
+        ["-m", "processor", "rebuild", "fleet_summary", "--fleet-size", str(FLEET),
+         "--seed", str(SEED), "--shuffle-partitions", "2", "--lake-root", str(lake),
+         "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent), "--driver-memory", "1g"],
+        v2, log, 900,
+    )  # fmt: skip
+    assert code == 0, log.read_text()[-5000:]
+    assert "rebuilt fleet_summary" in log.read_text()
+    by_type: dict[str, list[dict]] = defaultdict(list)
+    for r in silver:
+        by_type[r["device_type"]].append(r)
+    summary = {
+        t: (len({r["device_id"] for r in rows}), len(rows), max(r["event_time"] for r in rows))
+        for t, rows in by_type.items()
+    }
+    after = _rows(lake, Table.GOLD_FLEET_SUMMARY)
+    assert len(after) == len(summary) == len(before)
+    got = {
+        r["device_type"]: (r["devices"], r["events"], r["last_event_time"].replace(tzinfo=UTC))
+        for r in after
+    }
+    assert got == summary
 
     pages = textwrap.dedent("""
         from streamlit.testing.v1 import AppTest

@@ -1,0 +1,34 @@
+"""Which queries a schema change rebuilds, and in what order (pure parts of processor.evolution)."""
+
+from __future__ import annotations
+
+from common.lake import Query
+from processor.evolution import stale_queries, with_readers
+from processor.sinks import TableChange
+
+
+def test_only_queries_with_per_column_state_are_stale_and_each_says_why():
+    changes = {
+        "silver": TableChange(added=("signal_dbm",)),
+        "gold_device_1m": TableChange(added=("signal_dbm_min", "signal_dbm_avg")),
+        "site_type_10m": TableChange(added=("signal_dbm_avg",), unwritten=("co2_ppm_avg",)),
+        "fleet_summary": TableChange(),
+    }
+    assert stale_queries(changes) == {
+        Query.GOLD_SITE_TYPE_10M: "its state keeps one aggregate per column of site_type_10m "
+        "(column signal_dbm_avg added, column co2_ppm_avg no longer written)"
+    }
+    assert stale_queries({"device_sessions": TableChange(unwritten=("x",))}) == {
+        Query.GOLD_DEVICE_SESSIONS: "its state keeps one aggregate per column of "
+        "device_sessions (column x no longer written)"
+    }
+    assert stale_queries({}) == {}
+
+
+def test_a_rebuilt_query_brings_the_queries_that_stream_from_its_tables():
+    assert with_readers(["alerts"]) == ["alerts", "alert_recoveries"]
+    assert with_readers(["alert_recoveries", "alerts"]) == ["alert_recoveries", "alerts"]
+    assert with_readers(["fleet_summary", "gold_site_type_10m"]) == [
+        "fleet_summary",
+        "gold_site_type_10m",
+    ]
