@@ -27,7 +27,6 @@ from tests.integration.proc import run_python
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 FLEET, SEED, COUNT = 20, 11, 4000
 
 
