@@ -48,6 +48,7 @@ WATERMARK = "30 seconds"
 CLOCK_SKEW_MAX_S = 10
 # Readings a dropout silences; the session gap is half the silence this makes.
 DROPOUT_READINGS = 20
+ROLLOUT_SHARE = 0.25  # a quarter of the fleet sends the contract's newest schema version
 
 
 @dataclass
@@ -180,6 +181,8 @@ def demo_env(
         | ProducerSettings.env_vars(
             fleet_size=args.fleet_size,
             scenario=args.scenario,
+            # A firmware rollout under way: both schema versions flow into one set of columns.
+            rollout_share=ROLLOUT_SHARE,
             dropout_readings=DROPOUT_READINGS,
             clock_skew_max_s=CLOCK_SKEW_MAX_S,
             rate=args.rate,
