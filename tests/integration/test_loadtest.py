@@ -36,7 +36,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def chaosrun_python(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def chaos_run(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Produce a chaos run with a manifest, process it with available_now."""
     work = tmp_path_factory.mktemp("verify-chaos")
     topic = "verify-chaos"
