@@ -10,8 +10,8 @@ from pydantic_settings import SettingsConfigDict
 from common.lake import Query
 from common.settings import FleetSettings, KafkaSettings, LakeSettings
 
-SPARK_VERSION = "4.0.0"
-DELTA_VERSION = "4.0.0"
+SPARK_VERSION = "4.2.0"
+DELTA_VERSION = "4.4.0"
 DEFAULT_PACKAGES = (
     f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION},"
     f"io.delta:delta-spark_2.13:{DELTA_VERSION}"

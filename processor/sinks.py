@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -407,16 +408,26 @@ CONFLICTS = frozenset({
     "DELTA_CONCURRENT_TRANSACTION", "DELTA_CONCURRENT_WRITE",
 })  # fmt: skip
 CONFLICT_ATTEMPTS = 5
+# An error condition in brackets at the start of a message: ``[CLASS.SUBCLASS] ...``.
+_LEADING_CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
 
 
 def error_condition(exc: BaseException) -> str | None:
     """The Spark error condition (class) of a JVM error, e.g. ``DELTA_CONCURRENT_APPEND``.
 
-    PySpark converts the JVM errors it knows (``CapturedException``); Delta's reach
-    Python as a bare ``Py4JJavaError`` around the Java exception.
+    PySpark converts the JVM errors it knows (``CapturedException``), with the Java
+    exception as their origin. delta-spark (4.1 and later) converts its commit conflicts
+    into its own ``CapturedException`` subclasses (``delta.exceptions``) from the Java
+    exception's text alone, with no origin to ask: their condition leads the message
+    (``[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict ...``). Other Delta
+    errors reach Python as a bare ``Py4JJavaError`` around the Java exception.
     """
     if isinstance(exc, CapturedException):
-        return exc.getCondition()
+        condition = exc.getCondition()
+        if condition is None:
+            leading = _LEADING_CONDITION.match(str(exc))
+            condition = leading.group(1) if leading else None
+        return condition
     if isinstance(exc, Py4JJavaError):
         try:
             return exc.java_exception.getErrorClass()  # a SparkThrowable, as Delta's are

@@ -148,7 +148,7 @@ def test_a_minute_under_load_prints_no_spark_or_kafka_warning(run):
     lines = run.during_load.splitlines()
     assert lines == [
         JVM_LINE,
-        "[processor] Spark 4.0.0, master local[2]",
+        "[processor] Spark 4.2.0, master local[2]",
         f"[processor] warnings and full traces: {run.log_file}",
         lines[3],
     ]

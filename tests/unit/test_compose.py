@@ -354,8 +354,8 @@ def test_constraints_pin_every_package_exactly():
     ]
     assert lines and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[A-Za-z0-9_.+-]+", ln) for ln in lines)
     pins = dict(ln.split("==") for ln in lines)
-    assert pins["pyspark"] == "4.0.0"
-    assert pins["delta-spark"] == "4.0.0"
+    assert pins["pyspark"] == "4.2.0"
+    assert pins["delta-spark"] == "4.4.0"
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
