@@ -29,7 +29,7 @@ taking turns.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 from pyspark.sql import DataFrame, SparkSession
@@ -212,16 +212,29 @@ def ensure_tables(
     return {name: sinks.ensure_table(spark, paths[name], empty) for name, empty in empties.items()}
 
 
-def prepare_lake(spark: SparkSession, settings: ProcessorSettings, tables: Tables) -> None:
+def prepare_lake(
+    spark: SparkSession,
+    settings: ProcessorSettings,
+    tables: Tables,
+    requested: Sequence[str] = (),
+) -> None:
     """Create or evolve the tables; reset the queries of this run whose state no longer fits.
 
     See ``processor.evolution``. A stale query that this process does not run is
     named, with the command that rebuilds it.
+
+    Args:
+        spark: The session.
+        settings: Processor settings.
+        tables: The lake's tables.
+        requested: Queries to reset as well (``python -m processor rebuild``).
     """
     stale = evolution.stale_queries(ensure_tables(spark, settings, tables))
     wanted = settings.query_names()
-    for query in evolution.with_readers(stale):
-        why = stale.get(query, "it reads a table that is rebuilt")
+    for query in evolution.with_readers([*stale, *requested]):
+        why = stale.get(query) or (
+            "on request" if query in requested else "it reads a table that is rebuilt"
+        )
         if query not in wanted:
             evolution.say(
                 f"query {query} must be rebuilt ({why}): run python -m processor rebuild {query}"
@@ -507,25 +520,22 @@ def rebuild(
     """Recompute queries' tables from their input, with new checkpoints, then return.
 
     Each query (and each query that streams from its tables) is reset
-    (``evolution.reset_query``) and run ``available_now``.
+    (``evolution.reset_query``) in ``prepare_lake``, with any query that a schema
+    change made stale, and run ``available_now``.
 
     Returns:
         Whether every query ran to the end.
     """
-    tables = Tables.under(settings.lake)
-    ensure_tables(spark, settings, tables)
     chosen = evolution.with_readers(queries)
-    for query in chosen:
-        evolution.say(f"rebuilding {query}: its checkpoint and its rows go")
-        evolution.reset_query(spark, query, settings.lake.checkpoint(query), tables.all())
     once = settings.model_copy(update={"trigger": "available_now", "queries": ",".join(chosen)})
-    return run_available_now(spark, once, should_stop)
+    return run_available_now(spark, once, should_stop, requested=chosen)
 
 
 def run_available_now(
     spark: SparkSession,
     settings: ProcessorSettings,
     should_stop: Callable[[], bool] = lambda: False,
+    requested: Sequence[str] = (),
 ) -> bool:
     """Process everything available, stage after stage, then return.
 
@@ -534,12 +544,13 @@ def run_available_now(
         settings: Processor settings.
         should_stop: Polled every second; when true, stop the running queries (their
             batches run again next time) and return.
+        requested: Queries to reset before they start (``rebuild``).
 
     Returns:
         Whether every stage ran to the end.
     """
     tables = Tables.under(settings.lake)
-    prepare_lake(spark, settings, tables)
+    prepare_lake(spark, settings, tables, requested)
     for group in stages(settings):
         queries = [start_stage(spark, stage, settings, tables) for stage in group]
         for query in queries:
