@@ -171,6 +171,25 @@ def flag_names(argv: list[str]) -> list[str]:
     return [arg.split("=", 1)[0] for arg in argv if arg.startswith("--")]
 
 
+def given_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The optional flags that were given on a command line, as a child process's argv.
+
+    Flags left at their default (``None``) are left out; boolean flags come back as
+    ``--flag`` or ``--no-flag``. Positional arguments are not included.
+    """
+    out: list[str] = []
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if not action.option_strings or value is None or action.dest == "help":
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse.BooleanOptionalAction):
+            out.append(flag if value else "--no-" + flag.removeprefix("--"))
+        else:
+            out += [flag, str(value)]
+    return out
+
+
 def run(main: Callable[[], int], service: str) -> NoReturn:
     """Run a CLI's ``main`` and exit with its code; fail in one line.
 

@@ -21,6 +21,7 @@ class Table(StrEnum):
     GOLD_SITE_TYPE_10M = "gold/site_type_10m"
     GOLD_DEVICE_SESSIONS = "gold/device_sessions"
     GOLD_ALERTS = "gold/alerts"
+    GOLD_ALERTS_RT = "gold/alerts_rt"
     GOLD_ALERT_CLEARS = "gold/alert_clears"
     GOLD_ALERT_RECOVERIES = "gold/alert_recoveries"
     GOLD_DEVICE_STATUS = "gold/device_status"
@@ -34,7 +35,8 @@ class Query(StrEnum):
 
     The name is the query's checkpoint folder (``checkpoint_location``), its Spark
     query name and its ``query_name`` in ``ops/pipeline_metrics``. The members are in
-    the order the processor lists them (``--queries``).
+    the order the processor lists them (``--queries``). ``realtime_alerts`` runs in
+    its own Spark application (``processor.realtime_app``), the others in the main one.
     """
 
     SILVER = "silver"
@@ -45,6 +47,8 @@ class Query(StrEnum):
     ALERTS = "alerts"
     FLEET_SUMMARY = "fleet_summary"
     ALERT_RECOVERIES = "alert_recoveries"
+    ALERTS_RT = "alerts_rt"
+    REALTIME_ALERTS = "realtime_alerts"
 
 
 CHECKPOINTS = "_checkpoints"  # one folder per streaming query below it

@@ -353,6 +353,10 @@ class KafkaSettings(Settings):
         "localhost:9092",
     )
     topic: str = Field("iot-events", description="Topic (Event Hubs: the event hub's name)")
+    alerts_topic: str = Field(
+        "iot-alerts",
+        description="Topic of the real-time threshold alerts (Event Hubs: another event hub)",
+    )
     auth: Literal["none", "connection_string", "entra"] = Field(
         "none",
         description="none: PLAINTEXT; connection_string: SASL_SSL+PLAIN; entra: OAUTHBEARER",

@@ -1,13 +1,8 @@
-"""Command line: ``python -m processor [run|devices|maintain|rebuild QUERY...] [flags]``."""
+"""Command line: ``python -m processor [run|realtime|devices|maintain|rebuild Q...] [flags]``."""
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import sys
-import threading
-from types import FrameType
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -15,7 +10,9 @@ from pyspark.sql.streaming import StreamingQuery
 from common import cli
 from common.lake import Query
 from common.settings import add_settings_arguments, load_settings
+from processor import realtime_app
 from processor.evolution import REBUILDS
+from processor.lifecycle import ChildApp, StopSignal, first_stopped, say
 from processor.metrics import MetricsListener
 from processor.pipeline import (
     Tables,
@@ -24,6 +21,7 @@ from processor.pipeline import (
     rebuild,
     run_available_now,
     silver_reads_bronze,
+    stages,
     start_all,
     write_devices,
 )
@@ -44,35 +42,6 @@ EPILOG = (
     "a query), 2 invalid settings, 130 an available-now run stopped before the end. "
     "Spark's and Kafka's warnings and every full trace go to <state dir>/logs/processor.log."
 )
-
-
-def _say(msg: str) -> None:
-    print(f"[processor] {msg}", file=sys.stderr, flush=True)
-
-
-class StopSignal:
-    """Ctrl-C and SIGTERM ask the run to stop; the queries stop at the next check.
-
-    PySpark's SparkContext installs its own SIGINT handler (cancel every job, raise
-    KeyboardInterrupt anywhere), which fails the queries mid-batch: install this one
-    again once the session exists. A second signal interrupts at once.
-    """
-
-    def __init__(self) -> None:
-        self.requested = threading.Event()
-
-    def install(self) -> None:
-        """Handle SIGINT and SIGTERM from now on."""
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.requested.is_set():
-            raise KeyboardInterrupt
-        self.requested.set()
-        # Unbuffered: the signal may arrive while the main thread is printing.
-        line = f"[processor] stopping ({signal.Signals(signum).name}); again to abort\n"
-        os.write(sys.stderr.fileno(), line.encode())
 
 
 class _NotAStoppedBatch(logging.Filter):
@@ -96,46 +65,65 @@ def reads_kafka(settings: ProcessorSettings) -> bool:
     )
 
 
-def preflight(settings: ProcessorSettings, command: str) -> None:
-    """Check the lake root and, if the run reads Kafka, the broker, credentials and topic.
+def lands_alerts(settings: ProcessorSettings) -> bool:
+    """Whether the queries to run read the alerts topic (``alerts_rt``)."""
+    return settings.source == "kafka" and Query.ALERTS_RT in settings.query_names()
+
+
+def preflight(settings: ProcessorSettings, command: str) -> int:
+    """Check the lake root and, if the run uses Kafka, the broker, credentials and topics.
+
+    Returns:
+        The events topic's partition count (0 when the run does not read it).
 
     Raises:
         CliError: what to fix, in one line.
     """
     check_lake_root(settings.lake.root)
-    if command == "run" and reads_kafka(settings):
-        partitions = check_kafka(settings.kafka)
+    if command not in ("run", "realtime"):
+        return 0
+    kafka = settings.kafka
+    partitions = 0
+    if reads_kafka(settings) or realtime_app.wanted(settings) or command == "realtime":
+        partitions = check_kafka(kafka)
         log.info(
-            "Kafka %s: topic %s has %d partitions",
-            settings.kafka.bootstrap_servers,
-            settings.kafka.topic,
-            partitions,
+            "Kafka %s: topic %s has %d partitions", kafka.bootstrap_servers, kafka.topic, partitions
         )
+    if lands_alerts(settings) or realtime_app.wanted(settings) or command == "realtime":
+        check_kafka(kafka, topic=kafka.alerts_topic)
+    return partitions
 
 
 def _session(settings: ProcessorSettings) -> SparkSession:
     spark = build_session(settings, log_file=cli.log_file())
-    _say(f"Spark {spark.version}, master {spark.sparkContext.master}")
+    say(f"Spark {spark.version}, master {spark.sparkContext.master}")
     if cli.log_file():
-        _say(f"warnings and full traces: {cli.log_file()}")
+        say(f"warnings and full traces: {cli.log_file()}")
     return spark
 
 
-def _stopped(queries: list[StreamingQuery]) -> str | None:
-    """The first query that stopped, in one line (its full error goes to the log)."""
-    for q in queries:
-        if q.isActive:
-            continue
-        exc = q.exception()
-        if exc is None:
-            return f"query {q.name} stopped by itself"
-        log.error("query %s failed:\n%s", q.name, exc)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"query {q.name} failed: {cli.one_line(first)} ({cli.full_trace_hint()})"
-    return None
+def _run(settings: ProcessorSettings, stop: StopSignal, child: list[str], partitions: int) -> int:
+    """Run the main application, and the real-time alerts beside it if wanted.
+
+    Args:
+        settings: Processor settings.
+        stop: Set by Ctrl-C or SIGTERM.
+        child: The real-time app's command line (``python -m processor realtime ...``).
+        partitions: The events topic's partitions.
+    """
+    if not stages(settings):  # nothing but the real-time alerts: run them here
+        return realtime_app.run(settings, partitions, stop)
+    realtime = None
+    if realtime_app.wanted(settings):
+        realtime = ChildApp("the real-time alerts app", child)
+    try:
+        return _run_main(settings, stop, realtime)
+    finally:
+        if realtime is not None:
+            realtime.stop()
 
 
-def _run(settings: ProcessorSettings, stop: StopSignal) -> int:
+def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp | None) -> int:
     spark = _session(settings)
     stop.install()  # again: the SparkContext replaced the SIGINT handler
     listener = MetricsListener(
@@ -149,25 +137,25 @@ def _run(settings: ProcessorSettings, stop: StopSignal) -> int:
         finished = run_available_now(spark, settings, should_stop=stop.requested.is_set)
         _close(spark, [], listener)
         if not finished:
-            _say("stopped before all available data was processed")
+            say("stopped before all available data was processed")
             return cli.INTERRUPTED
-        _say("all available data processed")
+        say("all available data processed")
         return 0
     queries = start_all(spark, settings, should_stop=stop.requested.is_set)
     if not stop.requested.is_set():
         bronze_every = tier_interval(settings, bronze_tier(settings))
-        _say(
+        say(
             f"running {', '.join(q.name for q in queries)}: hot path every "
             f"{settings.trigger_interval}, bronze every {bronze_every}, background every "
             f"{settings.background_trigger_interval}; lake at {settings.lake.root}"
         )
     failure = None
     while failure is None and not stop.requested.wait(1.0):
-        failure = _stopped(queries)
+        failure = first_stopped(queries) or (realtime.failure() if realtime else None)
     _close(spark, queries, listener)
     if failure is not None:
         return cli.error(failure)
-    _say("stopped")
+    say("stopped")
     return 0
 
 
@@ -178,9 +166,9 @@ def _rebuild(settings: ProcessorSettings, queries: list[str], stop: StopSignal) 
     quiet_console(spark)
     spark.stop()
     if not finished:
-        _say("stopped before the rebuild finished: run it again")
+        say("stopped before the rebuild finished: run it again")
         return cli.INTERRUPTED
-    _say(f"rebuilt {', '.join(queries)}")
+    say(f"rebuilt {', '.join(queries)}")
     return 0
 
 
@@ -201,10 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         epilog=EPILOG,
     )
     parser.add_argument(
-        "command", nargs="?", default="run", choices=("run", "devices", "maintain", "rebuild"),
+        "command", nargs="?", default="run",
+        choices=("run", "realtime", "devices", "maintain", "rebuild"),
         help=(
-            "run the pipeline (default), rewrite the device dimension, OPTIMIZE+VACUUM, or "
-            "rebuild QUERY... from its input with a new checkpoint"
+            "run the pipeline (default; with the real-time alerts as a second Spark app), "
+            "run the real-time alerts alone, rewrite the device dimension, OPTIMIZE+VACUUM, "
+            "or rebuild QUERY... from its input with a new checkpoint"
         ),
     )  # fmt: skip
     parser.add_argument(
@@ -218,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("name the queries to rebuild after rebuild, and only then")
     if unknown := sorted(set(args.targets) - set(REBUILDS)):
         parser.error(f"cannot rebuild {', '.join(unknown)}; choose from {', '.join(REBUILDS)}")
-    stop = StopSignal()
+    stop = StopSignal(realtime_app.WHO if args.command == "realtime" else "processor")
     try:
         settings = load_settings(ProcessorSettings, args)
     except (ValueError, FileNotFoundError) as exc:
@@ -226,12 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     stop.install()  # before anything starts: a signal during start-up stops cleanly too
     _quiet_py4j()
     try:
-        preflight(settings, args.command)
+        partitions = preflight(settings, args.command)
         if stop.requested.is_set():  # stopped during the checks: do not start Spark
-            _say("stopped")
+            say("stopped")
             return 0
         if args.command == "run":
-            return _run(settings, stop)
+            child = ["-m", "processor", "realtime", *cli.given_flags(parser, args)]
+            return _run(settings, stop, child, partitions)
+        if args.command == "realtime":
+            return realtime_app.run(settings, partitions, stop)
         if args.command == "rebuild":
             return _rebuild(settings, args.targets, stop)
         spark = _session(settings)

@@ -23,9 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.alerts import ALERT_KINDS as KINDS
 from common.contract import METRIC_NAMES
-
-KINDS = ("threshold_high", "threshold_low", "zscore")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ REBUILDS: Mapping[Query, tuple[str, ...]] = {
     Query.FLEET_SUMMARY: ("fleet_summary",),
     Query.ALERTS: ("alerts", "alert_clears"),
     Query.ALERT_RECOVERIES: ("alert_recoveries",),
+    Query.ALERTS_RT: ("alerts_rt",),
 }
 READERS: Mapping[Query, tuple[Query, ...]] = {Query.ALERTS: (Query.ALERT_RECOVERIES,)}
 # Queries whose state holds one aggregate buffer per output column: a change of their

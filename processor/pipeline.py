@@ -14,6 +14,7 @@ gold_site_type_10m     silver -> gold/site_type_10m                update mode +
 gold_device_sessions   silver -> gold/device_sessions              append (final sessions)
 alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, tagged appends
 alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, append
+alerts_rt              alerts topic -> gold/alerts_rt              foreachBatch: insert-only MERGE
 fleet_summary          silver -> gold/fleet_summary                complete mode
 =====================  ==========================================  =========================
 
@@ -24,6 +25,9 @@ gold windows together, so an event reaches gold in one micro-batch
 bronze's history; bronze is then the hot path). Bronze runs on
 ``bronze_trigger_interval``, and every other query on ``background_trigger_interval``,
 taking turns.
+
+The real-time alerts (``realtime_alerts``, events topic -> alerts topic) run in
+their own Spark application: see ``processor.realtime_app``.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from pyspark.sql.types import (
 from common.fleet import build_fleet
 from common.lake import Query, Table
 from common.settings import LakeSettings
-from processor import evolution, sinks, sources, transforms
+from processor import evolution, realtime, sinks, sources, transforms
 from processor.detector import DetectorConfig
 from processor.metrics import METRICS_SCHEMA
 from processor.schema import DEVICE_SCHEMA
@@ -84,6 +88,7 @@ class Tables:
     site_type_10m: str
     device_sessions: str
     alerts: str
+    alerts_rt: str
     alert_clears: str
     alert_recoveries: str
     device_status: str
@@ -103,6 +108,7 @@ class Tables:
             site_type_10m=lake.table(Table.GOLD_SITE_TYPE_10M),
             device_sessions=lake.table(Table.GOLD_DEVICE_SESSIONS),
             alerts=lake.table(Table.GOLD_ALERTS),
+            alerts_rt=lake.table(Table.GOLD_ALERTS_RT),
             alert_clears=lake.table(Table.GOLD_ALERT_CLEARS),
             alert_recoveries=lake.table(Table.GOLD_ALERT_RECOVERIES),
             device_status=lake.table(Table.GOLD_DEVICE_STATUS),
@@ -200,6 +206,7 @@ def ensure_tables(
         ),
         "device_sessions": transforms.device_sessions(silver, "1 minute", s.session_gap),
         "alerts": alerts,
+        "alerts_rt": realtime.landed_alerts(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)),
         "alert_clears": clears,
         "alert_recoveries": transforms.alert_recoveries(
             alerts, clears, "1 minute", s.recovery_window
@@ -403,6 +410,27 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables)
     )
 
 
+def start_alerts_rt(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
+    """Alerts topic -> ``gold/alerts_rt``: each alert id once (an insert-only MERGE).
+
+    The real-time query may send an alert twice (at-least-once); the MERGE keeps the
+    first copy that landed, so the table holds each alert once however often the
+    topic or this query replays it.
+    """
+
+    def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
+        sinks.merge_batch(
+            realtime.landed_alerts(batch), t.alerts_rt, ("alert_id",),
+            since="event_time", keep_existing=True,
+        )  # fmt: skip
+
+    name = Query.ALERTS_RT
+    records = sources.kafka_stream(spark, s, topic=s.kafka.alerts_topic)
+    return sinks.foreach_batch_stream(
+        records, write, s.lake.checkpoint(name), name, s, tier="background"
+    )
+
+
 def start_fleet_summary(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Silver -> per-type summary, rewritten whole every batch (complete mode)."""
     name = Query.FLEET_SUMMARY
@@ -428,10 +456,11 @@ QUERIES: dict[Query, Stage] = {
     Query.ALERTS: start_alerts,
     Query.FLEET_SUMMARY: start_fleet_summary,
     Query.ALERT_RECOVERIES: start_alert_recoveries,
+    Query.ALERTS_RT: start_alerts_rt,
 }
 _BACKGROUND = (
     Query.DEVICE_STATUS, Query.GOLD_SITE_TYPE_10M, Query.GOLD_DEVICE_SESSIONS, Query.ALERTS,
-    Query.FLEET_SUMMARY,
+    Query.FLEET_SUMMARY, Query.ALERTS_RT,
 )  # fmt: skip
 
 
@@ -448,6 +477,8 @@ def stages(settings: ProcessorSettings) -> list[list[Stage]]:
         groups = [[Query.SILVER], [Query.BRONZE, *_BACKGROUND]]
     groups.append([Query.ALERT_RECOVERIES])
     wanted = settings.query_names()
+    if settings.source != "kafka":  # the alerts topic is Kafka's
+        wanted = [q for q in wanted if q != Query.ALERTS_RT]
     chosen = [[QUERIES[q] for q in group if q in wanted] for group in groups]
     return [group for group in chosen if group]
 

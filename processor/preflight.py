@@ -40,8 +40,15 @@ def check_lake_root(root: str) -> None:
         ) from exc
 
 
-def check_kafka(kafka: KafkaSettings, timeout_s: float = KAFKA_CHECK_TIMEOUT_S) -> int:
+def check_kafka(
+    kafka: KafkaSettings, timeout_s: float = KAFKA_CHECK_TIMEOUT_S, topic: str | None = None
+) -> int:
     """Check that the broker answers, accepts the credentials and has the topic.
+
+    Args:
+        kafka: Connection settings.
+        timeout_s: Longest wait.
+        topic: The topic to look for; default the events topic.
 
     Returns:
         The topic's partition count.
@@ -51,6 +58,6 @@ def check_kafka(kafka: KafkaSettings, timeout_s: float = KAFKA_CHECK_TIMEOUT_S) 
     """
     conf = librdkafka_config(kafka, "admin", client_id="iot-pulse-processor-check")
     try:
-        return check_connection(conf, kafka.topic, timeout_s=timeout_s)
+        return check_connection(conf, topic or kafka.topic, timeout_s=timeout_s)
     except KafkaConnectionError as exc:
         raise CliError(str(exc)) from None

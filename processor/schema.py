@@ -13,6 +13,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from common.alerts import ALERT_FIELDS
 from common.contract import DEVICE_FIELDS, FIELDS, METRIC_NAMES
 
 SPARK_TYPES: dict[str, DataType] = {
@@ -21,6 +22,9 @@ SPARK_TYPES: dict[str, DataType] = {
     "double": DoubleType(),
     "timestamp": TimestampType(),
 }
+
+# The contract's time format (``common.contract.format_time``), in Spark's pattern letters.
+SPARK_TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
 
 # Typed event columns, in contract order.
 EVENT_SCHEMA = StructType(
@@ -36,4 +40,9 @@ DEVICE_SCHEMA = StructType(
         for m in METRIC_NAMES
         for bound in ("low", "high")
     ]
+)
+
+# One record of the alerts topic (``common.alerts``).
+ALERT_RECORD_SCHEMA = StructType(
+    [StructField(f.name, SPARK_TYPES[f.type], nullable=not f.required) for f in ALERT_FIELDS]
 )

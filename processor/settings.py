@@ -59,6 +59,13 @@ class ProcessorSettings(FleetSettings):
             "sessions, alerts, recoveries, fleet summary"
         ),
     )
+    realtime_checkpoint_interval: str = Field(
+        "5 minutes",
+        description=(
+            "The real-time alerts' trigger (real-time mode): how often they checkpoint; "
+            "a restart resends the alerts of the last unfinished interval (not a latency)"
+        ),
+    )
     silver_input: Literal["source", "bronze"] = Field(
         "source",
         description=(

@@ -365,6 +365,7 @@ def merge_batch(
     since: str | None = None,
     update: Mapping[str, Column] | None = None,
     txn: tuple[str, int] | None = None,
+    keep_existing: bool = False,
 ) -> None:
     """Upsert a micro-batch on ``keys``: matching rows are updated, new rows inserted.
 
@@ -383,6 +384,7 @@ def merge_batch(
         txn: ``(app id, version)``: Delta skips the MERGE if the table has recorded
             this version for this app id, which makes a non-idempotent update (such
             as adding counts) exactly-once across replays.
+        keep_existing: Leave matching rows as they are: insert new keys only.
     """
     cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
     if since is not None:
@@ -396,7 +398,10 @@ def merge_batch(
         return
     target = DeltaTable.forPath(df.sparkSession, path)
     merge = target.alias("t").merge(df.alias("s"), cond)
-    merge = merge.whenMatchedUpdate(set=dict(update)) if update else merge.whenMatchedUpdateAll()
+    if update and not keep_existing:
+        merge = merge.whenMatchedUpdate(set=dict(update))
+    elif not keep_existing:
+        merge = merge.whenMatchedUpdateAll()
     with _dml_txn(df.sparkSession, txn):
         merge.whenNotMatchedInsertAll().execute()
 

@@ -8,16 +8,28 @@ from common.kafka import spark_kafka_options
 from processor.settings import ProcessorSettings
 
 
-def kafka_stream(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
-    """Subscribe to the events topic (local Kafka or Event Hubs, per the settings)."""
+def kafka_stream(
+    spark: SparkSession,
+    settings: ProcessorSettings,
+    topic: str | None = None,
+    rate_limited: bool = True,
+) -> DataFrame:
+    """Subscribe to a topic (local Kafka or Event Hubs, per the settings).
+
+    Args:
+        spark: The session.
+        settings: Processor settings.
+        topic: The topic; default the events topic.
+        rate_limited: Apply ``max_offsets_per_trigger`` (real-time mode takes no limit).
+    """
     reader = (
         spark.readStream.format("kafka")
         .options(**spark_kafka_options(settings.kafka))
-        .option("subscribe", settings.kafka.topic)
+        .option("subscribe", topic or settings.kafka.topic)
         .option("startingOffsets", settings.starting_offsets)
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
     )
-    if settings.max_offsets_per_trigger:
+    if rate_limited and settings.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
     return reader.load()
 

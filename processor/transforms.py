@@ -27,7 +27,7 @@ from common.contract import (
     Field,
 )
 from processor.detector import DetectorConfig, detect_columns, dump_state, load_state
-from processor.schema import EVENT_SCHEMA
+from processor.schema import EVENT_SCHEMA, SPARK_TIME_FORMAT
 
 KAFKA_META = ("topic", "partition", "offset", "kafka_timestamp", "ingest_time")
 CONTRACT_COLUMNS = tuple(f.name for f in FIELDS)
@@ -97,7 +97,7 @@ def rate_to_bronze(rate: DataFrame, fleet_size: int) -> DataFrame:
         F.format_string("rate-%d", F.col("value")).alias("event_id"),
         device.alias("device_id"),
         (F.floor(F.col("value") / fleet_size) + 1).alias("seq"),
-        F.date_format(F.col("timestamp"), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("event_time"),
+        F.date_format(F.col("timestamp"), SPARK_TIME_FORMAT).alias("event_time"),
         F.lit(1).alias("schema_version"),
         F.lit("online").alias("status"),
         (F.lit(21.0) + F.sin(F.col("value") / 50.0)).alias("temperature_c"),

@@ -7,11 +7,11 @@ from datetime import datetime
 import polars as pl
 import streamlit as st
 
+from common.alerts import ALERT_KINDS as KINDS
 from common.contract import METRIC_NAMES
 from common.lake import Table
 from dashboard import charts, data, lake, ui
 
-KINDS = ("threshold_high", "threshold_low", "zscore")
 STATES = ("all", "open", "recovered")
 
 view = ui.current_view()

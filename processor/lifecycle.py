@@ -1,0 +1,102 @@
+"""Starting and stopping a processor run: the stop signal, failed queries, a child app."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from pyspark.sql.streaming import StreamingQuery
+
+from common import cli
+
+log = logging.getLogger("iot_pulse.processor")
+CHILD_STOP_TIMEOUT_S = 30.0
+
+
+def say(msg: str, who: str = "processor") -> None:
+    """Print one progress line on stderr, e.g. ``[processor] running ...``."""
+    print(f"[{who}] {msg}", file=sys.stderr, flush=True)
+
+
+class StopSignal:
+    """Ctrl-C and SIGTERM ask the run to stop; the queries stop at the next check.
+
+    PySpark's SparkContext installs its own SIGINT handler (cancel every job, raise
+    KeyboardInterrupt anywhere), which fails the queries mid-batch: install this one
+    again once the session exists. A second signal interrupts at once.
+    """
+
+    def __init__(self, who: str = "processor") -> None:
+        self.requested = threading.Event()
+        self.who = who
+
+    def install(self) -> None:
+        """Handle SIGINT and SIGTERM from now on."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.requested.is_set():
+            raise KeyboardInterrupt
+        self.requested.set()
+        # Unbuffered: the signal may arrive while the main thread is printing.
+        line = f"[{self.who}] stopping ({signal.Signals(signum).name}); again to abort\n"
+        os.write(sys.stderr.fileno(), line.encode())
+
+
+def first_stopped(queries: Sequence[StreamingQuery]) -> str | None:
+    """The first query that stopped, in one line (its full error goes to the log)."""
+    for q in queries:
+        if q.isActive:
+            continue
+        exc = q.exception()
+        if exc is None:
+            return f"query {q.name} stopped by itself"
+        log.error("query %s failed:\n%s", q.name, exc)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"query {q.name} failed: {cli.one_line(first)} ({cli.full_trace_hint()})"
+    return None
+
+
+class ChildApp:
+    """A Spark application that the run starts beside its own, as a child process.
+
+    Its output goes to this process's stderr; it stops with this process (SIGTERM,
+    then SIGKILL after ``CHILD_STOP_TIMEOUT_S``).
+    """
+
+    def __init__(self, name: str, argv: Sequence[str]) -> None:
+        """Start ``python <argv>`` with this process's environment.
+
+        Args:
+            name: What to call it in messages.
+            argv: The interpreter's arguments, e.g. ``["-m", "processor", "realtime"]``.
+        """
+        self.name = name
+        self.proc = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL)
+        log.info("started %s (pid %d)", name, self.proc.pid)
+
+    def failure(self) -> str | None:
+        """Why the child ended, in one line, if it did."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        return f"{self.name} exited with code {code} (its error is above)"
+
+    def stop(self) -> None:
+        """Ask the child to stop, and wait for it."""
+        if self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(CHILD_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop in %.0f s: killed", self.name, CHILD_STOP_TIMEOUT_S)
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,111 @@
+"""The real-time alert application: events topic -> threshold alerts -> alerts topic.
+
+One query, ``realtime_alerts``, in Spark's real-time mode (``trigger(realTime=...)``):
+long-running tasks read the events topic and write each alert to the alerts topic
+within milliseconds, where a micro-batch costs this pipeline seconds. It runs as its
+own Spark application (``python -m processor realtime``; ``python -m processor run``
+starts it beside the medallion pipeline), because real-time mode keeps one task per
+input partition running all the time: its slots must not be shared.
+
+What real-time mode cannot do in Spark 4.2 (no Delta, no ``foreachBatch``, no
+state) is done elsewhere: the ``alerts_rt`` micro-batch query of the main
+application lands the alerts topic in ``gold/alerts_rt``, once per alert id.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from common import cli
+from common.kafka import spark_kafka_options
+from common.lake import Query
+from processor import realtime, sinks, sources, transforms
+from processor.lifecycle import StopSignal, first_stopped, say
+from processor.pipeline import devices_frame
+from processor.session import build_session, quiet_console
+from processor.settings import ProcessorSettings
+
+WHO = "realtime-alerts"
+# How long the Kafka sink's producer waits for the alerts topic's metadata, or for room
+# in its buffer, before the write fails (Kafka's default is a minute).
+MAX_BLOCK_MS = "10000"
+
+
+def wanted(settings: ProcessorSettings) -> bool:
+    """Whether a run with these settings includes the real-time alerts."""
+    return (
+        Query.REALTIME_ALERTS in settings.query_names()
+        and settings.source == "kafka"
+        and settings.trigger == "processing_time"
+    )
+
+
+def realtime_master(settings: ProcessorSettings, partitions: int) -> str:
+    """The app's master: locally, one task slot per partition of the events topic.
+
+    Real-time mode runs every partition's task at once and fails to start without a
+    slot for each. On a cluster (a master that is not ``local``) the cluster's
+    executors must provide them.
+    """
+    if settings.master.startswith("local"):
+        return f"local[{max(1, partitions)}]"
+    return settings.master
+
+
+def start_realtime_alerts(spark: SparkSession, settings: ProcessorSettings) -> StreamingQuery:
+    """Start the ``realtime_alerts`` query: every breach to the alerts topic, in real time.
+
+    Delivery is at least once: a restart resends what the last unfinished epoch
+    sent (epochs end every ``realtime_checkpoint_interval``), with the same alert ids.
+    """
+    events = transforms.to_bronze(sources.kafka_stream(spark, settings, rate_limited=False))
+    alerts = realtime.threshold_alerts(events, devices_frame(spark, settings))
+    name = Query.REALTIME_ALERTS
+    return (
+        realtime.alert_records(alerts)
+        .writeStream.format("kafka")
+        .options(**spark_kafka_options(settings.kafka))
+        .option("topic", settings.kafka.alerts_topic)
+        .option("kafka.max.block.ms", MAX_BLOCK_MS)
+        .option("kafka.linger.ms", "0")
+        .option("checkpointLocation", settings.lake.checkpoint(name))
+        .outputMode("update")
+        .queryName(str(name))
+        .trigger(realTime=settings.realtime_checkpoint_interval)
+        .start()
+    )
+
+
+def run(settings: ProcessorSettings, partitions: int, stop: StopSignal) -> int:
+    """Run the real-time alert query until stopped or failed.
+
+    Args:
+        settings: Processor settings.
+        partitions: Partitions of the events topic (one task slot each).
+        stop: Set by Ctrl-C or SIGTERM.
+
+    Returns:
+        The exit code.
+    """
+    master = realtime_master(settings, partitions)
+    own = settings.model_copy(update={"master": master, "driver_memory": "1g"})
+    spark = build_session(own, app_name="iot-pulse-realtime-alerts", log_file=cli.log_file())
+    stop.install()  # again: the SparkContext replaced the SIGINT handler
+    query = start_realtime_alerts(spark, own)
+    say(
+        f"{settings.kafka.topic} -> {settings.kafka.alerts_topic} in real-time mode "
+        f"(Spark {spark.version}, master {master}, checkpoint every "
+        f"{settings.realtime_checkpoint_interval})",
+        WHO,
+    )
+    failure = None
+    while failure is None and not stop.requested.wait(1.0):
+        failure = first_stopped([query])
+    quiet_console(spark)
+    sinks.stop_queries(spark, [query])
+    spark.stop()
+    if failure is not None:
+        return cli.error(failure)
+    say("stopped", WHO)
+    return 0
