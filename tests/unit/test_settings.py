@@ -303,3 +303,19 @@ def test_the_demo_environment_is_read_back_by_each_service(monkeypatch, tmp_path
     assert processor.lake.root == str(tmp_path / "lake")
     assert processor.fail_on_data_loss is False and processor.fleet_size == 50
     assert "IOT_PROCESSOR_TRIGGER_INTERVAL" not in env
+
+
+def test_a_child_app_gets_the_flags_that_were_given_and_only_those(clean_env):
+    from common import cli
+    from common.settings import add_settings_arguments
+
+    parser = cli.ArgumentParser(prog="p")
+    parser.add_argument("command", nargs="?", default="run")
+    parser.add_argument("--config")
+    add_settings_arguments(parser, ProcessorSettings)
+    argv = ["run", "--kafka-topic", "run", "--lake-root", "/x", "--no-log-progress"]
+    args = parser.parse_args(argv)
+    # In the parser's order (the processor's fields, then Kafka's, then the lake's).
+    flags = ["--no-log-progress", "--kafka-topic", "run", "--lake-root", "/x"]
+    assert cli.given_flags(parser, args) == flags
+    assert vars(parser.parse_args(["realtime", *flags])) == vars(args) | {"command": "realtime"}

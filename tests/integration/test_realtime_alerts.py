@@ -1,0 +1,164 @@
+"""The real-time alert path on the real broker: exact alerts across a SIGKILL and a restart.
+
+A fleet (half of it on contract version 2) sends readings with injected spikes. The
+real-time app (``python -m processor realtime``) is SIGKILLed mid-stream, JVM and
+all, after its first checkpoint; ``python -m processor run`` then starts it again as
+its child, beside the ``alerts_rt`` query that lands the topic in Delta. The alerts
+expected are computed here, from the events topic and the fleet's thresholds, and
+must equal the manifest's spikes. The topic may hold an alert twice (real-time mode
+delivers at least once); ``gold/alerts_rt`` must hold each exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from common.alerts import alert_id
+from common.contract import METRIC_NAMES, VERSION_BY_NUMBER
+from common.fleet import build_fleet
+from common.lake import Query, Table, checkpoint_location, table_location
+from infra.broker import ensure_topic
+from infra.jars import bundle_dir
+from producer.manifest import read_manifest
+from tests.integration.proc import (
+    ROOT,
+    kill_group,
+    processor_env,
+    table_rows,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+EVENTS, ALERTS = "rt-events", "rt-alerts"
+FLEET, SEED = 30, 5
+
+
+def _topic(bootstrap: str, topic: str) -> list[tuple[bytes, int]]:
+    """Every record of a topic: (value, Kafka timestamp in ms), read to the end."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        out: list[tuple[bytes, int]] = []
+        done = {p for p, end in ends.items() if end == 0}
+        while len(done) < len(parts):
+            msg = c.poll(5)
+            assert msg is not None, f"{topic}: no record within 5 s before the end"
+            assert msg.error() is None, msg.error()
+            out.append((msg.value(), msg.timestamp()[1]))
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                done.add(msg.partition())
+        return out
+    finally:
+        c.close()
+
+
+def _breaches(bootstrap: str) -> dict[str, tuple[str, float, float]]:
+    """The alerts the events topic calls for: alert id -> (kind, value, threshold)."""
+    thresholds = {d.device_id: d.thresholds() for d in build_fleet(FLEET, SEED)}
+    out: dict[str, tuple[str, float, float]] = {}
+    for value, _ in _topic(bootstrap, EVENTS):
+        event = json.loads(value)
+        keys = VERSION_BY_NUMBER[event["schema_version"]].keys
+        for metric in METRIC_NAMES:
+            reading = event.get(keys.get(metric, ""))
+            low, high = thresholds[event["device_id"]].get(metric, (None, None))
+            if reading is None:
+                continue
+            if high is not None and reading > high:
+                out[alert_id(event["event_id"], metric)] = ("threshold_high", reading, high)
+            elif low is not None and reading < low:
+                out[alert_id(event["event_id"], metric)] = ("threshold_low", reading, low)
+    return out
+
+
+def _alert_ids(bootstrap: str) -> list[str]:
+    return [json.loads(v)["alert_id"] for v, _ in _topic(bootstrap, ALERTS)]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=env, stdout=log.open("ab"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def test_every_breach_alerts_once_in_delta_across_a_sigkill(kafka_broker, tmp_path: Path):
+    bootstrap = kafka_broker.plaintext
+    ensure_topic(bootstrap, EVENTS, partitions=2)
+    ensure_topic(bootstrap, ALERTS, partitions=1)
+    lake, log, manifest = tmp_path / "lake", tmp_path / "run.log", tmp_path / "manifest.jsonl"
+    env = processor_env(
+        bootstrap, EVENTS, lake, bundle_dir("spark"),
+        IOT_KAFKA_ALERTS_TOPIC=ALERTS,
+        IOT_PROCESSOR_FLEET_SIZE=str(FLEET), IOT_PROCESSOR_SEED=str(SEED),
+        IOT_PROCESSOR_REALTIME_CHECKPOINT_INTERVAL="10 seconds",
+        IOT_PROCESSOR_BACKGROUND_TRIGGER_INTERVAL="2 seconds",
+    )  # fmt: skip
+    rtm = _start(["-m", "processor", "realtime"], env, log)
+    wait_for(lambda: "in real-time mode" in log.read_text(), 180, "the real-time app", rtm, log)
+    producer = _start(
+        ["-m", "producer", "--scenario", "clean", "--spike-rate", "0.02", "--rate", "150",
+         "--duration-s", "60", "--fleet-size", str(FLEET), "--seed", str(SEED),
+         "--rollout-share", "0.5", "--manifest-path", str(manifest)],
+        env, log,
+    )  # fmt: skip
+    try:
+        commits = Path(checkpoint_location(str(lake), Query.REALTIME_ALERTS)) / "commits"
+        wait_for(lambda: (commits / "0").exists(), 240, "the first real-time epoch", rtm, log)
+        at_commit = len(_alert_ids(bootstrap))
+        # Kill once the next epoch has sent alerts: the restart must send them again.
+        wait_for(lambda: len(_alert_ids(bootstrap)) > at_commit, 60,
+                 "alerts after the first checkpoint", rtm, log)  # fmt: skip
+        kill_group(rtm)  # SIGKILL mid-stream: the JVM goes with it
+        assert producer.poll() is None, "the producer ended before the kill: nothing mid-stream"
+        run = _start(["-m", "processor", "run", "--queries", "realtime_alerts,alerts_rt"], env, log)
+        try:
+            assert producer.wait(120) == 0, log.read_text()[-3000:]
+            expected = _breaches(bootstrap)
+            spikes = [a for a in read_manifest(manifest)["anomalies"] if a["kind"] == "spike"]
+            assert {alert_id(s["event_id"], s["metric"]) for s in spikes} == set(expected)
+            assert len(expected) >= 60  # 0.02 x 150/s x 60 s, in expectation 180
+            wait_for(lambda: set(_alert_ids(bootstrap)) == set(expected), 240,
+                     "an alert for every breach on the alerts topic", run, log)  # fmt: skip
+            alerts_rt = table_location(str(lake), Table.GOLD_ALERTS_RT)
+            wait_for(lambda: len(table_rows(alerts_rt, ["alert_id"])) >= len(expected), 240,
+                     "every alert in gold/alerts_rt", run, log)  # fmt: skip
+            rows = table_rows(alerts_rt)
+            assert sorted(r["alert_id"] for r in rows) == sorted(expected)  # each exactly once
+            assert {
+                r["alert_id"]: (r["kind"], r["value"], r["threshold"]) for r in rows
+            } == expected
+            assert all(r["alert_time"] >= r["reading_time"] for r in rows)
+            on_topic = _alert_ids(bootstrap)
+            resent = len(on_topic) - len(set(on_topic))
+            print(f"{len(expected)} breaches; {len(on_topic)} alert records on the topic "
+                  f"({resent} resent after the SIGKILL)")  # fmt: skip
+            assert resent > 0  # the unfinished epoch ran again: Delta saw copies and kept one
+            run.send_signal(signal.SIGTERM)
+            assert run.wait(120) == 0, log.read_text()[-3000:]
+            # The child app (and every JVM) went with the run: its process group is empty.
+            wait_for(lambda: not _group_alive(run.pid), 30, "the run's processes to end")
+        finally:
+            kill_group(run)
+    finally:
+        kill_group(producer)
+        kill_group(rtm)
