@@ -49,6 +49,7 @@ CLOCK_SKEW_MAX_S = 10
 # Readings a dropout silences; the session gap is half the silence this makes.
 DROPOUT_READINGS = 20
 ROLLOUT_SHARE = 0.25  # a quarter of the fleet sends the contract's newest schema version
+ALERTS_TOPIC = str(KafkaSettings.model_fields["alerts_topic"].default)
 
 
 @dataclass
@@ -163,7 +164,9 @@ def demo_env(
         jars_dir: The resolved Spark connector jars.
     """
     return (
-        KafkaSettings.env_vars(bootstrap_servers=bootstrap, topic=args.topic, auth="none")
+        KafkaSettings.env_vars(
+            bootstrap_servers=bootstrap, topic=args.topic, alerts_topic=ALERTS_TOPIC, auth="none"
+        )
         | LakeSettings.env_vars(root=root / "lake")
         | ProcessorSettings.env_vars(
             jars_dir=jars_dir,
@@ -232,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         ensure_jars("kafka")
         info = broker.start(broker_dir)
         broker.ensure_topic(info.plaintext, args.topic, partitions=3)
+        broker.ensure_topic(info.plaintext, ALERTS_TOPIC, partitions=1)
         env = os.environ | demo_env(args, root, info.plaintext, spark_jars[0].parent)
         if stop.is_set():
             return 0

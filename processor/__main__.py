@@ -70,18 +70,25 @@ def lands_alerts(settings: ProcessorSettings) -> bool:
     return settings.source == "kafka" and Query.ALERTS_RT in settings.query_names()
 
 
-def preflight(settings: ProcessorSettings, command: str) -> int:
+ALERT_QUERIES = (Query.REALTIME_ALERTS, Query.ALERTS_RT)
+
+
+def preflight(settings: ProcessorSettings, command: str) -> tuple[int, ProcessorSettings]:
     """Check the lake root and, if the run uses Kafka, the broker, credentials and topics.
 
+    A run of every query (no ``--queries``) whose alerts topic cannot be read runs
+    without the real-time alerts, and says why; asked for by name, they must run.
+
     Returns:
-        The events topic's partition count (0 when the run does not read it).
+        The events topic's partition count (0 when the run does not read it), and the
+        settings to run with.
 
     Raises:
         CliError: what to fix, in one line.
     """
     check_lake_root(settings.lake.root)
     if command not in ("run", "realtime"):
-        return 0
+        return 0, settings
     kafka = settings.kafka
     partitions = 0
     if reads_kafka(settings) or realtime_app.wanted(settings) or command == "realtime":
@@ -90,8 +97,15 @@ def preflight(settings: ProcessorSettings, command: str) -> int:
             "Kafka %s: topic %s has %d partitions", kafka.bootstrap_servers, kafka.topic, partitions
         )
     if lands_alerts(settings) or realtime_app.wanted(settings) or command == "realtime":
-        check_kafka(kafka, topic=kafka.alerts_topic)
-    return partitions
+        try:
+            check_kafka(kafka, topic=kafka.alerts_topic)
+        except cli.CliError as exc:
+            if settings.queries or command == "realtime":
+                raise
+            say(f"real-time alerts are off: {exc}")
+            rest = [q for q in settings.query_names() if q not in ALERT_QUERIES]
+            return partitions, settings.model_copy(update={"queries": ",".join(rest)})
+    return partitions, settings
 
 
 def _session(settings: ProcessorSettings) -> SparkSession:
@@ -216,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     stop.install()  # before anything starts: a signal during start-up stops cleanly too
     _quiet_py4j()
     try:
-        partitions = preflight(settings, args.command)
+        partitions, settings = preflight(settings, args.command)
         if stop.requested.is_set():  # stopped during the checks: do not start Spark
             say("stopped")
             return 0

@@ -118,3 +118,13 @@ def test_a_lake_root_that_is_a_file(kafka_broker, tmp_path, how):
     message = assert_fails_in_one_line(result, r"error: the lake root .*", tmp_path / "home")
     assert message == f"the lake root {lake} is a file: set --lake-root / IOT_LAKE_ROOT to a folder"
     assert lake.read_text() == "not a folder"
+
+
+def test_a_missing_alerts_topic_asked_for_by_name(kafka_broker, tmp_path):
+    ensure_topic(kafka_broker.plaintext, TOPIC, partitions=1)
+    env = env_for(tmp_path, kafka_broker.plaintext, IOT_KAFKA_ALERTS_TOPIC="no-alerts")
+    assert_fails_in_one_line(
+        run_processor(env, "--queries", "realtime_alerts"),
+        rf"error: topic 'no-alerts' does not exist at {re.escape(kafka_broker.plaintext)} .*",
+        tmp_path / "home",
+    )

@@ -47,6 +47,7 @@ EVENTHUBS_PASSTHROUGH = {
     "IOT_KAFKA_CONNECTION_STRING",
     "IOT_KAFKA_BOOTSTRAP_SERVERS",
     "IOT_KAFKA_TOPIC",
+    "IOT_KAFKA_ALERTS_TOPIC",
     "IOT_KAFKA_ENTRA_SCOPE",
     "AZURE_TENANT_ID",
     "AZURE_CLIENT_ID",
@@ -226,7 +227,7 @@ def test_env_example_documents_every_default_as_compose_has_it():
     set_, commented = env_example()
     documented = set_ | commented
     defaults = {name: arg for name, op, arg in references() if op in (":-", "-")}
-    assert len(defaults) == 12
+    assert len(defaults) == 13
     assert {n: documented.get(n) for n in defaults} == defaults
 
 
@@ -390,11 +391,13 @@ def test_local_pipeline_wiring(compose):
     assert svcs["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"] == (
         "INTERNAL://kafka:29092,HOST://localhost:9092"
     )
-    assert "--topic" in svcs["kafka-init"]["command"]
-    assert (
-        svcs["kafka-init"]["command"][svcs["kafka-init"]["command"].index("--topic") + 1]
-        == (svcs["producer"]["environment"]["IOT_KAFKA_TOPIC"])
-    )
+    # kafka-init creates the topics that the producer sends to and the processor alerts on.
+    (script,) = svcs["kafka-init"]["command"]
+    created = script.split("--topic ")[1:]
+    assert [t.split()[0] for t in created] == [
+        svcs["producer"]["environment"]["IOT_KAFKA_TOPIC"],
+        svcs["processor"]["environment"]["IOT_KAFKA_ALERTS_TOPIC"],
+    ]
     for name in ("kafka", "processor", "dashboard", "eh-processor", "eh-dashboard"):
         assert "test" in svcs[name]["healthcheck"], name
     assert svcs["processor"]["volumes"] == ["lake:/data"]

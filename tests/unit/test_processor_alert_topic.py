@@ -1,0 +1,47 @@
+"""A run of every query goes on without real-time alerts when their topic is missing."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.cli import CliError
+from processor import __main__ as processor_main
+from processor.settings import ProcessorSettings
+
+
+@pytest.fixture
+def no_alerts_topic(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[str]:
+    """Every topic exists (3 partitions) but ``iot-alerts``; returns the topics checked."""
+    checked: list[str] = []
+
+    def check_kafka(kafka, topic=None):  # type: ignore[no-untyped-def]
+        checked.append(topic or kafka.topic)
+        if topic == "iot-alerts":
+            raise CliError("topic 'iot-alerts' does not exist at localhost:9092 (PLAINTEXT)")
+        return 3
+
+    monkeypatch.setattr(processor_main, "check_kafka", check_kafka)
+    monkeypatch.setenv("IOT_LAKE_ROOT", str(tmp_path / "lake"))
+    return checked
+
+
+def test_every_query_but_the_alert_ones_runs_and_the_run_says_why(no_alerts_topic, capsys):
+    settings = ProcessorSettings(_env_file=None)
+    partitions, chosen = processor_main.preflight(settings, "run")
+    assert partitions == 3
+    assert no_alerts_topic == ["iot-events", "iot-alerts"]
+    assert chosen.query_names() == [
+        "silver", "bronze", "device_status", "gold_site_type_10m", "gold_device_sessions",
+        "alerts", "fleet_summary", "alert_recoveries",
+    ]  # fmt: skip
+    assert capsys.readouterr().err == (
+        "[processor] real-time alerts are off: topic 'iot-alerts' does not exist at "
+        "localhost:9092 (PLAINTEXT)\n"
+    )
+
+
+@pytest.mark.parametrize(("command", "queries"), [("run", "alerts_rt"), ("realtime", "")])
+def test_alerts_asked_for_must_have_their_topic(no_alerts_topic, command, queries):
+    settings = ProcessorSettings(_env_file=None, queries=queries)
+    with pytest.raises(CliError, match="topic 'iot-alerts' does not exist"):
+        processor_main.preflight(settings, command)
