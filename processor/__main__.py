@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -130,6 +131,8 @@ def _run(settings: ProcessorSettings, stop: StopSignal, child: list[str], partit
     realtime = None
     if realtime_app.wanted(settings):
         realtime = ChildApp("the real-time alerts app", child)
+        # Before the JVM starts, which inherits it: the alerts' latency comes first.
+        os.nice(settings.realtime_yield_niceness)
     try:
         return _run_main(settings, stop, realtime)
     finally:

@@ -66,6 +66,15 @@ class ProcessorSettings(FleetSettings):
             "a restart resends the alerts of the last unfinished interval (not a latency)"
         ),
     )
+    realtime_yield_niceness: int = Field(
+        5,
+        ge=0,
+        le=19,
+        description=(
+            "Niceness the main application (and its JVM) takes when it starts the real-time "
+            "alerts beside it, so that its micro-batches yield the CPU to them (0: none)"
+        ),
+    )
     silver_input: Literal["source", "bronze"] = Field(
         "source",
         description=(
