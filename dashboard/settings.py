@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from common.paths import state_dir
-from common.settings import LakeSettings, Settings
+from common.settings import KafkaSettings, LakeSettings, Settings
 
 
 def _default_report_path() -> Path:
@@ -43,7 +43,24 @@ class DashboardSettings(Settings):
         description="Pin the dashboard's clock to this UTC time (replaying a past run); "
         "default: the wall clock",
     )
+    live_alerts: bool = Field(
+        True,
+        description="Show the alerts topic live on the Alerts page (a Kafka consumer in the "
+        "dashboard process, with the IOT_KAFKA_* settings)",
+    )
+    live_alerts_keep: int = Field(
+        200,
+        ge=1,
+        le=10_000,
+        description="Newest live alerts kept; a fresh start reads back this many records "
+        "of each partition of the alerts topic",
+    )
+    live_alerts_rows: int = Field(10, ge=1, le=500, description="Live alerts shown, newest first")
+    live_refresh_s: float = Field(
+        1.0, gt=0, description="Seconds between refreshes of the live alerts"
+    )
     lake: LakeSettings = Field(default_factory=LakeSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
 
     @field_validator("as_of")
     @classmethod

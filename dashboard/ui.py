@@ -23,8 +23,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from common.lake import Table
-from common.settings import load_settings
-from dashboard import data, lake
+from common.settings import KafkaSettings, load_settings
+from dashboard import data, lake, live_alerts
 from dashboard.filters import (
     REFRESH_CHOICES,
     Filters,
@@ -321,6 +321,29 @@ def waiting(loaded: Loaded | LoadedParts) -> None:
             f"{text.none} in the selected {where}. {text.why}",
             icon=":material/hourglass_empty:",
         )
+
+
+# ---------------------------------------------------------------- the live alert feed
+
+
+@st.cache_resource(show_spinner=False, on_release=live_alerts.LiveFeed.stop)
+def _shared_feed(
+    bootstrap_servers: str, topic: str, auth: str, keep: int, _kafka: KafkaSettings
+) -> live_alerts.LiveFeed:
+    return live_alerts.LiveFeed(_kafka, keep).start()
+
+
+def live_feed(settings: DashboardSettings) -> live_alerts.LiveFeed:
+    """The process's one feed of the alerts topic, started on first use.
+
+    Every session shares it: one consumer per dashboard process, whatever the number
+    of open pages. Starting it returns at once; it connects on its own thread.
+    """
+    kafka = settings.kafka
+    return _shared_feed(
+        kafka.bootstrap_servers, kafka.alerts_topic, kafka.auth, settings.live_alerts_keep,
+        _kafka=kafka,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- the URL

@@ -1,8 +1,13 @@
-"""Alerts: a filterable table of threshold and z-score alerts, with time to recover."""
+"""Alerts: the live feed of the alerts topic, then the history with time to recover.
+
+The live section reads the dashboard's feed of the alerts topic (``ui.live_feed``)
+about once a second; the history below reads the Delta tables at the page's refresh,
+with its own metric, kind and state filters.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import polars as pl
 import streamlit as st
@@ -10,14 +15,51 @@ import streamlit as st
 from common.alerts import ALERT_KINDS as KINDS
 from common.contract import METRIC_NAMES
 from common.lake import Table
-from dashboard import charts, data, lake, ui
+from dashboard import charts, data, lake, live_alerts, ui
+from dashboard.settings import DashboardSettings
 
 STATES = ("all", "open", "recovered")
 
 view = ui.current_view()
 settings, filters = view.settings, view.filters
 
+
+def render_live(feed: live_alerts.LiveFeed) -> None:
+    """One refresh of the live section: the feed's state and its newest alerts."""
+    status = feed.status
+    kept = feed.alerts()
+    rows = filters.scope(live_alerts.alert_frame(kept))
+    if not status.healthy:
+        st.warning(f"Live alerts: {status.reason}.", icon=":material/cloud_off:")
+    scoped = bool(filters.sites or filters.device_types)
+    refresh = None if view.paused else settings.live_refresh_s
+    st.caption(live_alerts.live_line(status, rows.height, len(kept), scoped, refresh))
+    if rows.height:
+        table = live_alerts.alert_table(rows.head(settings.live_alerts_rows), datetime.now(UTC))
+        st.table(table, hide_index=True)
+
+
+def live_section() -> None:
+    """The newest alerts of the alerts topic, refreshed every ``live_refresh_s``."""
+    st.subheader("Live alerts")
+    if not settings.live_alerts:
+        st.caption(
+            ":material/notifications_off: Live alerts are off "
+            f"({DashboardSettings.env_name('live_alerts')}=false)."
+        )
+        return
+    feed = ui.live_feed(settings)
+
+    @st.fragment(run_every=None if view.paused else settings.live_refresh_s)
+    def _live() -> None:
+        render_live(feed)
+
+    _live()
+
+
 st.title("Alerts")
+live_section()
+st.subheader("History")
 left, middle, right = st.columns(3)
 metrics = left.multiselect(
     "Metrics", METRIC_NAMES, format_func=data.metric_label, key="alert_metric",

@@ -4,8 +4,10 @@ Starts ``streamlit run dashboard/app.py`` on a seeded lake, moves between every
 page through the sidebar, checks that no error element appears, that a shared URL
 keeps its filters, that the live refresh picks up a new commit without a reload,
 that time axes read UTC in 24-hour labels in a browser whose time zone is not UTC,
-and that every device is a mark that opens its page. Screenshots go to the
-git-ignored ``artifacts/browser/``.
+that every device is a mark that opens its page, and that an alert record sent to
+the alerts topic of the test run's Kafka broker (``kafka_broker``) shows on the
+Alerts page within seconds without a reload. Screenshots go to the git-ignored
+``artifacts/browser/``.
 """
 
 from __future__ import annotations
@@ -17,14 +19,20 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import polars as pl
 import pytest
 from deltalake import write_deltalake
 
+from common.alerts import ALERT_FIELDS, alert_id
+from common.contract import format_time
+from common.settings import KafkaSettings
+from infra.broker import BrokerInfo, ensure_topic
 from tests.browser.seed import AS_OF, seed_lake
 
 # The browser's time zone is New York's (UTC-5 on the seeded day), and the seeded
@@ -93,13 +101,30 @@ def lake(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def app_url(lake: Path, tmp_path_factory) -> Iterator[str]:
+def alerts_topic(kafka_broker: BrokerInfo) -> str:
+    """A fresh alerts topic of one partition on the test run's broker."""
+    topic = f"browser-alerts-{uuid.uuid4().hex[:8]}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=1)
+    return topic
+
+
+@pytest.fixture(scope="module")
+def app_url(
+    lake: Path, kafka_broker: BrokerInfo, alerts_topic: str, tmp_path_factory
+) -> Iterator[str]:
     port = _free_port()
-    env = os.environ | {
-        "IOT_LAKE_ROOT": str(lake),
-        "IOT_DASHBOARD_AS_OF": CLOCK.isoformat(),
-        "IOT_DASHBOARD_REPORT_PATH": str(lake.parent / "lake-report.json"),
-    }
+    env = (
+        os.environ
+        | {
+            "IOT_LAKE_ROOT": str(lake),
+            "IOT_DASHBOARD_AS_OF": CLOCK.isoformat(),
+            "IOT_DASHBOARD_REPORT_PATH": str(lake.parent / "lake-report.json"),
+        }
+        # The live feed reads the broker through the same settings as the other services.
+        | KafkaSettings.env_vars(
+            bootstrap_servers=kafka_broker.plaintext, alerts_topic=alerts_topic, auth="none"
+        )
+    )
     log = (tmp_path_factory.mktemp("streamlit") / "streamlit.log").open("w")
     proc = subprocess.Popen(
         [
@@ -267,3 +292,65 @@ def test_every_device_is_a_mark_that_opens_its_page(app_url, page):
     device = page.locator('[data-testid="stSelectbox"]', has_text="Device").first
     assert device.locator("input").input_value() == "dev-00003"
     _assert_no_error(page, "device page from the grid")
+
+
+def _alert_record(device_id: str, event_id: str) -> bytes:
+    """One record of the alerts topic, as the processor's real-time path writes it."""
+    now = datetime.now(UTC)
+    record = {
+        "alert_id": alert_id(event_id, "temperature_c"), "event_id": event_id,
+        "device_id": device_id, "device_type": "thermostat", "site": "Austin",
+        "metric": "temperature_c", "kind": "threshold_high", "value": 41.5, "threshold": 28.0,
+        "event_time": format_time(now - timedelta(milliseconds=400)),
+        "reading_time": format_time(now - timedelta(milliseconds=200)), "schema_version": 1,
+    }  # fmt: skip
+    assert set(record) == {f.name for f in ALERT_FIELDS}
+    return orjson.dumps(record)
+
+
+def test_a_live_alert_shows_within_seconds_without_reload(
+    app_url, page, kafka_broker, alerts_topic
+):
+    from confluent_kafka import Producer
+
+    page.goto(app_url)
+    _settled(page, "Active devices")
+    page.locator('[data-testid="stSidebarNavLink"]', has_text="Alerts").first.click()
+    _settled(page, "Median time to recover")
+    page.get_by_text(f"following '{alerts_topic}'", exact=False).first.wait_for(timeout=30_000)
+    page.evaluate("() => { window.__sameDocument = true; }")  # gone if the page reloads
+
+    event_id = str(uuid.uuid4())
+    device_id = f"dev-live-{event_id[:6]}"
+    producer = Producer({"bootstrap.servers": kafka_broker.plaintext})
+    producer.list_topics(alerts_topic, timeout=10)  # connected before the clock starts
+    started = time.monotonic()
+    producer.produce(alerts_topic, _alert_record(device_id, event_id), key=device_id)
+    assert producer.flush(10) == 0
+    acked_s = time.monotonic() - started
+    del producer  # closed now, not when the broker stops at the end of the run
+    page.get_by_text(alert_id(event_id, "temperature_c"), exact=True).wait_for(timeout=10_000)
+    on_screen_s = time.monotonic() - started
+    print(
+        f"\nlive alert on screen {on_screen_s:.2f} s after it was produced "
+        f"(acknowledged by the broker after {acked_s:.3f} s)"
+    )
+
+    assert page.evaluate("() => window.__sameDocument === true"), "the page was reloaded"
+    row = page.locator('[data-testid="stTable"] tr', has_text=device_id)
+    assert row.count() == 1
+    cells = row.first.locator("td").all_inner_texts()
+    assert cells[1:7] == [
+        device_id,
+        "Austin",
+        "temperature_c",
+        "threshold_high",
+        "41.50",
+        "28.00",
+    ], cells
+    assert re.fullmatch(r"\d\.\d\d s", cells[7]), cells  # the alert's time minus the reading's
+    assert page.get_by_text("1 live alert · following", exact=False).count() == 1
+    assert on_screen_s < 5, f"the alert took {on_screen_s:.1f} s to show"
+    _assert_no_error(page, "live alerts")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=ARTIFACTS / "alerts-live.png", full_page=True)

@@ -11,6 +11,7 @@ import re
 import statistics
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import polars as pl
@@ -19,7 +20,9 @@ import pytest
 from deltalake import write_deltalake
 from streamlit.testing.v1 import AppTest
 
-from dashboard import ui
+from common.alerts import LiveAlert
+from common.settings import KafkaSettings
+from dashboard import live_alerts, ui
 from processor.settings import ProcessorSettings
 from producer.settings import SCENARIOS, ProducerSettings
 from tests.browser.seed import (
@@ -57,6 +60,8 @@ def lake(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("IOT_LAKE_ROOT", str(root))
     monkeypatch.setenv("IOT_DASHBOARD_AS_OF", AS_OF.isoformat())
     monkeypatch.setenv("IOT_DASHBOARD_REPORT_PATH", str(tmp_path / "lake-report.json"))
+    # No Kafka consumer in the test process: the live alerts tests below give the page one.
+    monkeypatch.setenv("IOT_DASHBOARD_LIVE_ALERTS", "false")
     return root
 
 
@@ -583,6 +588,99 @@ def test_alerts_page_warns_on_a_table_without_the_spec_columns(lake):
     assert at.warning[0].value.startswith(
         "Cannot read the alerts right now (gold/alerts has no column"
     )
+
+
+# ---------------------------------------------------------------- live alerts
+
+
+class _Consumer:
+    """A consumer of a topic with one partition and no records."""
+
+    def __init__(self, conf: dict) -> None:
+        self.conf = conf
+
+    def list_topics(self, topic=None, timeout=-1):
+        return SimpleNamespace(topics={topic: SimpleNamespace(partitions={0: None}, error=None)})
+
+    def get_watermark_offsets(self, partition, timeout=None):
+        return (0, 0)
+
+    def incremental_assign(self, partitions) -> None:
+        pass
+
+    def consume(self, num_messages=1, timeout=-1):
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _live_feed(monkeypatch, alerts: list[LiveAlert], *, reachable: bool = True):
+    monkeypatch.setenv("IOT_DASHBOARD_LIVE_ALERTS", "true")
+    kafka = KafkaSettings(bootstrap_servers="broker-1:9092")
+    feed = live_alerts.LiveFeed(kafka, 50, consumer_factory=_Consumer)
+    if reachable:
+        feed.step()
+    else:
+        feed._unreachable("Connect to ipv4#10.0.0.7:9092 failed: Connection refused")
+    for alert in alerts:
+        feed.buffer.add(alert)
+    monkeypatch.setattr(ui, "live_feed", lambda settings: feed)
+    return feed
+
+
+def _live(alert_id: str, seconds: float, device_id: str, site: str, device_type: str):
+    return LiveAlert(
+        alert_id=alert_id, device_id=device_id, metric="temperature_c", kind="threshold_high",
+        value=31.5, threshold=28.0, event_time=AS_OF, site=site, device_type=device_type,
+        alert_time=AS_OF + timedelta(seconds=seconds),
+        reading_time=AS_OF + timedelta(seconds=seconds - 0.5),
+    )  # fmt: skip
+
+
+def test_alerts_page_says_the_live_feed_is_off(seeded):
+    at = _run("views/alerts.py")
+    assert [s.value for s in at.subheader] == ["Live alerts", "History"]
+    assert at.caption[0].value == (
+        ":material/notifications_off: Live alerts are off (IOT_DASHBOARD_LIVE_ALERTS=false)."
+    )
+    assert not at.table and not at.warning
+
+
+def test_alerts_page_shows_the_newest_live_alerts_in_the_scope(seeded, monkeypatch):
+    _live_feed(
+        monkeypatch,
+        [
+            _live("e1:temperature_c", 1, "dev-00001", "Austin", "thermostat"),
+            _live("e2:temperature_c", 2, "dev-00002", "Boston", "thermostat"),
+            _live("e3:temperature_c", 3, "dev-00005", "Austin", "vibration"),
+        ],
+    )
+    at = _run("views/alerts.py", site="Austin")
+    assert at.caption[0].value == (
+        "2 of 3 live alerts in the selected sites and device types · following 'iot-alerts' "
+        "at broker-1:9092 (1 partition) · refreshing every 1 s"
+    )
+    table = at.table[0].value
+    assert list(table.columns) == list(live_alerts.LIVE_COLUMNS)
+    assert list(table["alert id"]) == ["e3:temperature_c", "e1:temperature_c"]
+    assert list(table["device"]) == ["dev-00005", "dev-00001"]
+    assert list(table["latency"]) == ["0.50 s", "0.50 s"]
+    # The history below is the same as without the feed.
+    assert _metrics(at)["Alerts"] == "4"
+    assert len(at.dataframe) == 1
+
+
+def test_alerts_page_says_in_one_line_that_the_broker_is_unreachable(seeded, monkeypatch):
+    _live_feed(monkeypatch, [], reachable=False)
+    at = _run("views/alerts.py", paused="1")
+    assert [w.value for w in at.warning] == [
+        "Live alerts: cannot reach the Kafka broker at broker-1:9092 (Connect to "
+        "ipv4#10.0.0.7:9092 failed: Connection refused); retrying every 2 s."
+    ]
+    assert at.caption[0].value == "No live alerts yet · paused"
+    assert not at.table
+    assert _metrics(at)["Alerts"] == f"{len(_alert_rows(seeded)):,}"
 
 
 # ---------------------------------------------------------------- pipeline health
