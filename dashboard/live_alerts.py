@@ -37,6 +37,7 @@ from confluent_kafka import (
 )
 
 from common.alerts import LiveAlert, decode_alert
+from common.cli import one_line
 from common.kafka import librdkafka_config, tls_failure
 from common.settings import KafkaSettings
 
@@ -146,11 +147,6 @@ class FeedStatus:
     def healthy(self) -> bool:
         """True when the feed follows the topic (or is still connecting)."""
         return self.state in (FeedState.CONNECTED, FeedState.CONNECTING)
-
-
-def one_line(text: str) -> str:
-    """Text on one line, whitespace collapsed."""
-    return " ".join(text.split())
 
 
 def kafka_reason(exc: BaseException) -> str:
