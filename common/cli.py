@@ -174,13 +174,13 @@ def flag_names(argv: list[str]) -> list[str]:
 def given_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
     """The optional flags that were given on a command line, as a child process's argv.
 
-    Flags left at their default (``None``) are left out; boolean flags come back as
-    ``--flag`` or ``--no-flag``. Positional arguments are not included.
+    Flags left at their default are left out; boolean flags come back as ``--flag`` or
+    ``--no-flag``. Positional arguments are not included.
     """
     out: list[str] = []
     for action in parser._actions:
         value = getattr(args, action.dest, None)
-        if not action.option_strings or value is None or action.dest == "help":
+        if not action.option_strings or value == action.default or action.dest == "help":
             continue
         flag = action.option_strings[0]
         if isinstance(action, argparse.BooleanOptionalAction):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 
@@ -136,7 +137,7 @@ def _run(settings: ProcessorSettings, stop: StopSignal, child: list[str], partit
     try:
         return _run_main(settings, stop, realtime)
     finally:
-        if realtime is not None:
+        if realtime is not None:  # stopped already, unless the run failed to start
             realtime.stop()
 
 
@@ -170,6 +171,8 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
     while failure is None and not stop.requested.wait(1.0):
         failure = first_stopped(queries) or (realtime.failure() if realtime else None)
     _close(spark, queries, listener)
+    if realtime is not None:
+        realtime.stop()
     if failure is not None:
         return cli.error(failure)
     say("stopped")
@@ -219,13 +222,16 @@ def main(argv: list[str] | None = None) -> int:
         help=f"with rebuild: the queries to rebuild ({', '.join(REBUILDS)})",
     )  # fmt: skip
     parser.add_argument("--config", help="TOML settings file ([processor], [kafka], [lake])")
+    # Started by a run as its real-time app: stopped by the run's SIGTERM, not by Ctrl-C.
+    parser.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     add_settings_arguments(parser, ProcessorSettings)
     args = parser.parse_args(argv)
     if (args.command == "rebuild") != bool(args.targets):
         parser.error("name the queries to rebuild after rebuild, and only then")
     if unknown := sorted(set(args.targets) - set(REBUILDS)):
         parser.error(f"cannot rebuild {', '.join(unknown)}; choose from {', '.join(REBUILDS)}")
-    stop = StopSignal(realtime_app.WHO if args.command == "realtime" else "processor")
+    who = realtime_app.WHO if args.command == "realtime" else "processor"
+    stop = StopSignal(who, supervised=args.supervised)
     try:
         settings = load_settings(ProcessorSettings, args)
     except (ValueError, FileNotFoundError) as exc:
@@ -238,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             say("stopped")
             return 0
         if args.command == "run":
-            child = ["-m", "processor", "realtime", *cli.given_flags(parser, args)]
+            child = ["-m", "processor", "realtime", "--supervised", *cli.given_flags(parser, args)]
             return _run(settings, stop, child, partitions)
         if args.command == "realtime":
             return realtime_app.run(settings, partitions, stop)

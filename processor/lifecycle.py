@@ -30,16 +30,21 @@ class StopSignal:
     PySpark's SparkContext installs its own SIGINT handler (cancel every job, raise
     KeyboardInterrupt anywhere), which fails the queries mid-batch: install this one
     again once the session exists. A second signal interrupts at once.
+
+    A supervised run (a child app, which its parent stops with SIGTERM) ignores SIGINT:
+    a terminal's Ctrl-C reaches the whole process group, and the parent's SIGTERM
+    would then be a second signal.
     """
 
-    def __init__(self, who: str = "processor") -> None:
+    def __init__(self, who: str = "processor", *, supervised: bool = False) -> None:
         self.requested = threading.Event()
         self.who = who
+        self.supervised = supervised
 
     def install(self) -> None:
-        """Handle SIGINT and SIGTERM from now on."""
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
+        """Handle SIGINT (unless supervised) and SIGTERM from now on."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN if self.supervised else self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.requested.is_set():
@@ -72,11 +77,12 @@ class ChildApp:
     """
 
     def __init__(self, name: str, argv: Sequence[str]) -> None:
-        """Start ``python <argv>`` with this process's environment.
+        """Start ``python <argv>`` with this process's environment, in its process group.
 
         Args:
             name: What to call it in messages.
-            argv: The interpreter's arguments, e.g. ``["-m", "processor", "realtime"]``.
+            argv: The interpreter's arguments, e.g. ``["-m", "processor", "realtime"]``;
+                the child must stop on SIGTERM and ignore SIGINT (``StopSignal``).
         """
         self.name = name
         self.proc = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL)

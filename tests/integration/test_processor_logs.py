@@ -1,7 +1,8 @@
 """The running processor is quiet, and Ctrl-C stops it cleanly.
 
 One processor runs a minute under load (events arriving all the time) at the default
-log level, then gets a terminal's Ctrl-C (SIGINT to its whole process group).
+log level, with every query (the real-time alerts app beside it, as its child), then
+gets a terminal's Ctrl-C (SIGINT to its whole process group).
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ from tests.integration.proc import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-TOPIC = "quiet-logs"
+TOPIC, ALERTS = "quiet-logs", "quiet-alerts"
 FLEET, PER_SECOND, UNDER_LOAD_S = 10, 100, 60
 # The JVM launcher's own line (Spark 4 adds the module), not a logger's: the one line
-# on the terminal that is not the processor's.
+# on the terminal that is not the processor's (one per application).
 JVM_LINE = "WARNING: Using incubator modules: jdk.incubator.vector"
+REALTIME_LINE = (
+    f"[realtime-alerts] {TOPIC} -> {ALERTS} in real-time mode (Spark 4.2.0, master local[2], "
+    "checkpoint every 5 minutes)"
+)
 
 
 @dataclass
@@ -89,11 +94,13 @@ def feed(bootstrap: str, stop: threading.Event) -> None:
 def run(kafka_broker, tmp_path_factory) -> Run:
     tmp = tmp_path_factory.mktemp("quiet")
     ensure_topic(kafka_broker.plaintext, TOPIC, partitions=2)
+    ensure_topic(kafka_broker.plaintext, ALERTS, partitions=1)
     temp_dir = tmp / "tmp"
     temp_dir.mkdir()
     env = processor_env(
         kafka_broker.plaintext, TOPIC, tmp / "lake", bundle_dir("spark"),
         IOT_PROCESSOR_FLEET_SIZE=str(FLEET), IOT_PULSE_HOME=str(tmp / "home"),
+        IOT_KAFKA_ALERTS_TOPIC=ALERTS,
         TMPDIR=str(temp_dir),
     )  # fmt: skip
     out = tmp / "terminal.txt"
@@ -103,6 +110,7 @@ def run(kafka_broker, tmp_path_factory) -> Run:
     jvms: list[int] = []
     try:
         wait_for(lambda: "[processor] running" in out.read_text(), 1200, "the queries", proc, out)
+        wait_for(lambda: REALTIME_LINE in out.read_text(), 300, "the real-time app", proc, out)
         feeder.start()
         jvms = children(proc.pid)
         time.sleep(UNDER_LOAD_S)
@@ -146,23 +154,30 @@ def around(text: str, word: str) -> str:
 def test_a_minute_under_load_prints_no_spark_or_kafka_warning(run):
     assert run.silver_rows > 0, "the minute was not under load"
     lines = run.during_load.splitlines()
-    assert lines == [
-        JVM_LINE,
+    own = [line for line in lines if line.startswith("[processor] ")]
+    assert own == [
         "[processor] Spark 4.2.0, master local[2]",
         f"[processor] warnings and full traces: {run.log_file}",
-        lines[3],
+        own[2],
     ]
-    assert lines[3].startswith("[processor] running silver, bronze, ")
+    assert own[2].startswith("[processor] running silver, bronze, ")
+    # The real-time app's JVM and its one line, interleaved with the processor's.
+    assert sorted(line for line in lines if line not in own) == [JVM_LINE, JVM_LINE, REALTIME_LINE]
 
 
 def test_ctrl_c_stops_every_query_and_exits_0_without_a_trace(run):
     assert run.exit_code == 0, run.output[-3000:]
+    # The run stops its queries, then its real-time app (SIGTERM: it ignores the SIGINT).
     assert run.output.endswith(
-        "[processor] stopping (SIGINT); again to abort\n[processor] stopped\n"
+        "[processor] stopping (SIGINT); again to abort\n"
+        "[realtime-alerts] stopping (SIGTERM); again to abort\n"
+        "[realtime-alerts] stopped\n"
+        "[processor] stopped\n"
     ), around(run.output, "stopping")
-    assert [line for line in run.output.splitlines() if not line.startswith("[processor] ")] == [
-        JVM_LINE
-    ]
+    assert sorted(
+        line for line in run.output.splitlines() if not line.startswith("[processor] ")
+    ) == [JVM_LINE, JVM_LINE, REALTIME_LINE, "[realtime-alerts] stopped",
+          "[realtime-alerts] stopping (SIGTERM); again to abort"]  # fmt: skip
     assert run.stop_s < 60
     for text in (run.output, run.log):
         for word in ("StackOverflowError", "Traceback"):
