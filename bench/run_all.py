@@ -32,6 +32,13 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
     "producer": [("events_per_s", ">=", 200_000)],  # kcat beside it is a reference only
     "processor": [("events_per_s", ">=", 20_000), ("p95_latency_s", "<=", 10.0)],
     "dashboard": [("overview_render_s", "<=", 0.5)],
+    "alerts": [
+        ("p50_ms", "<=", 200),
+        ("p99_ms", "<=", 1000),
+        ("lost", "<=", 0),
+        ("doubled", "<=", 0),
+        ("unexpected", "<=", 0),
+    ],
 }
 _OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
 
