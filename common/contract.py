@@ -21,8 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from common.paths import package_file
+
 CONTRACT_ENV: Final = "IOT_CONTRACT"
-DEFAULT_CONTRACT: Final = Path(__file__).with_name("contract.toml")
+DEFAULT_CONTRACT: Final = package_file("common", "contract.toml")
 TYPES: Final = ("string", "long", "double", "timestamp")
 
 

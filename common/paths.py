@@ -1,12 +1,21 @@
-"""Where local state lives: one git-ignored folder, ``.local/`` or ``$IOT_PULSE_HOME``."""
+"""Where local state lives: one git-ignored folder, ``.local/`` or ``$IOT_PULSE_HOME``.
+
+The packages may also run from a zip (``spark-submit --py-files``, on a cluster's
+driver and executors): there ``PROJECT_ROOT`` is the working directory, and
+``package_file`` gives a package's data file as a real file all the same.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
+from importlib import resources
 from pathlib import Path
 
 HOME_ENV = "IOT_PULSE_HOME"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGES_DIR = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = _PACKAGES_DIR if _PACKAGES_DIR.is_dir() else Path.cwd()
 
 
 def state_dir() -> Path:
@@ -14,3 +23,27 @@ def state_dir() -> Path:
     root = Path(os.environ.get(HOME_ENV) or PROJECT_ROOT / ".local")
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+def package_file(package: str, name: str) -> Path:
+    """A data file of ``package`` as a file on disk, which a JVM or ``open`` can read.
+
+    From an installed or checked-out package, the file itself; from a zip, a copy in
+    the temp folder, named by its content's hash (written once, atomically).
+
+    Args:
+        package: The package, e.g. ``processor``.
+        name: The file's name in it, e.g. ``log4j2.xml``.
+    """
+    resource = resources.files(package) / name
+    if isinstance(resource, Path):
+        return resource
+    data = resource.read_bytes()
+    folder = Path(tempfile.gettempdir()) / f"iot-pulse-{hashlib.sha256(data).hexdigest()[:16]}"
+    target = folder / name
+    if not target.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{name}.{os.getpid()}"
+        tmp.write_bytes(data)
+        tmp.replace(target)
+    return target

@@ -91,6 +91,9 @@ def preflight(settings: ProcessorSettings, command: str) -> tuple[int, Processor
     check_lake_root(settings.lake.root)
     if command not in ("run", "realtime"):
         return 0, settings
+    explicit = bool(settings.queries)
+    if command == "run" and realtime_app.wanted(settings) and not settings.master:
+        settings = _without_realtime_child(settings, explicit)
     kafka = settings.kafka
     partitions = 0
     if reads_kafka(settings) or realtime_app.wanted(settings) or command == "realtime":
@@ -102,12 +105,42 @@ def preflight(settings: ProcessorSettings, command: str) -> tuple[int, Processor
         try:
             check_kafka(kafka, topic=kafka.alerts_topic)
         except cli.CliError as exc:
-            if settings.queries or command == "realtime":
+            if explicit or command == "realtime":
                 raise
             say(f"real-time alerts are off: {exc}")
             rest = [q for q in settings.query_names() if q not in ALERT_QUERIES]
             return partitions, settings.model_copy(update={"queries": ",".join(rest)})
     return partitions, settings
+
+
+SUBMIT_REALTIME = (
+    "submit the real-time alerts as an application of their own "
+    "(spark-submit ... processor/__main__.py realtime, with an executor core per partition of "
+    "the events topic)"
+)
+
+
+def _without_realtime_child(settings: ProcessorSettings, explicit: bool) -> ProcessorSettings:
+    """Under ``spark-submit`` (no master of its own) a run cannot start the real-time app.
+
+    The child app would be a second driver with no master to run on. A run of every
+    query leaves it out and says so; one that names it beside other queries fails. Named
+    alone, it runs in this application (``_run``), on the cluster's executors.
+
+    Raises:
+        CliError: ``realtime_alerts`` was named beside other queries.
+    """
+    if not stages(settings):
+        return settings
+    if explicit:
+        raise cli.CliError(
+            "under spark-submit (IOT_PROCESSOR_MASTER empty) a run cannot start the real-time "
+            f"alerts beside it: leave realtime_alerts out of --queries and {SUBMIT_REALTIME}",
+            cli.BAD_INPUT,
+        )
+    say(f"real-time alerts are off under spark-submit: {SUBMIT_REALTIME}")
+    rest = [q for q in settings.query_names() if q != Query.REALTIME_ALERTS]
+    return settings.model_copy(update={"queries": ",".join(rest)})
 
 
 def _session(settings: ProcessorSettings) -> SparkSession:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from common.paths import package_file
 from processor.settings import ProcessorSettings
 
 REQUIRED_JARS = (
@@ -19,10 +20,10 @@ REQUIRED_JARS = (
 
 
 # Fair scheduling between the hot path and the rest (the pools are defined in this file).
-SCHEDULER_POOLS = Path(__file__).with_name("fairscheduler.xml")
+SCHEDULER_POOLS = package_file("processor", "fairscheduler.xml")
 HOT_POOL, BACKGROUND_POOL = "hot", "background"
 # The JVM's logging: Spark and the Kafka client quiet on the console, WARN in the log file.
-LOG4J2_CONFIG = Path(__file__).with_name("log4j2.xml")
+LOG4J2_CONFIG = package_file("processor", "log4j2.xml")
 _LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
 # Columns whose values are (nearly) all distinct: written without a dictionary.
 UNIQUE_COLUMNS = ("value", "raw", "event_id")

@@ -45,3 +45,34 @@ def test_alerts_asked_for_must_have_their_topic(no_alerts_topic, command, querie
     settings = ProcessorSettings(_env_file=None, queries=queries)
     with pytest.raises(CliError, match="topic 'iot-alerts' does not exist"):
         processor_main.preflight(settings, command)
+
+
+@pytest.fixture
+def every_topic(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Every topic exists, with 3 partitions."""
+    monkeypatch.setattr(processor_main, "check_kafka", lambda kafka, topic=None: 3)
+    monkeypatch.setenv("IOT_LAKE_ROOT", str(tmp_path / "lake"))
+
+
+def test_under_spark_submit_a_run_of_every_query_leaves_the_realtime_app_out(every_topic, capsys):
+    settings = ProcessorSettings(_env_file=None, master="")
+    _, chosen = processor_main.preflight(settings, "run")
+    assert "realtime_alerts" not in chosen.query_names()
+    assert "alerts_rt" in chosen.query_names()
+    assert capsys.readouterr().err.startswith(
+        "[processor] real-time alerts are off under spark-submit: submit the real-time alerts "
+        "as an application of their own (spark-submit ... processor/__main__.py realtime"
+    )
+
+
+def test_under_spark_submit_the_realtime_app_named_beside_others_fails(every_topic):
+    settings = ProcessorSettings(_env_file=None, master="", queries="silver,realtime_alerts")
+    with pytest.raises(CliError, match="leave realtime_alerts out of --queries") as info:
+        processor_main.preflight(settings, "run")
+    assert info.value.exit_code == 2
+
+
+def test_under_spark_submit_the_realtime_app_named_alone_runs_there(every_topic):
+    settings = ProcessorSettings(_env_file=None, master="", queries="realtime_alerts")
+    _, chosen = processor_main.preflight(settings, "run")
+    assert chosen.query_names() == ["realtime_alerts"]
