@@ -1,0 +1,258 @@
+"""The processor on a real Spark standalone cluster, losing a worker under load.
+
+The README's "Run on a cluster" commands, as written there: ``infra.spark_cluster``
+starts a master and two workers (separate JVMs, one core each), and ``spark-submit``
+sends the processor to it unchanged, its code in a ``--py-files`` zip (the alert
+detector runs pandas on the executors) and the connectors from the jar folder.
+While the producer sends a realistic fleet at a steady rate, one worker is killed
+with SIGKILL, with its executor (its process group), and started again; Spark runs
+the lost tasks again. An ``available_now`` run on the cluster drains the rest, and
+``python -m loadtest verify`` finds nothing lost and nothing twice; gold equals its
+batch recomputation over silver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from common.fleet import build_fleet
+from infra import spark_cluster
+from infra.broker import ensure_topic
+from tests.integration.proc import ROOT, table_rows, wait_for
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.timeout(1800),
+]
+
+TOPIC = "cluster"
+FLEET, SEED, RATE, DURATION_S = 20, 24, 200, 100
+# The README's commands, word for word (test_the_readme_shows_these_commands checks).
+START = "python -m infra.spark_cluster start"
+SUBMIT = (
+    'spark-submit --master "$(python -m infra.spark_cluster url)" '
+    '--jars "$(python -m infra.spark_cluster jars)" '
+    '--py-files "$(python -m infra.spark_cluster package)" '
+    "--driver-memory 2g --conf spark.executor.memory=1g processor/__main__.py run"
+)
+DRAIN = f"{SUBMIT} --trigger available_now"
+STOP = "python -m infra.spark_cluster stop"
+
+
+def _readme_commands() -> str:
+    """The "Run on a cluster" section's shell blocks, continuation lines joined."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Run on a cluster", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)
+    joined = "\n".join(blocks).replace("\\\n", " ")
+    return "\n".join(
+        " ".join(line.split("#", 1)[0].split()) if not line.lstrip().startswith("export") else line
+        for line in joined.splitlines()
+    )
+
+
+def test_the_readme_shows_these_commands() -> None:
+    commands = _readme_commands()
+    for command in (START, SUBMIT, DRAIN, STOP):
+        assert command in commands, command
+
+
+def _shell(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Run ``command`` with bash from the project root, in its own process group."""
+    with log.open("ab") as fh:
+        fh.write(f"$ {command}\n".encode())
+        fh.flush()
+        return subprocess.Popen(
+            ["bash", "-c", command], cwd=ROOT, env=env, stdout=fh,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def _run(command: str, env: dict[str, str], log: Path, timeout_s: float) -> int:
+    proc = _shell(command, env, log)
+    try:
+        return proc.wait(timeout_s)
+    finally:
+        _kill_group(proc.pid)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _python_driver(pgid: int) -> int | None:
+    """The pid of spark-submit's Python driver (``processor/__main__.py``) in group ``pgid``."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(proc.name)) != pgid:
+                continue
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ProcessLookupError):
+            continue
+        script = any(a.endswith(b"processor/__main__.py") for a in argv[1:2])
+        if "python" in Path(argv[0].decode()).name and script:
+            return int(proc.name)
+    return None
+
+
+def _app_cores(info: spark_cluster.ClusterInfo) -> int:
+    """Cores the master has granted the running application."""
+    view = spark_cluster._master_json(info.master) or {}
+    return sum(int(app.get("cores", 0)) for app in view.get("activeapps", []))
+
+
+def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
+    kafka_broker, tmp_path, request
+):
+    ensure_topic(kafka_broker.plaintext, TOPIC, partitions=2)
+    cluster_dir, lake, run = tmp_path / "cluster", tmp_path / "lake", tmp_path / "run"
+    run.mkdir()
+    (tmp_path / "logs").mkdir()
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IOT_", "SPARK_", "PYSPARK"))}
+    env |= {
+        "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+        "PYTHONUNBUFFERED": "1",
+        "IOT_LOG_DIR": str(tmp_path / "logs"),
+        "IOT_SPARK_CLUSTER_DIR": str(cluster_dir),
+        "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext,
+        "IOT_KAFKA_TOPIC": TOPIC,
+        # The README's exports; the lake is this test's.
+        "IOT_PROCESSOR_MASTER": "",
+        "IOT_PROCESSOR_JARS_DIR": "",
+        "PYSPARK_PYTHON": str(ROOT / ".venv" / "bin" / "python"),
+        "IOT_LAKE_ROOT": str(lake),
+        "IOT_PROCESSOR_FLEET_SIZE": str(FLEET),
+        "IOT_PROCESSOR_SEED": str(SEED),
+    }
+    log = tmp_path / "cluster.log"
+    submit_log = tmp_path / "submit.log"
+    started = time.monotonic()
+    try:
+        assert _run(START, env, log, 180) == 0, log.read_text()[-3000:]
+        info = spark_cluster.status(cluster_dir)
+        assert info is not None and info.alive_workers == 2 and info.cores == 2
+
+        submit = _shell(SUBMIT, env, submit_log)
+        try:
+            wait_for(
+                lambda: (lake / "silver" / "events" / "_delta_log").is_dir(),
+                300, "the processor's first silver batch on the cluster", submit, submit_log,
+            )  # fmt: skip
+            producer_env = env | {
+                # Anomalies (alerts) and malformed records; no late or reordered readings,
+                # so the detector's alerts are those of a batch run over silver.
+                "IOT_PRODUCER_SCENARIO": "realistic", "IOT_PRODUCER_OVERSIZED_RATE": "0",
+                "IOT_PRODUCER_LATE_RATE": "0", "IOT_PRODUCER_OUT_OF_ORDER_RATE": "0",
+                "IOT_PRODUCER_RATE": str(RATE), "IOT_PRODUCER_DURATION_S": str(DURATION_S),
+                "IOT_PRODUCER_FLEET_SIZE": str(FLEET), "IOT_PRODUCER_SEED": str(SEED),
+                "IOT_PRODUCER_MANIFEST_PATH": str(run / "manifest.jsonl"),
+            }  # fmt: skip
+            producer = _shell(f"{sys.executable} -m producer", producer_env, tmp_path / "prod.log")
+            # Under load: silver has taken in a good share, the producer still sends.
+            wait_for(
+                lambda: len(table_rows(lake / "silver" / "events", ["event_id"])) > 3 * RATE * 10,
+                240, "silver to take in 30 s of load", submit, submit_log,
+            )  # fmt: skip
+            assert producer.poll() is None, "the producer finished before the worker was killed"
+            worker = info.workers[1]
+            assert worker is not None
+            os.killpg(worker.pid, signal.SIGKILL)  # the worker and its executor, at once
+            time.sleep(5)
+            assert submit.poll() is None, submit_log.read_text()[-3000:]
+            assert _run(START, env, log, 180) == 0, log.read_text()[-3000:]
+            info = spark_cluster.status(cluster_dir)
+            assert info is not None and info.alive_workers == 2
+            assert info.workers[1] is not None and info.workers[1].pid != worker.pid
+            # The master gives the application an executor on the new worker.
+            wait_for(lambda: _app_cores(info) == 2, 120, "an executor on the restarted worker")
+            assert producer.wait(DURATION_S + 120) == 0, (tmp_path / "prod.log").read_text()[-3000:]
+            time.sleep(10)  # the stream keeps up with the last sends
+            assert submit.poll() is None, submit_log.read_text()[-3000:]
+            driver = _python_driver(submit.pid)
+            assert driver is not None
+            os.kill(driver, signal.SIGTERM)  # as Ctrl-C would: stop the queries, exit 0
+            assert submit.wait(120) == 0, submit_log.read_text()[-3000:]
+        finally:
+            _kill_group(submit.pid)
+        text = submit_log.read_text()
+        assert f"master spark://127.0.0.1:{info.master.port}" in text
+        assert "real-time alerts are off under spark-submit" in text
+        assert "Lost executor" in text, "the driver never lost an executor"
+
+        code = _run(DRAIN, env, submit_log, 900)
+        assert code == 0, submit_log.read_text()[-3000:]
+        assert "[processor] all available data processed" in submit_log.read_text()
+    finally:
+        stopped = _run(STOP, env, log, 120)
+    assert stopped == 0 and spark_cluster.status(cluster_dir) is None
+    elapsed = time.monotonic() - started
+
+    verify = (
+        f"python -m loadtest verify --manifest {run / 'manifest.jsonl'} --lake-root {lake} "
+        f"--out {run / 'verify'}"
+    )
+    code = _run(verify, env, tmp_path / "verify.log", 600)
+    assert code == 0, (tmp_path / "verify.log").read_text()[-3000:]
+    result = json.loads((run / "verify" / "verify.json").read_text())
+    assert result["loss"]["total"] == 0 and result["loss"]["pending"] == 0
+    assert result["duplicates"]["silver_duplicated_ids"] == 0
+    assert result["counts"]["acked"] > RATE * DURATION_S * 0.9
+    _gold_equals_silver_recomputed(request.getfixturevalue("spark"), lake)
+    print(f"cluster run with a worker lost: {elapsed:.0f} s")
+
+
+def _gold_equals_silver_recomputed(spark, lake: Path) -> None:
+    """Each gold table equals its transform over all of silver (as test_crash_recovery)."""
+    from pyspark.testing import assertDataFrameEqual
+
+    from processor import transforms
+    from processor.detector import DetectorConfig, detect
+    from processor.settings import ProcessorSettings
+
+    settings = ProcessorSettings(_env_file=None)
+    silver = spark.read.format("delta").load(str(lake / "silver" / "events"))
+    gold = spark.read.format("delta").load(str(lake / "gold" / "device_1m"))
+    recomputed = transforms.device_minute_aggregates(silver, settings.watermark)
+    assertDataFrameEqual(gold, recomputed.select(*gold.columns), rtol=1e-9)
+    for table, batch in {
+        "site_type_10m": transforms.site_type_sliding(
+            silver, settings.watermark, settings.sliding_length, settings.sliding_slide
+        ),
+        "fleet_summary": transforms.fleet_summary(silver),
+        "device_status": transforms.latest_status(silver).drop("updated_time"),
+    }.items():
+        stored = spark.read.format("delta").load(str(lake / "gold" / table))
+        assertDataFrameEqual(stored.select(*batch.columns), batch, rtol=1e-9)
+    # The detector's alerts (pandas on the executors) against the detector run here.
+    by_device: dict[str, list[dict]] = defaultdict(list)
+    for row in silver.orderBy("device_id", "event_time", "seq").toLocalIterator():
+        by_device[row["device_id"]].append(row.asDict())
+    expected = {
+        t["alert_id"]
+        for rows in by_device.values()
+        for t in detect(rows, {}, DetectorConfig())
+        if t["transition"] == "raised"
+    }
+    alert_ids = [r["alert_id"] for r in table_rows(lake / "gold" / "alerts", ["alert_id"])]
+    assert len(alert_ids) == len(set(alert_ids))
+    assert set(alert_ids) == expected
+    assert {r["device_id"] for r in table_rows(lake / "gold" / "device_status")} == {
+        d.device_id for d in build_fleet(FLEET, SEED)
+    }
