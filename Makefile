@@ -33,7 +33,8 @@ test: jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The tests that need no Kafka broker, no Spark and no browser, on every core (pytest-xdist).
-FAST_TESTS := not integration and not browser and not slow and not spark and not broker
+# The CLIs run in-process there; the tests that start them as processes run in `make test`.
+FAST_TESTS := not integration and not browser and not slow and not spark and not broker and not subprocess
 test-fast: setup
 	$(PY) -m pytest -q -n auto -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 

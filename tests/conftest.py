@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.cli_runs import CliRun, run_in_process
 
 os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 
@@ -36,6 +39,16 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def run_cli(capfd: pytest.CaptureFixture[str]) -> Callable[..., CliRun]:
+    """``python -m MODULE ARGS`` in the test's process (``tests.cli_runs.run_in_process``).
+
+    ``run_cli("loadtest", "verify", ..., home=..., cwd=...)`` gives a ``CliRun`` (exit
+    code, stdout, stderr, seconds) without starting Python again.
+    """
+    return functools.partial(run_in_process, capfd)
 
 
 @pytest.fixture(scope="session")
