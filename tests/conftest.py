@@ -52,6 +52,26 @@ def run_cli(capfd: pytest.CaptureFixture[str]) -> Callable[..., CliRun]:
 
 
 @pytest.fixture(scope="session")
+def streamlit_components_scanned_once() -> Iterator[None]:
+    """Streamlit's AppTest looks for installed components once per run, not once per test.
+
+    Each ``AppTest`` reads the metadata of every installed distribution to find Streamlit
+    components (``scan_component_manifests``): about half a second each time, the same
+    answer each time (the installed packages do not change during the tests).
+    """
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+
+    def scan_once(max_workers: int | None = None) -> list[object]:
+        return list(scan())
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(manifest_scanner, "scan_component_manifests", scan_once)
+        yield
+
+
+@pytest.fixture(scope="session")
 def lake_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("lake")
 
