@@ -34,6 +34,7 @@ from tests.browser.seed import (
     seed_lake,
 )
 
+pytestmark = pytest.mark.usefixtures("streamlit_components_scanned_once")
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 PAGES = (
     "views/overview.py",
