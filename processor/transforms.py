@@ -172,7 +172,8 @@ def _extra_fields(raw: Column, version: Column) -> Column:
     checked first, so a payload with nothing undeclared costs one scan of its keys.
     """
     declared = _declared_keys(version)
-    undeclared = F.filter(F.json_object_keys(raw), lambda k: ~F.array_contains(declared, k))
+    # array_except, not filter(): a lambda is evaluated row by row outside generated code.
+    undeclared = F.array_except(F.json_object_keys(raw), declared)
     kept = F.map_filter(
         F.from_json(raw, "map<string, variant>"), lambda k, _v: ~F.array_contains(declared, k)
     )
