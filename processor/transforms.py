@@ -312,7 +312,7 @@ def field_drift(silver: DataFrame, now: datetime | None = None) -> DataFrame:
         silver: Silver rows of one micro-batch (a static frame).
         now: ``seen_time`` (UTC-aware); default: the current time (``with_time``).
     """
-    carried = silver.filter(F.col(EXTRA_FIELDS).isNotNull()).select(
+    carried = carrying_extra_fields(silver).select(
         F.explode(F.json_object_keys(EXTRA_FIELDS)).alias("field"),
         "schema_version",
         "device_id",
@@ -327,9 +327,9 @@ def field_drift(silver: DataFrame, now: datetime | None = None) -> DataFrame:
     return with_time(counted, "seen_time", now)
 
 
-def carries_extra_fields(silver: DataFrame) -> bool:
-    """Whether any row of a micro-batch of silver has undeclared fields."""
-    return not silver.filter(F.col(EXTRA_FIELDS).isNotNull()).isEmpty()
+def carrying_extra_fields(silver: DataFrame) -> DataFrame:
+    """The rows of ``silver`` that carry undeclared fields."""
+    return silver.filter(F.col(EXTRA_FIELDS).isNotNull())
 
 
 def invalid_events(parsed: DataFrame) -> DataFrame:

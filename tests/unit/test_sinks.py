@@ -249,6 +249,36 @@ def test_has_rows_answers_without_new_generated_code_per_batch(spark, compilatio
     assert compilations() > before  # the control: a LIMIT is new code every time
 
 
+def test_no_streaming_write_runs_an_action_under_a_limit():
+    """isEmpty(), first(), head() and take() on a micro-batch compile new code every batch.
+
+    Silver's schema-drift check once called ``isEmpty()`` per batch: Janino and the JIT
+    then compiled through every batch, and the processor's throughput fell threefold.
+    The per-batch code (transforms, sinks, the wiring) must use ``sinks.has_rows``.
+    """
+    import re
+    from pathlib import Path
+
+    import processor
+
+    limited = re.compile(r"\.(isEmpty|first|head|take|limit)\(")
+    # Allowed: has_rows' RDD isEmpty (no LIMIT), an empty table's schema (written once)
+    # and OPTIMIZE's metrics (maintain).
+    allowed = {
+        ("sinks.py", "toRdd().isEmpty()"), ("sinks.py", "empty.limit(0)"),
+        ("pipeline.py", ".first(),"),
+    }  # fmt: skip
+    found = []
+    for path in sorted(Path(processor.__file__).parent.glob("*.py")):
+        for line in path.read_text().splitlines():
+            code = line.split("#", 1)[0]
+            prose = code.lstrip().startswith(("``", '"'))
+            known = any(path.name == f and a in code for f, a in allowed)
+            if limited.search(code) and not prose and not known:
+                found.append(f"{path.name}: {line.strip()}")
+    assert found == []
+
+
 def test_device_minute_merges_reuse_their_generated_code_within_the_hour(
     spark, tmp_path, compilations
 ):
