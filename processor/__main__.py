@@ -93,12 +93,13 @@ def preflight(settings: ProcessorSettings, command: str) -> tuple[int, Processor
         return 0, settings
     kafka = settings.kafka
     partitions = 0
-    if reads_kafka(settings) or realtime_app.wanted(settings) or command == "realtime":
+    realtime = command == "realtime" or realtime_app.wanted(settings)
+    if realtime or reads_kafka(settings):
         partitions = check_kafka(kafka)
         log.info(
             "Kafka %s: topic %s has %d partitions", kafka.bootstrap_servers, kafka.topic, partitions
         )
-    if lands_alerts(settings) or realtime_app.wanted(settings) or command == "realtime":
+    if realtime or lands_alerts(settings):
         try:
             check_kafka(kafka, topic=kafka.alerts_topic)
         except cli.CliError as exc:
