@@ -225,13 +225,16 @@ class CommitLedger:
     before this ledger.
 
     One writer per (table, app id), as a streaming query is; if other commits follow
-    its last one, up to the last 1,000 commits are searched.
+    its last one, up to the last 1,000 commits are searched. A history with nothing of
+    the writer's is read once, not at every batch (a writer whose batches are all empty,
+    such as quarantine's, commits nothing for hours).
     """
 
     SCAN = (10, 100, 1000)
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, str], int] = {}
+        # None: the history was read and holds nothing of the writer's.
+        self._last: dict[tuple[str, str], int | None] = {}
         self._lock = threading.Lock()
 
     def last(self, spark: SparkSession, path: str, app_id: str) -> int | None:
@@ -240,9 +243,9 @@ class CommitLedger:
             if (path, app_id) in self._last:
                 return self._last[(path, app_id)]
         found = self._from_history(spark, path, app_id)
-        if found is not None:
-            self.record(path, app_id, found)
-        return found
+        with self._lock:
+            self._last.setdefault((path, app_id), found)
+            return self._last[(path, app_id)]
 
     @classmethod
     def _from_history(cls, spark: SparkSession, path: str, app_id: str) -> int | None:
@@ -262,7 +265,8 @@ class CommitLedger:
     def record(self, path: str, app_id: str, batch_id: int) -> None:
         """Note that ``app_id`` has committed ``batch_id`` to ``path``."""
         with self._lock:
-            self._last[(path, app_id)] = max(batch_id, self._last.get((path, app_id), -1))
+            known = self._last.get((path, app_id))
+            self._last[(path, app_id)] = batch_id if known is None else max(batch_id, known)
 
     def forget(self, path: str, app_id: str) -> None:
         """Drop what is known of the writer (after a failed write: the history decides)."""

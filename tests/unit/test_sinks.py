@@ -75,6 +75,31 @@ def test_a_table_written_before_the_ledger_is_still_written_exactly_once(spark, 
     assert spark.read.format("delta").load(path).count() == 2
 
 
+def test_a_writer_with_only_empty_batches_reads_the_history_once(spark, tmp_path, monkeypatch):
+    """Quarantine's batches are empty for hours: its writer must not search the table's
+    history (up to 1,000 commits) again at every batch."""
+    path = str(tmp_path / "t")
+    rows = spark.createDataFrame([(1, "a")], "id long, v string")
+    sinks.idempotent_append(rows, path, "other", 0)  # the table exists, with another's commit
+    sinks.LEDGER.clear()
+    reads = []
+    real = sinks.CommitLedger._from_history.__func__
+
+    def counted(cls, spark_, path_, app_id):
+        reads.append(app_id)
+        return real(cls, spark_, path_, app_id)
+
+    monkeypatch.setattr(sinks.CommitLedger, "_from_history", classmethod(counted))
+    for batch_id in range(4):
+        sinks.idempotent_append(rows.limit(0), path, "app", batch_id)
+    assert reads == ["app"]
+    sinks.idempotent_append(rows, path, "app", 4)  # unknown to the ledger: Delta's txn too
+    sinks.idempotent_append(rows, path, "app", 4)  # a replay, now known: skipped
+    assert reads == ["app"]
+    assert "txn" in _log_actions(path, 1)
+    assert spark.read.format("delta").load(path).count() == 2
+
+
 def test_merge_latest_keeps_the_newer_row_per_device(spark, tmp_path):
     path = str(tmp_path / "status")
     schema = "device_id string, last_event_time timestamp, last_seq long, status string"
