@@ -31,8 +31,8 @@ Two figures, each in its own fresh lake:
 The machine's speed moves the figures as much as the code does:
 ``cpu_stamp_s`` (``loadtest.machine``, before and after) says how fast it was.
 
-Usage: ``python bench/processor.py [--events 300000] [--rates 200,2000] [--latency-s 180]``. The last
-line printed is one JSON object with the figures.
+Usage: ``python bench/processor.py [--events 300000] [--rates 200,2000] [--latency-s 180]``.
+The last line printed is one JSON object with the figures.
 """
 
 from __future__ import annotations
