@@ -411,9 +411,7 @@ def main() -> None:
         "--work", type=Path, help="keep the logs and lakes in this folder (default: a temp dir)"
     )
     ap.add_argument("--skip-latency", action="store_true", help="measure throughput only")
-    ap.add_argument(
-        "--skip-throughput", action="store_true", help="measure latency and cost only"
-    )
+    ap.add_argument("--skip-throughput", action="store_true", help="measure latency and cost only")
     ap.add_argument(
         "--setting", action="append", default=[], metavar="NAME=VALUE",
         help="a processor setting for both runs, e.g. trigger_interval='2 seconds' (repeatable)",
