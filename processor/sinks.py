@@ -341,25 +341,59 @@ def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> N
 # that the table has already recorded is skipped.
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+# A commit's ``userMetadata`` when the writer passes none (a MERGE cannot pass options).
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 @contextmanager
-def _dml_txn(spark: SparkSession, txn: tuple[str, int] | None) -> Iterator[None]:
-    """Tag the DML run inside with Delta's (txnAppId, txnVersion) session settings.
+def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Set session settings for the DML run inside, then unset them.
 
-    Writes that pass their own ``txnAppId``/``txnVersion`` options (such as
-    ``idempotent_append``) are unaffected: Delta prefers the writer's options.
+    Writes that pass their own options (``txnAppId``, ``userMetadata``, as
+    ``idempotent_write`` does) are unaffected: Delta prefers the writer's options.
     """
-    if txn is None:
-        yield
-        return
-    spark.conf.set(TXN_APP_ID_CONF, txn[0])
-    spark.conf.set(TXN_VERSION_CONF, str(txn[1]))
+    for key, value in conf.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        spark.conf.unset(TXN_APP_ID_CONF)
-        spark.conf.unset(TXN_VERSION_CONF)
+        for key in conf:
+            spark.conf.unset(key)
+
+
+def idempotent_dml(
+    spark: SparkSession, path: str, txn: tuple[str, int] | None, dml: Callable[[], None]
+) -> None:
+    """Run a DML on ``path`` (a MERGE) once per ``txn``: a batch already committed is skipped.
+
+    As ``idempotent_write`` does for appends: the commit is tagged (``commit_tag``, set
+    through the session's ``userMetadata``), and ``LEDGER`` tells what the writer has
+    committed; only when it knows nothing does Delta's own ``txnAppId``/``txnVersion``
+    check decide (it rebuilds the table's state from its log, a Spark job).
+
+    Args:
+        spark: The session that runs the DML.
+        path: The Delta table it commits to.
+        txn: ``(app id, batch id)``; None runs the DML untagged, every time.
+        dml: Runs the DML.
+    """
+    if txn is None:
+        dml()
+        return
+    app_id, batch_id = txn
+    last = LEDGER.last(spark, path, app_id)
+    if last is not None and batch_id <= last:
+        return
+    conf = {USER_METADATA_CONF: commit_tag(app_id, batch_id)}
+    if last is None:
+        conf |= {TXN_APP_ID_CONF: app_id, TXN_VERSION_CONF: str(batch_id)}
+    try:
+        with _session_conf(spark, conf):
+            dml()
+    except BaseException:
+        LEDGER.forget(path, app_id)
+        raise
+    LEDGER.record(path, app_id, batch_id)
 
 
 def merge_batch(
@@ -385,9 +419,9 @@ def merge_batch(
             (Janino, then the JIT) for every minute's batches.
         update: New values of a matched row's columns, as expressions over ``t``
             (the stored row) and ``s`` (the batch's row); default: the batch's row.
-        txn: ``(app id, version)``: Delta skips the MERGE if the table has recorded
-            this version for this app id, which makes a non-idempotent update (such
-            as adding counts) exactly-once across replays.
+        txn: ``(app id, batch id)``: the MERGE runs once per batch
+            (``idempotent_dml``), which makes a non-idempotent update (such as adding
+            counts) exactly-once across replays.
         keep_existing: Leave matching rows as they are: insert new keys only.
     """
     cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
@@ -406,8 +440,7 @@ def merge_batch(
         merge = merge.whenMatchedUpdate(set=dict(update))
     elif not keep_existing:
         merge = merge.whenMatchedUpdateAll()
-    with _dml_txn(df.sparkSession, txn):
-        merge.whenNotMatchedInsertAll().execute()
+    idempotent_dml(df.sparkSession, path, txn, merge.whenNotMatchedInsertAll().execute)
 
 
 # Delta's errors for a commit that lost to a concurrent one (an OPTIMIZE that compacted
@@ -631,8 +664,14 @@ def table_stream(
     )
 
 
-def merge_latest(df: DataFrame, path: str) -> None:
-    """Upsert one row per device, keeping whichever of old and new is newer."""
+def merge_latest(df: DataFrame, path: str, txn: tuple[str, int] | None = None) -> None:
+    """Upsert one row per device: the newer reading of old and new, the events of both.
+
+    ``events`` adds the batch's count to the stored one, so the MERGE runs once per
+    batch (``txn``, see ``idempotent_dml``). The reading's columns are replaced by a
+    newer reading only (a later event time, or the same time and a higher ``seq``);
+    ``updated_time``, when the row last changed, by every batch.
+    """
     if not has_rows(df):
         return
     target = DeltaTable.forPath(df.sparkSession, path)
@@ -640,10 +679,17 @@ def merge_latest(df: DataFrame, path: str) -> None:
         "s.last_event_time > t.last_event_time"
         " OR (s.last_event_time = t.last_event_time AND s.last_seq > t.last_seq)"
     )
-    (
+    values = {
+        f"`{c}`": f"CASE WHEN {newer} THEN s.`{c}` ELSE t.`{c}` END"
+        for c in df.columns
+        if c not in ("device_id", "events", "updated_time")
+    } | {"events": "coalesce(t.events, 0) + s.events"}
+    if "updated_time" in df.columns:
+        values["updated_time"] = "s.updated_time"
+    merge = (
         target.alias("t")
         .merge(df.alias("s"), "t.device_id = s.device_id")
-        .whenMatchedUpdateAll(condition=newer)
+        .whenMatchedUpdate(set=values)
         .whenNotMatchedInsertAll()
-        .execute()
     )
+    idempotent_dml(df.sparkSession, path, txn, merge.execute)

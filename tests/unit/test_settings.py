@@ -99,7 +99,7 @@ def test_queries_must_be_known_and_select_the_stages(clean_env):
         return [[by_stage[s] for s in group] for group in pipeline.stages(settings)]
 
     background = ["device_status", "gold_site_type_10m", "gold_device_sessions", "alerts",
-                  "fleet_summary", "alerts_rt"]  # fmt: skip
+                  "alerts_rt"]  # fmt: skip
     # Silver reads the source itself: the hot path starts first, bronze with the rest.
     assert names(ProcessorSettings()) == [
         ["silver"], ["bronze", *background], ["alert_recoveries"]

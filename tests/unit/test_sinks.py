@@ -100,26 +100,41 @@ def test_a_writer_with_only_empty_batches_reads_the_history_once(spark, tmp_path
     assert spark.read.format("delta").load(path).count() == 2
 
 
-def test_merge_latest_keeps_the_newer_row_per_device(spark, tmp_path):
+def test_merge_latest_keeps_the_newer_reading_and_adds_the_events_once(spark, tmp_path):
     path = str(tmp_path / "status")
-    schema = "device_id string, last_event_time timestamp, last_seq long, status string"
+    schema = (
+        "device_id string, last_event_time timestamp, last_seq long, status string, events long"
+    )
     t1, t2 = datetime(2026, 1, 1, 0, 0, 1), datetime(2026, 1, 1, 0, 0, 2)
-    first = spark.createDataFrame([("d1", t2, 5, "online"), ("d2", t1, 1, "online")], schema)
+    first = spark.createDataFrame([("d1", t2, 5, "online", 5), ("d2", t1, 1, "online", 1)], schema)
     first.write.format("delta").save(path)
     update = spark.createDataFrame(
-        [("d1", t1, 4, "offline"), ("d2", t2, 2, "degraded"), ("d3", t1, 1, "online")], schema
+        [("d1", t1, 4, "offline", 1), ("d2", t2, 2, "degraded", 1), ("d3", t1, 1, "online", 1)],
+        schema,
     )
-    sinks.merge_latest(update, path)
-    sinks.merge_latest(update, path)  # replaying it changes nothing
-    sinks.merge_latest(update.limit(0), path)
+    sinks.merge_latest(update, path, txn=("q", 0))
+    sinks.merge_latest(update, path, txn=("q", 0))  # a replayed batch: skipped
+    sinks.LEDGER.clear()  # a new process: the table's history says it was committed
+    sinks.merge_latest(update, path, txn=("q", 0))
+    sinks.merge_latest(update.limit(0), path, txn=("q", 1))  # empty: no commit
+    later = spark.createDataFrame([("d3", t2, 2, "offline", 2)], schema)
+    sinks.merge_latest(later, path, txn=("q", 2))
+    assert _version(spark, path) == 2
     assertDataFrameEqual(
         spark.read.format("delta").load(path),
         [
-            Row(device_id="d1", last_event_time=t2, last_seq=5, status="online"),
-            Row(device_id="d2", last_event_time=t2, last_seq=2, status="degraded"),
-            Row(device_id="d3", last_event_time=t1, last_seq=1, status="online"),
+            Row(device_id="d1", last_event_time=t2, last_seq=5, status="online", events=6),
+            Row(device_id="d2", last_event_time=t2, last_seq=2, status="degraded", events=2),
+            Row(device_id="d3", last_event_time=t2, last_seq=2, status="offline", events=3),
         ],
     )
+    # Each MERGE's commit carries the tag that the ledger reads; Delta's own check (a txn
+    # action) ran only for the first, when the ledger knew nothing of the writer.
+    history = DeltaTable.forPath(spark, path).history().select("version", "userMetadata")
+    tags = {r.version: sinks.commit_tag_of(r.userMetadata) for r in history.collect()}
+    assert tags == {0: None, 1: ("q", 0), 2: ("q", 2)}
+    assert "txn" in _log_actions(path, 1)
+    assert "txn" not in _log_actions(path, 2)
 
 
 def _silver(spark, rows):
