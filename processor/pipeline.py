@@ -297,7 +297,7 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     """Source (or bronze) -> silver, quarantine and the 1-minute windows, exactly once.
 
     The batch's valid events are appended to silver and, aggregated per device and
-    minute, added to ``gold/device_1m`` by a MERGE that Delta applies once per batch.
+    minute, added to ``gold/device_1m`` by a MERGE applied once per batch.
     A batch whose events carry undeclared fields also appends what it saw to
     ``ops/schema_drift`` (``transforms.field_drift``).
     """
@@ -309,31 +309,41 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     frame = silver_frame(raw, sources.delta_table(spark, t.devices), s.watermark)
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        good = silver_out(batch)
-        bad = quarantine_out(batch)
+        # One job (no LIMIT: see sinks.has_rows) says which writes the batch has rows for.
+        held = transforms.batch_contents(batch).collect()[0]
         events = transforms.silver_rows(batch)
-        minutes = transforms.device_minute_aggregates(events, s.watermark)
-
-        def drift() -> None:
-            # has_rows, not isEmpty(): a LIMIT is new generated code in every batch.
-            if sinks.has_rows(transforms.carrying_extra_fields(events)):
-                drifted = transforms.field_drift(events)
-                sinks.idempotent_append(drifted, t.schema_drift, f"{query_id}:drift", batch_id)
-
-        sinks.run_concurrently(
-            batch.sparkSession,
-            lambda: sinks.idempotent_append(good, t.silver, f"{query_id}:silver", batch_id),
-            lambda: sinks.idempotent_append(bad, t.quarantine, f"{query_id}:quarantine", batch_id),
-            drift,
-            lambda: sinks.merge_batch(
-                minutes,
-                t.gold_device_1m,
-                KEYS["gold_device_1m"],
-                since="window_start",
-                update=transforms.combine_device_minutes(),
-                txn=(f"{query_id}:device_1m", batch_id),
-            ),
-        )
+        writes: list[Callable[[], None]] = []
+        if held.valid:
+            good = silver_out(batch)
+            minutes = transforms.device_minute_aggregates(events, s.watermark)
+            writes += [
+                lambda: sinks.idempotent_append(
+                    good, t.silver, f"{query_id}:silver", batch_id, nonempty=True
+                ),
+                lambda: sinks.merge_batch(
+                    minutes,
+                    t.gold_device_1m,
+                    KEYS["gold_device_1m"],
+                    since="window_start",
+                    update=transforms.combine_device_minutes(),
+                    txn=(f"{query_id}:device_1m", batch_id),
+                ),
+            ]
+        if held.invalid:
+            bad = quarantine_out(batch)
+            writes.append(
+                lambda: sinks.idempotent_append(
+                    bad, t.quarantine, f"{query_id}:quarantine", batch_id, nonempty=True
+                )
+            )
+        if held.drifted:
+            drifted = transforms.field_drift(events)
+            writes.append(
+                lambda: sinks.idempotent_append(
+                    drifted, t.schema_drift, f"{query_id}:drift", batch_id, nonempty=True
+                )
+            )
+        sinks.run_concurrently(batch.sparkSession, *writes)
 
     return sinks.foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
 

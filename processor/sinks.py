@@ -174,6 +174,8 @@ def run_concurrently(spark: SparkSession, *writes: Callable[[], None]) -> None:
     local properties (the query's job group, so that stopping the query cancels
     them, and its scheduler pool).
     """
+    if not writes:
+        return
     with ThreadPoolExecutor(max_workers=len(writes), thread_name_prefix="batch-write") as pool:
         inherit = inheritable_thread_target(spark)
         for future in [pool.submit(inherit(w)) for w in writes]:
@@ -299,7 +301,12 @@ def commit_tag_of(user_metadata: str | None) -> tuple[str, int] | None:
 
 
 def idempotent_write(
-    df: DataFrame, path: str, app_id: str, batch_id: int, mode: str = "append"
+    df: DataFrame,
+    path: str,
+    app_id: str,
+    batch_id: int,
+    mode: str = "append",
+    nonempty: bool = False,
 ) -> None:
     """Write a micro-batch exactly once: a batch the writer has committed is skipped.
 
@@ -313,11 +320,12 @@ def idempotent_write(
         app_id: The writer's id (stable across restarts).
         batch_id: The micro-batch id.
         mode: ``append``, or ``overwrite`` to replace the table's rows.
+        nonempty: The caller knows that ``df`` has rows (no Spark job to check).
     """
     last = LEDGER.last(df.sparkSession, path, app_id)
     if last is not None and batch_id <= last:
         return
-    if not has_rows(df):
+    if not nonempty and not has_rows(df):
         return
     writer = (
         df.write.format("delta").mode(mode).option("userMetadata", commit_tag(app_id, batch_id))
@@ -332,9 +340,11 @@ def idempotent_write(
     LEDGER.record(path, app_id, batch_id)
 
 
-def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> None:
+def idempotent_append(
+    df: DataFrame, path: str, app_id: str, batch_id: int, nonempty: bool = False
+) -> None:
     """Append a micro-batch exactly once (see ``idempotent_write``)."""
-    idempotent_write(df, path, app_id, batch_id)
+    idempotent_write(df, path, app_id, batch_id, nonempty=nonempty)
 
 
 # Delta's idempotent-DML session settings: a MERGE carrying an (app id, version)

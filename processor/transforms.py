@@ -332,6 +332,19 @@ def carrying_extra_fields(silver: DataFrame) -> DataFrame:
     return silver.filter(F.col(EXTRA_FIELDS).isNotNull())
 
 
+def batch_contents(parsed: DataFrame) -> DataFrame:
+    """One row: how many rows of ``parsed`` are valid, invalid, and valid with undeclared fields.
+
+    A micro-batch's writes that would be empty are then skipped, on one Spark job.
+    """
+    valid = F.col("reason").isNull()
+    return parsed.agg(
+        F.count_if(valid).alias("valid"),
+        F.count_if(~valid).alias("invalid"),
+        F.count_if(valid & F.col(EXTRA_FIELDS).isNotNull()).alias("drifted"),
+    )
+
+
 def invalid_events(parsed: DataFrame) -> DataFrame:
     """Rows of ``parse_events`` that failed a check, shaped for the quarantine table.
 
