@@ -33,18 +33,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
-
 # Run as a script, this folder comes first on sys.path and its producer.py would
 # shadow the producer package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from common.alerts import alert_id  # noqa: E402
-from common.contract import METRIC_NAMES, VERSION_BY_NUMBER  # noqa: E402
 from common.fleet import build_fleet  # noqa: E402
 from common.stats import percentiles  # noqa: E402
 from infra import broker  # noqa: E402
 from infra.jars import ensure_jars  # noqa: E402
+from loadtest.alerts import expected_alerts, read_topic  # noqa: E402
 from producer.manifest import read_manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,46 +76,6 @@ def wait_for(what: str, done, proc: subprocess.Popen[bytes], log: Path, timeout_
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"[bench] no {what}; the log ends:\n{log.read_text()[-3000:]}")
         time.sleep(1)
-
-
-def read_topic(bootstrap: str, topic: str) -> list[tuple[bytes, int]]:
-    """Every record of ``topic`` to its current end: (value, Kafka timestamp in ms)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        out: list[tuple[bytes, int]] = []
-        done = {p for p, end in ends.items() if end == 0}
-        while len(done) < len(parts):
-            msg = c.poll(10)
-            if msg is None:
-                raise SystemExit(f"[bench] {topic}: no record within 10 s before its end")
-            if msg.error():
-                continue
-            out.append((msg.value(), msg.timestamp()[1]))
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                done.add(msg.partition())
-        return out
-    finally:
-        c.close()
-
-
-def breaches(records: list[tuple[bytes, int]]) -> dict[str, int]:
-    """Alert id -> the breaching reading's Kafka timestamp (ms), from the readings."""
-    thresholds = {d.device_id: d.thresholds() for d in build_fleet(FLEET, SEED)}
-    out: dict[str, int] = {}
-    for value, ts in records:
-        event = json.loads(value)
-        keys = VERSION_BY_NUMBER[event["schema_version"]].keys
-        for metric in METRIC_NAMES:
-            reading = event.get(keys.get(metric, ""))
-            low, high = thresholds[event["device_id"]].get(metric, (None, None))
-            if reading is not None and (
-                (high is not None and reading > high) or (low is not None and reading < low)
-            ):
-                out[alert_id(event["event_id"], metric)] = ts
-    return out
 
 
 def main() -> None:
@@ -185,7 +143,9 @@ def main() -> None:
             alerts = read_topic(info.plaintext, ALERTS)
         finally:
             broker.stop(work / "broker")
-        expected = breaches(readings)
+        expected = {
+            aid: a[3] for aid, a in expected_alerts(readings, build_fleet(FLEET, SEED)).items()
+        }
         copies = Counter(json.loads(v)["alert_id"] for v, _ in alerts)
         first: dict[str, int] = {}
         for value, ts in alerts:

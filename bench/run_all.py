@@ -30,7 +30,13 @@ BENCH = Path(__file__).resolve().parent
 # bench name -> (figure, comparison, target)
 TARGETS: dict[str, list[tuple[str, str, float]]] = {
     "producer": [("events_per_s", ">=", 200_000)],  # kcat beside it is a reference only
-    "processor": [("events_per_s", ">=", 20_000), ("p95_latency_s", "<=", 10.0)],
+    "processor": [
+        ("events_per_s", ">=", 20_000),
+        ("p95_latency_s_at_200", "<=", 5.0),
+        ("cores_at_200", "<=", 0.35),
+        ("p95_latency_s_at_2000", "<=", 5.0),
+        ("cores_at_2000", "<=", 1.0),
+    ],
     "dashboard": [("overview_render_s", "<=", 0.5)],
     "alerts": [
         ("p50_ms", "<=", 200),

@@ -45,7 +45,6 @@ class Query(StrEnum):
     GOLD_SITE_TYPE_10M = "gold_site_type_10m"
     GOLD_DEVICE_SESSIONS = "gold_device_sessions"
     ALERTS = "alerts"
-    FLEET_SUMMARY = "fleet_summary"
     ALERT_RECOVERIES = "alert_recoveries"
     ALERTS_RT = "alerts_rt"
     REALTIME_ALERTS = "realtime_alerts"

@@ -5,6 +5,7 @@
 * ``loadtest.lake``: reading the manifest and the Delta tables (delta-rs, no JVM).
 * ``loadtest.report``: pass/fail criteria, the JSON and Markdown/HTML pages, SVG plots.
 * ``loadtest.run``: the load test itself: broker (local), processor, producer, verify.
+* ``loadtest.alerts``: the alerts a stream of readings calls for (the real-time path's oracle).
 
 Command line: ``python -m loadtest verify ...`` and ``python -m loadtest run ...``.
 """

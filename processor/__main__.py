@@ -96,12 +96,13 @@ def preflight(settings: ProcessorSettings, command: str) -> tuple[int, Processor
         settings = _without_realtime_child(settings, explicit)
     kafka = settings.kafka
     partitions = 0
-    if reads_kafka(settings) or realtime_app.wanted(settings) or command == "realtime":
+    realtime = command == "realtime" or realtime_app.wanted(settings)
+    if realtime or reads_kafka(settings):
         partitions = check_kafka(kafka)
         log.info(
             "Kafka %s: topic %s has %d partitions", kafka.bootstrap_servers, kafka.topic, partitions
         )
-    if lands_alerts(settings) or realtime_app.wanted(settings) or command == "realtime":
+    if realtime or lands_alerts(settings):
         try:
             check_kafka(kafka, topic=kafka.alerts_topic)
         except cli.CliError as exc:

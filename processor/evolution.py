@@ -2,8 +2,9 @@
 
 A field or a metric added to the contract applies in place: every table gains its
 column (``sinks.ensure_table``) and the queries resume on their checkpoints, except
-those whose checkpointed *state* holds per-column aggregates: Spark cannot resume
-them on a state with another shape. Such a query is rebuilt: its checkpoint goes,
+those whose checkpointed *state* holds per-column aggregates (Spark cannot resume
+them on a state with another shape), and those whose rows add up all their input
+(a column they gained would miss what came before). Such a query is rebuilt: its checkpoint goes,
 its output table is emptied (its schema and history stay), and the query
 recomputes it from all of silver on its next start. ``python -m processor rebuild
 QUERY`` does the same on request (after a change of window length, for example).
@@ -27,22 +28,24 @@ log = logging.getLogger("iot_pulse.processor")
 # they write and the queries that read those tables as streams (rebuilt with them: a
 # Delta stream stops at a deleted row).
 REBUILDS: Mapping[Query, tuple[str, ...]] = {
-    Query.DEVICE_STATUS: ("device_status",),
+    Query.DEVICE_STATUS: ("device_status", "fleet_summary"),
     Query.GOLD_SITE_TYPE_10M: ("site_type_10m",),
     Query.GOLD_DEVICE_SESSIONS: ("device_sessions",),
-    Query.FLEET_SUMMARY: ("fleet_summary",),
     Query.ALERTS: ("alerts", "alert_clears"),
     Query.ALERT_RECOVERIES: ("alert_recoveries",),
     Query.ALERTS_RT: ("alerts_rt",),
 }
 READERS: Mapping[Query, tuple[Query, ...]] = {Query.ALERTS: (Query.ALERT_RECOVERIES,)}
-# Queries whose state holds one aggregate buffer per output column: a change of their
-# output's columns is a change of their state's shape.
-AGGREGATE_STATE: tuple[Query, ...] = (
-    Query.GOLD_SITE_TYPE_10M,
-    Query.GOLD_DEVICE_SESSIONS,
-    Query.FLEET_SUMMARY,
-)
+# Queries whose output no longer fits when its table's columns change, each with why.
+_PER_COLUMN_STATE = "its state keeps one aggregate per column of {table}"
+STALE_ON_NEW_COLUMNS: Mapping[Query, str] = {
+    # One aggregate buffer per output column in the checkpointed state: a change of the
+    # output's columns is a change of the state's shape.
+    Query.GOLD_SITE_TYPE_10M: _PER_COLUMN_STATE,
+    Query.GOLD_DEVICE_SESSIONS: _PER_COLUMN_STATE,
+    # Each row adds up its device's readings since the start.
+    Query.DEVICE_STATUS: "each row of {table} adds up its device's readings so far",
+}
 
 
 def with_readers(queries: Iterable[str]) -> list[str]:
@@ -62,7 +65,7 @@ def stale_queries(changes: Mapping[str, TableChange]) -> dict[str, str]:
         changes: What ``ensure_table`` did, per table (``Tables`` field name).
     """
     stale: dict[str, str] = {}
-    for query in AGGREGATE_STATE:
+    for query, reason in STALE_ON_NEW_COLUMNS.items():
         for table in REBUILDS[query]:
             change = changes.get(table, TableChange())
             if change.added or change.unwritten:
@@ -70,7 +73,7 @@ def stale_queries(changes: Mapping[str, TableChange]) -> dict[str, str]:
                     [f"column {c} added" for c in change.added]
                     + [f"column {c} no longer written" for c in change.unwritten]
                 )
-                stale[query] = f"its state keeps one aggregate per column of {table} ({why})"
+                stale[query] = f"{reason.format(table=table)} ({why})"
     return stale
 
 

@@ -9,13 +9,13 @@ silver                 Kafka / files (or bronze) ->                foreachBatch:
                        silver/events, silver/quarantine,           and a txn MERGE that adds
                        gold/device_1m, ops/schema_drift            the batch to its windows
 bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
-device_status          silver -> gold/device_status                foreachBatch: MERGE
+device_status          silver -> gold/device_status,               foreachBatch: txn MERGE, then
+                       gold/fleet_summary                          the summary of its rows
 gold_site_type_10m     silver -> gold/site_type_10m                update mode + MERGE
 gold_device_sessions   silver -> gold/device_sessions              append (final sessions)
 alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, tagged appends
 alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, append
 alerts_rt              alerts topic -> gold/alerts_rt              foreachBatch: insert-only MERGE
-fleet_summary          silver -> gold/fleet_summary                complete mode
 =====================  ==========================================  =========================
 
 The hot path is the silver query alone (``trigger_interval``): it reads the source
@@ -211,7 +211,7 @@ def ensure_tables(
         "alert_recoveries": transforms.alert_recoveries(
             alerts, clears, "1 minute", s.recovery_window
         ),
-        "fleet_summary": transforms.fleet_summary(silver),
+        "fleet_summary": transforms.fleet_summary(transforms.latest_status(silver)),
         "pipeline_metrics": spark.createDataFrame([], METRICS_SCHEMA),
         "schema_drift": transforms.field_drift(silver),
     }
@@ -297,7 +297,7 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     """Source (or bronze) -> silver, quarantine and the 1-minute windows, exactly once.
 
     The batch's valid events are appended to silver and, aggregated per device and
-    minute, added to ``gold/device_1m`` by a MERGE that Delta applies once per batch.
+    minute, added to ``gold/device_1m`` by a MERGE applied once per batch.
     A batch whose events carry undeclared fields also appends what it saw to
     ``ops/schema_drift`` (``transforms.field_drift``).
     """
@@ -309,30 +309,41 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     frame = silver_frame(raw, sources.delta_table(spark, t.devices), s.watermark)
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        good = silver_out(batch)
-        bad = quarantine_out(batch)
+        # One job (no LIMIT: see sinks.has_rows) says which writes the batch has rows for.
+        held = transforms.batch_contents(batch).collect()[0]
         events = transforms.silver_rows(batch)
-        minutes = transforms.device_minute_aggregates(events, s.watermark)
-
-        def drift() -> None:
-            if transforms.carries_extra_fields(events):
-                drifted = transforms.field_drift(events)
-                sinks.idempotent_append(drifted, t.schema_drift, f"{query_id}:drift", batch_id)
-
-        sinks.run_concurrently(
-            batch.sparkSession,
-            lambda: sinks.idempotent_append(good, t.silver, f"{query_id}:silver", batch_id),
-            lambda: sinks.idempotent_append(bad, t.quarantine, f"{query_id}:quarantine", batch_id),
-            drift,
-            lambda: sinks.merge_batch(
-                minutes,
-                t.gold_device_1m,
-                KEYS["gold_device_1m"],
-                since="window_start",
-                update=transforms.combine_device_minutes(),
-                txn=(f"{query_id}:device_1m", batch_id),
-            ),
-        )
+        writes: list[Callable[[], None]] = []
+        if held.valid:
+            good = silver_out(batch)
+            minutes = transforms.device_minute_aggregates(events, s.watermark)
+            writes += [
+                lambda: sinks.idempotent_append(
+                    good, t.silver, f"{query_id}:silver", batch_id, nonempty=True
+                ),
+                lambda: sinks.merge_batch(
+                    minutes,
+                    t.gold_device_1m,
+                    KEYS["gold_device_1m"],
+                    since="window_start",
+                    update=transforms.combine_device_minutes(),
+                    txn=(f"{query_id}:device_1m", batch_id),
+                ),
+            ]
+        if held.invalid:
+            bad = quarantine_out(batch)
+            writes.append(
+                lambda: sinks.idempotent_append(
+                    bad, t.quarantine, f"{query_id}:quarantine", batch_id, nonempty=True
+                )
+            )
+        if held.drifted:
+            drifted = transforms.field_drift(events)
+            writes.append(
+                lambda: sinks.idempotent_append(
+                    drifted, t.schema_drift, f"{query_id}:drift", batch_id, nonempty=True
+                )
+            )
+        sinks.run_concurrently(batch.sparkSession, *writes)
 
     return sinks.foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
 
@@ -342,12 +353,20 @@ def _silver(spark: SparkSession, t: Tables) -> DataFrame:
 
 
 def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Silver -> the newest reading per device, upserted (MERGE keeps the newer row)."""
+    """Silver -> the newest reading per device, upserted, and the fleet summary from it.
 
-    def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
+    One read of silver for both tables: the MERGE adds the batch to each device's row
+    (once per batch), then ``gold/fleet_summary`` is rewritten from ``device_status``'s
+    few rows per device (``transforms.fleet_summary``).
+    """
+
+    def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
         # Cache the few rows per device, not the batch: a minute of silver is wide and long.
         with sinks.persisted(transforms.latest_status(batch)) as latest:
-            sinks.merge_latest(latest, t.device_status)
+            sinks.merge_latest(latest, t.device_status, txn=(f"{query_id}:status", batch_id))
+        status = sources.delta_table(batch.sparkSession, t.device_status)
+        summary = transforms.fleet_summary(status)
+        sinks.idempotent_write(summary, t.fleet_summary, f"{query_id}:fleet", batch_id, "overwrite")
 
     name = Query.DEVICE_STATUS
     return sinks.foreach_batch_stream(
@@ -431,20 +450,6 @@ def start_alerts_rt(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Str
     )
 
 
-def start_fleet_summary(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Silver -> per-type summary, rewritten whole every batch (complete mode)."""
-    name = Query.FLEET_SUMMARY
-    return sinks.table_stream(
-        transforms.fleet_summary(_silver(spark, t)),
-        t.fleet_summary,
-        s.lake.checkpoint(name),
-        name,
-        s,
-        output_mode="complete",
-        tier="background",
-    )
-
-
 Stage = Callable[[SparkSession, ProcessorSettings, Tables], StreamingQuery]
 # What starts each query (``common.lake.Query`` names them all).
 QUERIES: dict[Query, Stage] = {
@@ -454,13 +459,12 @@ QUERIES: dict[Query, Stage] = {
     Query.GOLD_SITE_TYPE_10M: start_site_type_10m,
     Query.GOLD_DEVICE_SESSIONS: start_device_sessions,
     Query.ALERTS: start_alerts,
-    Query.FLEET_SUMMARY: start_fleet_summary,
     Query.ALERT_RECOVERIES: start_alert_recoveries,
     Query.ALERTS_RT: start_alerts_rt,
 }
 _BACKGROUND = (
     Query.DEVICE_STATUS, Query.GOLD_SITE_TYPE_10M, Query.GOLD_DEVICE_SESSIONS, Query.ALERTS,
-    Query.FLEET_SUMMARY, Query.ALERTS_RT,
+    Query.ALERTS_RT,
 )  # fmt: skip
 
 

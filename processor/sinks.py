@@ -174,6 +174,8 @@ def run_concurrently(spark: SparkSession, *writes: Callable[[], None]) -> None:
     local properties (the query's job group, so that stopping the query cancels
     them, and its scheduler pool).
     """
+    if not writes:
+        return
     with ThreadPoolExecutor(max_workers=len(writes), thread_name_prefix="batch-write") as pool:
         inherit = inheritable_thread_target(spark)
         for future in [pool.submit(inherit(w)) for w in writes]:
@@ -225,13 +227,16 @@ class CommitLedger:
     before this ledger.
 
     One writer per (table, app id), as a streaming query is; if other commits follow
-    its last one, up to the last 1,000 commits are searched.
+    its last one, up to the last 1,000 commits are searched. A history with nothing of
+    the writer's is read once, not at every batch (a writer whose batches are all empty,
+    such as quarantine's, commits nothing for hours).
     """
 
     SCAN = (10, 100, 1000)
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, str], int] = {}
+        # None: the history was read and holds nothing of the writer's.
+        self._last: dict[tuple[str, str], int | None] = {}
         self._lock = threading.Lock()
 
     def last(self, spark: SparkSession, path: str, app_id: str) -> int | None:
@@ -240,9 +245,9 @@ class CommitLedger:
             if (path, app_id) in self._last:
                 return self._last[(path, app_id)]
         found = self._from_history(spark, path, app_id)
-        if found is not None:
-            self.record(path, app_id, found)
-        return found
+        with self._lock:
+            self._last.setdefault((path, app_id), found)
+            return self._last[(path, app_id)]
 
     @classmethod
     def _from_history(cls, spark: SparkSession, path: str, app_id: str) -> int | None:
@@ -262,7 +267,8 @@ class CommitLedger:
     def record(self, path: str, app_id: str, batch_id: int) -> None:
         """Note that ``app_id`` has committed ``batch_id`` to ``path``."""
         with self._lock:
-            self._last[(path, app_id)] = max(batch_id, self._last.get((path, app_id), -1))
+            known = self._last.get((path, app_id))
+            self._last[(path, app_id)] = batch_id if known is None else max(batch_id, known)
 
     def forget(self, path: str, app_id: str) -> None:
         """Drop what is known of the writer (after a failed write: the history decides)."""
@@ -295,7 +301,12 @@ def commit_tag_of(user_metadata: str | None) -> tuple[str, int] | None:
 
 
 def idempotent_write(
-    df: DataFrame, path: str, app_id: str, batch_id: int, mode: str = "append"
+    df: DataFrame,
+    path: str,
+    app_id: str,
+    batch_id: int,
+    mode: str = "append",
+    nonempty: bool = False,
 ) -> None:
     """Write a micro-batch exactly once: a batch the writer has committed is skipped.
 
@@ -309,11 +320,12 @@ def idempotent_write(
         app_id: The writer's id (stable across restarts).
         batch_id: The micro-batch id.
         mode: ``append``, or ``overwrite`` to replace the table's rows.
+        nonempty: The caller knows that ``df`` has rows (no Spark job to check).
     """
     last = LEDGER.last(df.sparkSession, path, app_id)
     if last is not None and batch_id <= last:
         return
-    if not has_rows(df):
+    if not nonempty and not has_rows(df):
         return
     writer = (
         df.write.format("delta").mode(mode).option("userMetadata", commit_tag(app_id, batch_id))
@@ -328,34 +340,70 @@ def idempotent_write(
     LEDGER.record(path, app_id, batch_id)
 
 
-def idempotent_append(df: DataFrame, path: str, app_id: str, batch_id: int) -> None:
+def idempotent_append(
+    df: DataFrame, path: str, app_id: str, batch_id: int, nonempty: bool = False
+) -> None:
     """Append a micro-batch exactly once (see ``idempotent_write``)."""
-    idempotent_write(df, path, app_id, batch_id)
+    idempotent_write(df, path, app_id, batch_id, nonempty=nonempty)
 
 
 # Delta's idempotent-DML session settings: a MERGE carrying an (app id, version)
 # that the table has already recorded is skipped.
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+# A commit's ``userMetadata`` when the writer passes none (a MERGE cannot pass options).
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 @contextmanager
-def _dml_txn(spark: SparkSession, txn: tuple[str, int] | None) -> Iterator[None]:
-    """Tag the DML run inside with Delta's (txnAppId, txnVersion) session settings.
+def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Set session settings for the DML run inside, then unset them.
 
-    Writes that pass their own ``txnAppId``/``txnVersion`` options (such as
-    ``idempotent_append``) are unaffected: Delta prefers the writer's options.
+    Writes that pass their own options (``txnAppId``, ``userMetadata``, as
+    ``idempotent_write`` does) are unaffected: Delta prefers the writer's options.
     """
-    if txn is None:
-        yield
-        return
-    spark.conf.set(TXN_APP_ID_CONF, txn[0])
-    spark.conf.set(TXN_VERSION_CONF, str(txn[1]))
+    for key, value in conf.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        spark.conf.unset(TXN_APP_ID_CONF)
-        spark.conf.unset(TXN_VERSION_CONF)
+        for key in conf:
+            spark.conf.unset(key)
+
+
+def idempotent_dml(
+    spark: SparkSession, path: str, txn: tuple[str, int] | None, dml: Callable[[], None]
+) -> None:
+    """Run a DML on ``path`` (a MERGE) once per ``txn``: a batch already committed is skipped.
+
+    As ``idempotent_write`` does for appends: the commit is tagged (``commit_tag``, set
+    through the session's ``userMetadata``), and ``LEDGER`` tells what the writer has
+    committed; only when it knows nothing does Delta's own ``txnAppId``/``txnVersion``
+    check decide (it rebuilds the table's state from its log, a Spark job).
+
+    Args:
+        spark: The session that runs the DML.
+        path: The Delta table it commits to.
+        txn: ``(app id, batch id)``; None runs the DML untagged, every time.
+        dml: Runs the DML.
+    """
+    if txn is None:
+        dml()
+        return
+    app_id, batch_id = txn
+    last = LEDGER.last(spark, path, app_id)
+    if last is not None and batch_id <= last:
+        return
+    conf = {USER_METADATA_CONF: commit_tag(app_id, batch_id)}
+    if last is None:
+        conf |= {TXN_APP_ID_CONF: app_id, TXN_VERSION_CONF: str(batch_id)}
+    try:
+        with _session_conf(spark, conf):
+            dml()
+    except BaseException:
+        LEDGER.forget(path, app_id)
+        raise
+    LEDGER.record(path, app_id, batch_id)
 
 
 def merge_batch(
@@ -381,9 +429,9 @@ def merge_batch(
             (Janino, then the JIT) for every minute's batches.
         update: New values of a matched row's columns, as expressions over ``t``
             (the stored row) and ``s`` (the batch's row); default: the batch's row.
-        txn: ``(app id, version)``: Delta skips the MERGE if the table has recorded
-            this version for this app id, which makes a non-idempotent update (such
-            as adding counts) exactly-once across replays.
+        txn: ``(app id, batch id)``: the MERGE runs once per batch
+            (``idempotent_dml``), which makes a non-idempotent update (such as adding
+            counts) exactly-once across replays.
         keep_existing: Leave matching rows as they are: insert new keys only.
     """
     cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
@@ -402,8 +450,7 @@ def merge_batch(
         merge = merge.whenMatchedUpdate(set=dict(update))
     elif not keep_existing:
         merge = merge.whenMatchedUpdateAll()
-    with _dml_txn(df.sparkSession, txn):
-        merge.whenNotMatchedInsertAll().execute()
+    idempotent_dml(df.sparkSession, path, txn, merge.whenNotMatchedInsertAll().execute)
 
 
 # Delta's errors for a commit that lost to a concurrent one (an OPTIMIZE that compacted
@@ -627,8 +674,14 @@ def table_stream(
     )
 
 
-def merge_latest(df: DataFrame, path: str) -> None:
-    """Upsert one row per device, keeping whichever of old and new is newer."""
+def merge_latest(df: DataFrame, path: str, txn: tuple[str, int] | None = None) -> None:
+    """Upsert one row per device: the newer reading of old and new, the events of both.
+
+    ``events`` adds the batch's count to the stored one, so the MERGE runs once per
+    batch (``txn``, see ``idempotent_dml``). The reading's columns are replaced by a
+    newer reading only (a later event time, or the same time and a higher ``seq``);
+    ``updated_time``, when the row last changed, by every batch.
+    """
     if not has_rows(df):
         return
     target = DeltaTable.forPath(df.sparkSession, path)
@@ -636,10 +689,17 @@ def merge_latest(df: DataFrame, path: str) -> None:
         "s.last_event_time > t.last_event_time"
         " OR (s.last_event_time = t.last_event_time AND s.last_seq > t.last_seq)"
     )
-    (
+    values = {
+        f"`{c}`": f"CASE WHEN {newer} THEN s.`{c}` ELSE t.`{c}` END"
+        for c in df.columns
+        if c not in ("device_id", "events", "updated_time")
+    } | {"events": "coalesce(t.events, 0) + s.events"}
+    if "updated_time" in df.columns:
+        values["updated_time"] = "s.updated_time"
+    merge = (
         target.alias("t")
         .merge(df.alias("s"), "t.device_id = s.device_id")
-        .whenMatchedUpdateAll(condition=newer)
+        .whenMatchedUpdate(set=values)
         .whenNotMatchedInsertAll()
-        .execute()
     )
+    idempotent_dml(df.sparkSession, path, txn, merge.execute)

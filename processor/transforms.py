@@ -172,7 +172,8 @@ def _extra_fields(raw: Column, version: Column) -> Column:
     checked first, so a payload with nothing undeclared costs one scan of its keys.
     """
     declared = _declared_keys(version)
-    undeclared = F.filter(F.json_object_keys(raw), lambda k: ~F.array_contains(declared, k))
+    # array_except, not filter(): a lambda is evaluated row by row outside generated code.
+    undeclared = F.array_except(F.json_object_keys(raw), declared)
     kept = F.map_filter(
         F.from_json(raw, "map<string, variant>"), lambda k, _v: ~F.array_contains(declared, k)
     )
@@ -311,7 +312,7 @@ def field_drift(silver: DataFrame, now: datetime | None = None) -> DataFrame:
         silver: Silver rows of one micro-batch (a static frame).
         now: ``seen_time`` (UTC-aware); default: the current time (``with_time``).
     """
-    carried = silver.filter(F.col(EXTRA_FIELDS).isNotNull()).select(
+    carried = carrying_extra_fields(silver).select(
         F.explode(F.json_object_keys(EXTRA_FIELDS)).alias("field"),
         "schema_version",
         "device_id",
@@ -326,9 +327,22 @@ def field_drift(silver: DataFrame, now: datetime | None = None) -> DataFrame:
     return with_time(counted, "seen_time", now)
 
 
-def carries_extra_fields(silver: DataFrame) -> bool:
-    """Whether any row of a micro-batch of silver has undeclared fields."""
-    return not silver.filter(F.col(EXTRA_FIELDS).isNotNull()).isEmpty()
+def carrying_extra_fields(silver: DataFrame) -> DataFrame:
+    """The rows of ``silver`` that carry undeclared fields."""
+    return silver.filter(F.col(EXTRA_FIELDS).isNotNull())
+
+
+def batch_contents(parsed: DataFrame) -> DataFrame:
+    """One row: how many rows of ``parsed`` are valid, invalid, and valid with undeclared fields.
+
+    A micro-batch's writes that would be empty are then skipped, on one Spark job.
+    """
+    valid = F.col("reason").isNull()
+    return parsed.agg(
+        F.count_if(valid).alias("valid"),
+        F.count_if(~valid).alias("invalid"),
+        F.count_if(valid & F.col(EXTRA_FIELDS).isNotNull()).alias("drifted"),
+    )
 
 
 def invalid_events(parsed: DataFrame) -> DataFrame:
@@ -623,19 +637,24 @@ def device_sessions(silver: DataFrame, watermark: str, gap: str) -> DataFrame:
 
 
 def latest_status(silver: DataFrame, now: datetime | None = None) -> DataFrame:
-    """The newest reading per device in a batch: the row to upsert into device_status.
+    """The newest reading per device, with how many readings it has (``events``).
+
+    Over one micro-batch it is the row to upsert into device_status (``sinks.merge_latest``
+    adds the batch's ``events`` to the stored count); over all of silver it is the table.
 
     Args:
-        silver: Silver rows of one micro-batch (a static frame).
+        silver: Silver rows (a static frame).
         now: ``updated_time`` (UTC-aware); default: the current time (``with_time``).
     """
     from pyspark.sql.window import Window
 
-    newest = Window.partitionBy("device_id").orderBy(
-        F.col("event_time").desc(), F.col("seq").desc()
+    device = Window.partitionBy("device_id")
+    newest = device.orderBy(F.col("event_time").desc(), F.col("seq").desc())
+    ranked = silver.withColumn("_rank", F.row_number().over(newest)).withColumn(
+        "events", F.count(F.lit(1)).over(device)
     )
     return (
-        with_time(silver.withColumn("_rank", F.row_number().over(newest)), "updated_time", now)
+        with_time(ranked, "updated_time", now)
         .filter(F.col("_rank") == 1)
         .select(
             "device_id",
@@ -648,17 +667,23 @@ def latest_status(silver: DataFrame, now: datetime | None = None) -> DataFrame:
             "battery_pct",
             F.col("event_time").alias("last_event_time"),
             F.col("seq").alias("last_seq"),
+            "events",
             "updated_time",
         )  # fmt: skip
     )
 
 
-def fleet_summary(silver: DataFrame) -> DataFrame:
-    """Per device type: distinct devices (exact), events and the newest event time."""
-    return silver.groupBy("device_type").agg(
-        F.size(F.collect_set("device_id")).cast("long").alias("devices"),
-        F.count(F.lit(1)).alias("events"),
-        F.max("event_time").alias("last_event_time"),
+def fleet_summary(status: DataFrame) -> DataFrame:
+    """Per device type: devices, events and the newest event time, from device_status.
+
+    device_status holds each device that has sent a valid reading once, with its
+    count of readings (``latest_status``): the summary of a few rows per device is
+    the summary of all of silver.
+    """
+    return status.groupBy("device_type").agg(
+        F.count(F.lit(1)).alias("devices"),
+        F.sum("events").cast("long").alias("events"),
+        F.max("last_event_time").alias("last_event_time"),
     )
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.cli_runs import CliRun, run_in_process
 
 os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 
@@ -36,6 +39,36 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def run_cli(capfd: pytest.CaptureFixture[str]) -> Callable[..., CliRun]:
+    """``python -m MODULE ARGS`` in the test's process (``tests.cli_runs.run_in_process``).
+
+    ``run_cli("loadtest", "verify", ..., home=..., cwd=...)`` gives a ``CliRun`` (exit
+    code, stdout, stderr, seconds) without starting Python again.
+    """
+    return functools.partial(run_in_process, capfd)
+
+
+@pytest.fixture(scope="session")
+def streamlit_components_scanned_once() -> Iterator[None]:
+    """Streamlit's AppTest looks for installed components once per run, not once per test.
+
+    Each ``AppTest`` reads the metadata of every installed distribution to find Streamlit
+    components (``scan_component_manifests``): about half a second each time, the same
+    answer each time (the installed packages do not change during the tests).
+    """
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+
+    def scan_once(max_workers: int | None = None) -> list[object]:
+        return list(scan())
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(manifest_scanner, "scan_component_manifests", scan_once)
+        yield
 
 
 @pytest.fixture(scope="session")

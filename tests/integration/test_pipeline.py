@@ -50,7 +50,10 @@ def eh_env(kafka_broker, monkeypatch_module):
     monkeypatch_module.setenv("IOT_KAFKA_SSL_CA_LOCATION", str(kafka_broker.ca_file))
     monkeypatch_module.setenv("IOT_KAFKA_TOPIC", TOPIC)
     ensure_topic(kafka_broker.plaintext, TOPIC, partitions=3)
-    return KafkaSettings()
+    settings = KafkaSettings()
+    # Every query runs, alerts_rt too: it lands the (empty) alerts topic.
+    ensure_topic(kafka_broker.plaintext, settings.alerts_topic, partitions=1)
+    return settings
 
 
 @pytest.fixture(scope="module")

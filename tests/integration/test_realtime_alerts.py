@@ -19,14 +19,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from common.alerts import alert_id
-from common.contract import METRIC_NAMES, VERSION_BY_NUMBER
 from common.fleet import build_fleet
 from common.lake import Query, Table, checkpoint_location, table_location
 from infra.broker import ensure_topic
 from infra.jars import bundle_dir
+from loadtest.alerts import expected_alerts, read_topic
 from producer.manifest import read_manifest
 from tests.integration.proc import (
     ROOT,
@@ -42,48 +41,14 @@ EVENTS, ALERTS = "rt-events", "rt-alerts"
 FLEET, SEED = 30, 5
 
 
-def _topic(bootstrap: str, topic: str) -> list[tuple[bytes, int]]:
-    """Every record of a topic: (value, Kafka timestamp in ms), read to the end."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False})
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        out: list[tuple[bytes, int]] = []
-        done = {p for p, end in ends.items() if end == 0}
-        while len(done) < len(parts):
-            msg = c.poll(5)
-            assert msg is not None, f"{topic}: no record within 5 s before the end"
-            assert msg.error() is None, msg.error()
-            out.append((msg.value(), msg.timestamp()[1]))
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                done.add(msg.partition())
-        return out
-    finally:
-        c.close()
-
-
 def _breaches(bootstrap: str) -> dict[str, tuple[str, float, float]]:
     """The alerts the events topic calls for: alert id -> (kind, value, threshold)."""
-    thresholds = {d.device_id: d.thresholds() for d in build_fleet(FLEET, SEED)}
-    out: dict[str, tuple[str, float, float]] = {}
-    for value, _ in _topic(bootstrap, EVENTS):
-        event = json.loads(value)
-        keys = VERSION_BY_NUMBER[event["schema_version"]].keys
-        for metric in METRIC_NAMES:
-            reading = event.get(keys.get(metric, ""))
-            low, high = thresholds[event["device_id"]].get(metric, (None, None))
-            if reading is None:
-                continue
-            if high is not None and reading > high:
-                out[alert_id(event["event_id"], metric)] = ("threshold_high", reading, high)
-            elif low is not None and reading < low:
-                out[alert_id(event["event_id"], metric)] = ("threshold_low", reading, low)
-    return out
+    expected = expected_alerts(read_topic(bootstrap, EVENTS), build_fleet(FLEET, SEED))
+    return {aid: (kind, value, threshold) for aid, (kind, value, threshold, _) in expected.items()}
 
 
 def _alert_ids(bootstrap: str) -> list[str]:
-    return [json.loads(v)["alert_id"] for v, _ in _topic(bootstrap, ALERTS)]
+    return [json.loads(v)["alert_id"] for v, _ in read_topic(bootstrap, ALERTS)]
 
 
 def _group_alive(pgid: int) -> bool:

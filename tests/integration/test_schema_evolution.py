@@ -131,13 +131,13 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Pat
     # On request: the rebuild command recomputes a query from all of silver and exits.
     before = _rows(lake, Table.GOLD_FLEET_SUMMARY)
     code = run_python(
-        ["-m", "processor", "rebuild", "fleet_summary", "--fleet-size", str(FLEET),
+        ["-m", "processor", "rebuild", "device_status", "--fleet-size", str(FLEET),
          "--seed", str(SEED), "--shuffle-partitions", "2", "--lake-root", str(lake),
          "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent), "--driver-memory", "1g"],
         v2, log, 900,
     )  # fmt: skip
     assert code == 0, log.read_text()[-5000:]
-    assert "rebuilt fleet_summary" in log.read_text()
+    assert "rebuilt device_status" in log.read_text()
     by_type: dict[str, list[dict]] = defaultdict(list)
     for r in silver:
         by_type[r["device_type"]].append(r)

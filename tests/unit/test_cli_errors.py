@@ -1,11 +1,14 @@
-"""Every CLI fails in one line on stderr; the full trace goes to <state dir>/logs/<service>.log."""
+"""Every CLI fails in one line on stderr; the full trace goes to <state dir>/logs/<service>.log.
+
+The CLIs run in the test's process (the ``run_cli`` fixture), as ``python -m`` runs them;
+``test_python_m_fails_as_the_in_process_run_does`` checks that the real entry point gives
+the same exit code, output and log.
+"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,21 +16,22 @@ import pytest
 from common import cli
 from common.settings import load_settings
 from processor.settings import ProcessorSettings
+from tests.cli_runs import run_python
 
-ROOT = Path(__file__).resolve().parents[2]
 TIME_LIMIT_S = 30
 
 
-def run(args: list[str], home: Path, **extra: str) -> tuple[int, str, str, float]:
-    """Run ``python <args>`` with its state (and so its logs) under ``home``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
-    env["IOT_PULSE_HOME"] = str(home)
-    env |= extra
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
-    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
+@pytest.fixture
+def run(run_cli, tmp_path) -> Callable[..., tuple[int, str, str, float]]:
+    """Run ``python -m <module> <args>`` (in-process) with its state under ``home``."""
+
+    def run(
+        command: str | Callable[[], int], *args: str, home: Path, service: str = "", **env: str
+    ) -> tuple[int, str, str, float]:
+        done = run_cli(command, *args, home=home, cwd=tmp_path, service=service, env=env)
+        return done.code, done.out, done.err, done.elapsed_s
+
+    return run
 
 
 def assert_quiet_failure(err: str, elapsed: float) -> None:
@@ -38,14 +42,14 @@ def assert_quiet_failure(err: str, elapsed: float) -> None:
     assert elapsed < TIME_LIMIT_S
 
 
-def test_verify_with_a_missing_manifest(tmp_path):
+def test_verify_with_a_missing_manifest(run, tmp_path):
     lake = tmp_path / "lake"
     lake.mkdir()
     manifest = tmp_path / "none.jsonl"
     code, out, err, elapsed = run(
-        ["-m", "loadtest", "verify", "--manifest", str(manifest), "--lake-root", str(lake)],
-        tmp_path / "home",
-    )
+        "loadtest", "verify", "--manifest", str(manifest), "--lake-root", str(lake),
+        home=tmp_path / "home",
+    )  # fmt: skip
     assert code == 2
     assert out == ""
     assert err.startswith(f"error: no manifest at {manifest}: run the producer with")
@@ -56,16 +60,16 @@ def test_verify_with_a_missing_manifest(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["file", "missing"])
-def test_verify_with_a_lake_root_that_is_not_a_folder(tmp_path, kind):
+def test_verify_with_a_lake_root_that_is_not_a_folder(run, tmp_path, kind):
     manifest = tmp_path / "manifest.jsonl"
     manifest.write_text("")
     lake = tmp_path / "lake"
     if kind == "file":
         lake.write_text("not a lake")
     code, out, err, elapsed = run(
-        ["-m", "loadtest", "verify", "--manifest", str(manifest), "--lake-root", str(lake)],
-        tmp_path / "home",
-    )
+        "loadtest", "verify", "--manifest", str(manifest), "--lake-root", str(lake),
+        home=tmp_path / "home",
+    )  # fmt: skip
     what = "is a file" if kind == "file" else "does not exist"
     assert (code, out) == (2, "")
     assert err == (
@@ -79,33 +83,31 @@ def test_verify_with_a_lake_root_that_is_not_a_folder(tmp_path, kind):
     ("args", "expected"),
     [
         (
-            ["-m", "loadtest", "verify"],
+            ["loadtest", "verify"],
             "error: python -m loadtest verify: the following arguments are required: "
             "--manifest (see python -m loadtest verify --help)",
         ),
         (
-            ["-m", "processor", "--log-level", "chatty"],
+            ["processor", "--log-level", "chatty"],
             "error: python -m processor: argument --log-level: invalid choice: 'chatty' "
             "(choose from 'ERROR', 'WARN', 'INFO', 'DEBUG') (see python -m processor --help)",
         ),
         (
-            ["-m", "processor", "--config", "no-such.toml"],
+            ["processor", "--config", "no-such.toml"],
             "error: invalid settings: config file no-such.toml does not exist",
         ),
     ],
     ids=["missing argument", "unknown log level", "missing config file"],
 )
-def test_usage_and_settings_errors_are_one_line(tmp_path, args, expected):
-    code, out, err, elapsed = run(args, tmp_path / "home")
+def test_usage_and_settings_errors_are_one_line(run, tmp_path, args, expected):
+    code, out, err, elapsed = run(*args, home=tmp_path / "home")
     assert (code, out, err) == (2, "", expected + "\n")
     assert_quiet_failure(err, elapsed)
 
 
-def test_an_unexpected_error_names_the_log_file_which_holds_the_trace(tmp_path):
+def test_an_unexpected_error_names_the_log_file_which_holds_the_trace(run, tmp_path):
     home = tmp_path / "home"
-    code, out, err, elapsed = run(
-        ["-c", "from common import cli; cli.run(lambda: int('seven'), 'demo')"], home
-    )
+    code, out, err, elapsed = run(lambda: int("seven"), home=home, service="demo")
     log_file = home / "logs" / "demo.log"
     assert (code, out) == (1, "")
     assert err == (
@@ -119,12 +121,10 @@ def test_an_unexpected_error_names_the_log_file_which_holds_the_trace(tmp_path):
     assert log.rstrip().endswith("INFO iot_pulse: exit 1")
 
 
-def test_iot_log_dir_moves_the_log_file(tmp_path):
+def test_iot_log_dir_moves_the_log_file(run, tmp_path):
     logs = tmp_path / "demo-logs"
     code, _, err, _ = run(
-        ["-c", "from common import cli; cli.run(lambda: int('seven'), 'demo')"],
-        tmp_path / "home",
-        IOT_LOG_DIR=str(logs),
+        lambda: int("seven"), home=tmp_path / "home", service="demo", IOT_LOG_DIR=str(logs)
     )
     assert code == 1
     assert err.endswith(f"(the full trace is in {logs / 'demo.log'})\n")
@@ -132,29 +132,28 @@ def test_iot_log_dir_moves_the_log_file(tmp_path):
     assert not (tmp_path / "home" / "logs").exists()
 
 
-def test_an_expected_error_keeps_its_exit_code_and_logs_its_cause(tmp_path):
+def test_an_expected_error_keeps_its_exit_code_and_logs_its_cause(run, tmp_path):
     home = tmp_path / "home"
-    script = (
-        "from common import cli\n"
-        "def main():\n"
-        "    try:\n"
-        "        {}['broker']\n"
-        "    except KeyError as exc:\n"
-        "        raise cli.CliError('no broker: start one', cli.BAD_INPUT) from exc\n"
-        "cli.run(main, 'demo')\n"
-    )
-    code, out, err, elapsed = run(["-c", script], home)
+
+    def main() -> int:
+        try:
+            {}["broker"]
+        except KeyError as exc:
+            raise cli.CliError("no broker: start one", cli.BAD_INPUT) from exc
+        return 0
+
+    code, out, err, elapsed = run(main, home=home, service="demo")
     assert (code, out, err) == (2, "", "error: no broker: start one\n")
     log = (home / "logs" / "demo.log").read_text()
     assert "KeyError: 'broker'" in log
     assert "ERROR iot_pulse: no broker: start one" in log
 
 
-def test_a_log_file_that_cannot_be_written_leaves_the_trace_on_stderr(tmp_path):
+def test_a_log_file_that_cannot_be_written_leaves_the_trace_on_stderr(run, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "logs").write_text("a file where the logs folder would be")
-    code, out, err, _ = run(["-c", "from common import cli; cli.run(lambda: 1 // 0, 'demo')"], home)
+    code, out, err, _ = run(lambda: 1 // 0, home=home, service="demo")
     assert (code, out) == (1, "")
     assert "Traceback (most recent call last):" in err
     assert err.splitlines()[-1] == (
@@ -195,11 +194,11 @@ def test_local_path(location, expected):
     assert cli.local_path(location) == expected
 
 
-def test_broker_with_a_data_dir_that_is_a_file(tmp_path):
+def test_broker_with_a_data_dir_that_is_a_file(run, tmp_path):
     a_file = tmp_path / "not-a-folder"
     a_file.write_text("x")
     code, out, err, elapsed = run(
-        ["-m", "infra.broker", "start", "--data-dir", str(a_file)], tmp_path / "home"
+        "infra.broker", "start", "--data-dir", str(a_file), home=tmp_path / "home"
     )
     assert code == 1
     assert out == ""
@@ -211,14 +210,14 @@ def test_broker_with_a_data_dir_that_is_a_file(tmp_path):
     assert "exit 1" in (tmp_path / "home" / "logs" / "broker.log").read_text()
 
 
-def test_producer_with_a_report_path_in_a_file_sends_nothing(tmp_path):
+def test_producer_with_a_report_path_in_a_file_sends_nothing(run, tmp_path):
     a_file = tmp_path / "not-a-folder"
     a_file.write_text("x")
     report = a_file / "report.json"
     code, out, err, elapsed = run(
-        ["-m", "producer", "--transport", "stdout", "--count", "5", "--report-path", str(report)],
-        tmp_path / "home",
-    )
+        "producer", "--transport", "stdout", "--count", "5", "--report-path", str(report),
+        home=tmp_path / "home",
+    )  # fmt: skip
     assert (code, out) == (1, "")
     assert err == (
         f"error: --report-path {report}: {a_file} is not a folder: "
@@ -228,14 +227,14 @@ def test_producer_with_a_report_path_in_a_file_sends_nothing(tmp_path):
     assert "exit 1" in (tmp_path / "home" / "logs" / "producer.log").read_text()
 
 
-def test_demo_and_broker_help_show_defaults_and_choices(tmp_path):
-    code, out, err, _ = run(["-m", "demo", "--help"], tmp_path / "home")
+def test_demo_and_broker_help_show_defaults_and_choices(run, tmp_path):
+    code, out, err, _ = run("demo", "--help", home=tmp_path / "home")
     assert code == 0
     assert "--scenario {clean,realistic,chaos}" in out
     assert "one of clean, realistic, chaos (default realistic)" in " ".join(out.split())
-    code, out, err, _ = run(["-m", "infra.broker", "topic", "--help"], tmp_path / "home")
+    code, out, err, _ = run("infra.broker", "topic", "--help", home=tmp_path / "home")
     assert code == 0 and "partitions (default 3)" in out
-    code, out, err, elapsed = run(["-m", "demo", "--scenario", "nope"], tmp_path / "home")
+    code, out, err, elapsed = run("demo", "--scenario", "nope", home=tmp_path / "home")
     assert (code, out) == (2, "")
     assert err.startswith("error: python -m demo: argument --scenario: invalid choice:")
     assert_quiet_failure(err, elapsed)
@@ -244,3 +243,52 @@ def test_demo_and_broker_help_show_defaults_and_choices(tmp_path):
 def test_the_log_keeps_flag_names_not_their_values():
     argv = ["run", "--kafka-connection-string", "Endpoint=sb://x/;SharedAccessKey=k", "--a=b"]
     assert cli.flag_names(argv) == ["--kafka-connection-string", "--a"]
+
+
+# --------------------------------------------------------------------------- python -m
+
+# What the log's records say, without their time and the process id.
+_RECORD = re.compile(r"^\S+Z (?P<record>(?:INFO|WARNING|ERROR) .*?)(?: \(pid \d+\))?$")
+
+
+def _records(log: Path, home: Path) -> list[str]:
+    """The log's record lines (not the trace lines), without time and pid; HOME for ``home``."""
+    found = (_RECORD.match(line) for line in log.read_text().splitlines())
+    return [m["record"].replace(str(home), "HOME") for m in found if m]
+
+
+# (in-process command, its arguments, Python's arguments if not -m, more environment, exit code)
+ENTRY_POINTS = [
+    ("loadtest", ["verify", "--manifest", "none.jsonl"], None, {}, 2),
+    ("processor", ["--config", "no-such.toml"], None, {}, 2),
+    ("processor", ["--log-level", "chatty"], None, {}, 2),
+    ("producer", ["--help"], None, {"COLUMNS": "1000", "IOT_KAFKA_CONNECTION_STRING": "s3"}, 0),
+    (
+        lambda: int("seven"), [],
+        ["-c", "from common import cli; cli.run(lambda: int('seven'), 'demo')"], {}, 1,
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("command", "args", "python_args", "env", "code"),
+    ENTRY_POINTS,
+    ids=["verify without manifest", "missing config", "usage error", "help", "unexpected error"],
+)
+def test_python_m_fails_as_the_in_process_run_does(
+    run_cli, tmp_path, command, args, python_args, env, code
+):
+    """``python -m ...`` gives the exit code, output and log records of the in-process run."""
+    service = "demo" if callable(command) else command
+    here = run_cli(command, *args, home=tmp_path / "here", cwd=tmp_path, service=service, env=env)
+    real = run_python(
+        *(python_args or ["-m", command, *args]), home=tmp_path / "real", cwd=tmp_path, env=env
+    )
+    assert here.code == code, here.err
+    said = real.err.replace(str(tmp_path / "real"), str(tmp_path / "here"))
+    assert (real.code, real.out, said) == (here.code, here.out, here.err)
+    logs = {run: sorted((tmp_path / run / "logs").glob("*.log")) for run in ("here", "real")}
+    assert [p.name for p in logs["real"]] == [p.name for p in logs["here"]]
+    for log_here, log_real in zip(logs["here"], logs["real"], strict=True):
+        assert _records(log_real, tmp_path / "real") == _records(log_here, tmp_path / "here")

@@ -34,6 +34,7 @@ from tests.browser.seed import (
     seed_lake,
 )
 
+pytestmark = pytest.mark.usefixtures("streamlit_components_scanned_once")
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 PAGES = (
     "views/overview.py",
@@ -104,6 +105,20 @@ def _duration(seconds: float) -> str:
 # ---------------------------------------------------------------- empty states
 
 
+def test_the_settings_the_empty_states_name_are_the_services_own():
+    """The dashboard (its image holds common/ and dashboard/ only) cannot import the
+    producer's or the processor's settings: the names it gives are checked here."""
+    from dashboard import ui
+    from processor.settings import ProcessorSettings
+
+    texts = " ".join(state.why for state in ui.EMPTY_STATES.values())
+    assert f"{ProducerSettings.env_name('scenario')}=realistic" in texts
+    assert ProcessorSettings.env_name("session_gap") in texts
+    assert ProducerSettings.env_name("report_path") in Path(
+        "dashboard/views/loadtest.py"
+    ).read_text(encoding="utf-8")
+
+
 def test_every_page_waits_on_an_empty_lake(lake):
     demo = "(make demo starts the producer and the processor)"
     no_devices = (
@@ -120,7 +135,7 @@ def test_every_page_waits_on_an_empty_lake(lake):
             "No alerts yet. An alert is raised when a reading crosses its device's threshold "
             "or jumps far from its recent values. make demo's realistic scenario injects "
             "spikes that raise some within about two minutes (elsewhere: "
-            "IOT_PRODUCER_SCENARIO=realistic)."
+            f"{ProducerSettings.env_name('scenario')}=realistic)."
         ],
         "views/pipeline.py": [
             "No streaming progress yet. The processor records every micro-batch of its "

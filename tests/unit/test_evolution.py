@@ -22,13 +22,18 @@ def test_only_queries_with_per_column_state_are_stale_and_each_says_why():
         Query.GOLD_DEVICE_SESSIONS: "its state keeps one aggregate per column of "
         "device_sessions (column x no longer written)"
     }
+    # device_status adds up each device's readings: a new column would miss the past ones.
+    assert stale_queries({"device_status": TableChange(added=("events",))}) == {
+        Query.DEVICE_STATUS: "each row of device_status adds up its device's readings so far "
+        "(column events added)"
+    }
     assert stale_queries({}) == {}
 
 
 def test_a_rebuilt_query_brings_the_queries_that_stream_from_its_tables():
     assert with_readers(["alerts"]) == ["alerts", "alert_recoveries"]
     assert with_readers(["alert_recoveries", "alerts"]) == ["alert_recoveries", "alerts"]
-    assert with_readers(["fleet_summary", "gold_site_type_10m"]) == [
-        "fleet_summary",
+    assert with_readers(["device_status", "gold_site_type_10m"]) == [
+        "device_status",
         "gold_site_type_10m",
     ]

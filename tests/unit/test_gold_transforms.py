@@ -72,12 +72,20 @@ def test_latest_status_takes_the_newest_reading_per_device(spark):
         "device_id string, device_type string, site string, building string, lat double, lon double, "
         "status string, battery_pct double, event_time timestamp, seq long",
     )
-    out = transforms.latest_status(silver).select(
-        "device_id", "status", "battery_pct", "last_event_time", "last_seq"
+    status = transforms.latest_status(silver)
+    out = status.select(
+        "device_id", "status", "battery_pct", "last_event_time", "last_seq", "events"
     )
     assertDataFrameEqual(out, [
-        Row(device_id="d1", status="degraded", battery_pct=89.0, last_event_time=t(2), last_seq=3),
-        Row(device_id="d2", status="offline", battery_pct=None, last_event_time=t(0), last_seq=7),
+        Row(device_id="d1", status="degraded", battery_pct=89.0, last_event_time=t(2), last_seq=3,
+            events=3),
+        Row(device_id="d2", status="offline", battery_pct=None, last_event_time=t(0), last_seq=7,
+            events=1),
+    ])  # fmt: skip
+    # The fleet summary is device_status's, per type.
+    assertDataFrameEqual(transforms.fleet_summary(status), [
+        Row(device_type="thermostat", devices=1, events=3, last_event_time=t(2)),
+        Row(device_type="vibration", devices=1, events=1, last_event_time=t(0)),
     ])  # fmt: skip
 
 

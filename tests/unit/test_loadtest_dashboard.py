@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from common.report import RUNNING
 from tests.browser.seed import AS_OF, REPORT, seed_lake
 
+pytestmark = pytest.mark.usefixtures("streamlit_components_scanned_once")
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 CRITERIA = [
     {"name": "rate", "target": ">= 90% of the target rate (200/s)",

@@ -9,9 +9,6 @@ the words every connection string shares.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +22,8 @@ from common.settings import (
     parse_connection_string,
 )
 from producer.settings import ProducerSettings
+from tests.cli_runs import CliRun, run_python
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY = "Qm9ndXNLZXlGb3JUZXN0c09ubHlYeXp6eTEyMzQ1Njc="
 POLICY = "sendlistenpolicy"
 HUB = "telemetryhub"
@@ -223,39 +220,66 @@ CLI_CASES = [
     (f"{KEY.rstrip('=')} {HOST}", "has a part (number 1) without '='"),
 ]
 COMMANDS = {
-    "producer": ["-m", "producer", "--count", "5"],
-    "processor": ["-m", "processor", "run", "--trigger", "available_now"],
-    "loadtest": ["-m", "loadtest", "run", "--target", "external"],
+    "producer": ["producer", "--count", "5"],
+    "processor": ["processor", "run", "--trigger", "available_now"],
+    "loadtest": ["loadtest", "run", "--target", "external"],
 }
+
+
+def given(text: str) -> list[tuple[str, dict[str, str], list[str]]]:
+    """The string once from the environment, once as a flag (the log must not keep argv)."""
+    return [
+        ("env", {"IOT_KAFKA_CONNECTION_STRING": text}, []),
+        ("flag", {}, ["--kafka-connection-string", text]),
+    ]
+
+
+def assert_refused_in_one_line(
+    run: CliRun, *, home: Path, command: str, text: str, says: str, given_by: str
+) -> None:
+    """Exit 2, nothing on stdout, one line naming the part; no fragment there or in the log."""
+    assert run.code == 2, (given_by, run.err)
+    assert run.out == ""
+    lines = run.err.splitlines()
+    assert len(lines) == 1, run.err
+    assert lines[0].startswith(
+        "error: invalid settings: IOT_KAFKA_CONNECTION_STRING (--kafka-connection-string): "
+        f"the Event Hubs connection string {says}"
+    )
+    logs = sorted((home / "logs").glob("*.log"))
+    assert [p.name for p in logs] == [f"{command}.log"]
+    written = run.err + logs[0].read_text()
+    assert leaks(KEY, written) == [], given_by
+    assert leaks(text, written, public=PUBLIC) == [], given_by
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize(("text", "says"), CLI_CASES, ids=[says for _, says in CLI_CASES])
 def test_the_clis_refuse_a_malformed_string_in_one_line_without_a_fragment(
-    tmp_path, command, text, says
+    run_cli, tmp_path, command, text, says
 ):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
-    env |= {"IOT_KAFKA_AUTH": "connection_string", "IOT_PULSE_HOME": str(tmp_path / "home")}
-    # The string once from the environment, once as a flag (the log must not keep argv).
-    for given_by, extra_env, extra_args in (
-        ("env", {"IOT_KAFKA_CONNECTION_STRING": text}, []),
-        ("flag", {}, ["--kafka-connection-string", text]),
-    ):
-        proc = subprocess.run(
-            [sys.executable, *COMMANDS[command], *extra_args],
-            cwd=tmp_path, env=env | extra_env, capture_output=True, text=True, timeout=60,
-            check=False,
+    home = tmp_path / "home"
+    for given_by, extra_env, extra_args in given(text):
+        run = run_cli(
+            *COMMANDS[command], *extra_args, home=home, cwd=tmp_path,
+            env={"IOT_KAFKA_AUTH": "connection_string", **extra_env},
         )  # fmt: skip
-        assert proc.returncode == 2, (given_by, proc.stderr)
-        assert proc.stdout == ""
-        lines = proc.stderr.splitlines()
-        assert len(lines) == 1, proc.stderr
-        assert lines[0].startswith(
-            "error: invalid settings: IOT_KAFKA_CONNECTION_STRING (--kafka-connection-string): "
-            f"the Event Hubs connection string {says}"
+        assert_refused_in_one_line(
+            run, home=home, command=command, text=text, says=says, given_by=given_by
         )
-        logs = sorted((tmp_path / "home" / "logs").glob("*.log"))
-        assert [p.name for p in logs] == [f"{command}.log"]
-        written = proc.stderr + logs[0].read_text()
-        assert leaks(KEY, written) == [], given_by
-        assert leaks(text, written, public=PUBLIC) == [], given_by
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_python_m_refuses_a_malformed_string_as_in_process(tmp_path, command):
+    """The same through the real entry point, ``python -m``, for one malformed string."""
+    text, says = CLI_CASES[0]
+    home = tmp_path / "home"
+    for given_by, extra_env, extra_args in given(text):
+        run = run_python(
+            "-m", *COMMANDS[command], *extra_args, home=home, cwd=tmp_path,
+            env={"IOT_KAFKA_AUTH": "connection_string", **extra_env}, timeout_s=60,
+        )  # fmt: skip
+        assert_refused_in_one_line(
+            run, home=home, command=command, text=text, says=says, given_by=given_by
+        )

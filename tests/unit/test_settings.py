@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 from enum import Enum
 from typing import ClassVar, Literal
 
@@ -101,7 +99,7 @@ def test_queries_must_be_known_and_select_the_stages(clean_env):
         return [[by_stage[s] for s in group] for group in pipeline.stages(settings)]
 
     background = ["device_status", "gold_site_type_10m", "gold_device_sessions", "alerts",
-                  "fleet_summary", "alerts_rt"]  # fmt: skip
+                  "alerts_rt"]  # fmt: skip
     # Silver reads the source itself: the hot path starts first, bronze with the rest.
     assert names(ProcessorSettings()) == [
         ["silver"], ["bronze", *background], ["alert_recoveries"]
@@ -139,20 +137,18 @@ def test_each_tier_triggers_on_its_own_interval(monkeypatch: pytest.MonkeyPatch)
 # --------------------------------------------------------------------------- --help
 
 
-def _cli_help(module: str, tmp_path, **env_extra: str) -> str:
+def _cli_help(run_cli, module: str, tmp_path, **env_extra: str) -> str:
     """``python -m MODULE --help`` on one unwrapped line per option, whitespace collapsed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
-    env |= {"COLUMNS": "1000", **env_extra}
-    proc = subprocess.run(
-        [sys.executable, "-m", module, "--help"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    return " ".join(proc.stdout.split())
+    run = run_cli(
+        module, "--help", home=tmp_path / "home", cwd=tmp_path, env={"COLUMNS": "1000", **env_extra}
+    )
+    assert run.code == 0, run.err
+    return " ".join(run.out.split())
 
 
-def test_producer_help_shows_defaults_choices_and_variables_but_no_secret(tmp_path):
+def test_producer_help_shows_defaults_choices_and_variables_but_no_secret(run_cli, tmp_path):
     secret = "Endpoint=sb://h/;SharedAccessKeyName=p;SharedAccessKey=SECRETinTheEnvironment"
-    text = _cli_help("producer", tmp_path, IOT_KAFKA_CONNECTION_STRING=secret)
+    text = _cli_help(run_cli, "producer", tmp_path, IOT_KAFKA_CONNECTION_STRING=secret)
     for expected in (
         "--kafka-auth {none,connection_string,entra} none: PLAINTEXT; connection_string: "
         "SASL_SSL+PLAIN; entra: OAUTHBEARER (default: none; env IOT_KAFKA_AUTH)",
@@ -175,8 +171,8 @@ def test_producer_help_shows_defaults_choices_and_variables_but_no_secret(tmp_pa
     assert "SECRETinTheEnv" not in text
 
 
-def test_processor_help_shows_defaults_and_choices(tmp_path):
-    text = _cli_help("processor", tmp_path)
+def test_processor_help_shows_defaults_and_choices(run_cli, tmp_path):
+    text = _cli_help(run_cli, "processor", tmp_path)
     for expected in (
         "--trigger {processing_time,available_now} Run continuously, or process what is "
         "there and stop (default: processing_time; env IOT_PROCESSOR_TRIGGER)",

@@ -75,26 +75,66 @@ def test_a_table_written_before_the_ledger_is_still_written_exactly_once(spark, 
     assert spark.read.format("delta").load(path).count() == 2
 
 
-def test_merge_latest_keeps_the_newer_row_per_device(spark, tmp_path):
+def test_a_writer_with_only_empty_batches_reads_the_history_once(spark, tmp_path, monkeypatch):
+    """Quarantine's batches are empty for hours: its writer must not search the table's
+    history (up to 1,000 commits) again at every batch."""
+    path = str(tmp_path / "t")
+    rows = spark.createDataFrame([(1, "a")], "id long, v string")
+    sinks.idempotent_append(rows, path, "other", 0)  # the table exists, with another's commit
+    sinks.LEDGER.clear()
+    reads = []
+    real = sinks.CommitLedger._from_history.__func__
+
+    def counted(cls, spark_, path_, app_id):
+        reads.append(app_id)
+        return real(cls, spark_, path_, app_id)
+
+    monkeypatch.setattr(sinks.CommitLedger, "_from_history", classmethod(counted))
+    for batch_id in range(4):
+        sinks.idempotent_append(rows.limit(0), path, "app", batch_id)
+    assert reads == ["app"]
+    sinks.idempotent_append(rows, path, "app", 4)  # unknown to the ledger: Delta's txn too
+    sinks.idempotent_append(rows, path, "app", 4)  # a replay, now known: skipped
+    assert reads == ["app"]
+    assert "txn" in _log_actions(path, 1)
+    assert spark.read.format("delta").load(path).count() == 2
+
+
+def test_merge_latest_keeps_the_newer_reading_and_adds_the_events_once(spark, tmp_path):
     path = str(tmp_path / "status")
-    schema = "device_id string, last_event_time timestamp, last_seq long, status string"
+    schema = (
+        "device_id string, last_event_time timestamp, last_seq long, status string, events long"
+    )
     t1, t2 = datetime(2026, 1, 1, 0, 0, 1), datetime(2026, 1, 1, 0, 0, 2)
-    first = spark.createDataFrame([("d1", t2, 5, "online"), ("d2", t1, 1, "online")], schema)
+    first = spark.createDataFrame([("d1", t2, 5, "online", 5), ("d2", t1, 1, "online", 1)], schema)
     first.write.format("delta").save(path)
     update = spark.createDataFrame(
-        [("d1", t1, 4, "offline"), ("d2", t2, 2, "degraded"), ("d3", t1, 1, "online")], schema
+        [("d1", t1, 4, "offline", 1), ("d2", t2, 2, "degraded", 1), ("d3", t1, 1, "online", 1)],
+        schema,
     )
-    sinks.merge_latest(update, path)
-    sinks.merge_latest(update, path)  # replaying it changes nothing
-    sinks.merge_latest(update.limit(0), path)
+    sinks.merge_latest(update, path, txn=("q", 0))
+    sinks.merge_latest(update, path, txn=("q", 0))  # a replayed batch: skipped
+    sinks.LEDGER.clear()  # a new process: the table's history says it was committed
+    sinks.merge_latest(update, path, txn=("q", 0))
+    sinks.merge_latest(update.limit(0), path, txn=("q", 1))  # empty: no commit
+    later = spark.createDataFrame([("d3", t2, 2, "offline", 2)], schema)
+    sinks.merge_latest(later, path, txn=("q", 2))
+    assert _version(spark, path) == 2
     assertDataFrameEqual(
         spark.read.format("delta").load(path),
         [
-            Row(device_id="d1", last_event_time=t2, last_seq=5, status="online"),
-            Row(device_id="d2", last_event_time=t2, last_seq=2, status="degraded"),
-            Row(device_id="d3", last_event_time=t1, last_seq=1, status="online"),
+            Row(device_id="d1", last_event_time=t2, last_seq=5, status="online", events=6),
+            Row(device_id="d2", last_event_time=t2, last_seq=2, status="degraded", events=2),
+            Row(device_id="d3", last_event_time=t2, last_seq=2, status="offline", events=3),
         ],
     )
+    # Each MERGE's commit carries the tag that the ledger reads; Delta's own check (a txn
+    # action) ran only for the first, when the ledger knew nothing of the writer.
+    history = DeltaTable.forPath(spark, path).history().select("version", "userMetadata")
+    tags = {r.version: sinks.commit_tag_of(r.userMetadata) for r in history.collect()}
+    assert tags == {0: None, 1: ("q", 0), 2: ("q", 2)}
+    assert "txn" in _log_actions(path, 1)
+    assert "txn" not in _log_actions(path, 2)
 
 
 def _silver(spark, rows):
@@ -247,6 +287,36 @@ def test_has_rows_answers_without_new_generated_code_per_batch(spark, compilatio
     before = compilations()
     batch([3, 4]).isEmpty()
     assert compilations() > before  # the control: a LIMIT is new code every time
+
+
+def test_no_streaming_write_runs_an_action_under_a_limit():
+    """isEmpty(), first(), head() and take() on a micro-batch compile new code every batch.
+
+    Silver's schema-drift check once called ``isEmpty()`` per batch: Janino and the JIT
+    then compiled through every batch, and the processor's throughput fell threefold.
+    The per-batch code (transforms, sinks, the wiring) must use ``sinks.has_rows``.
+    """
+    import re
+    from pathlib import Path
+
+    import processor
+
+    limited = re.compile(r"\.(isEmpty|first|head|take|limit)\(")
+    # Allowed: has_rows' RDD isEmpty (no LIMIT), an empty table's schema (written once)
+    # and OPTIMIZE's metrics (maintain).
+    allowed = {
+        ("sinks.py", "toRdd().isEmpty()"), ("sinks.py", "empty.limit(0)"),
+        ("pipeline.py", ".first(),"),
+    }  # fmt: skip
+    found = []
+    for path in sorted(Path(processor.__file__).parent.glob("*.py")):
+        for line in path.read_text().splitlines():
+            code = line.split("#", 1)[0]
+            prose = code.lstrip().startswith(("``", '"'))
+            known = any(path.name == f and a in code for f, a in allowed)
+            if limited.search(code) and not prose and not known:
+                found.append(f"{path.name}: {line.strip()}")
+    assert found == []
 
 
 def test_device_minute_merges_reuse_their_generated_code_within_the_hour(

@@ -215,6 +215,16 @@ def test_silver_frame_keeps_payloads_for_quarantine_only_and_flags_devices_befor
     )  # fmt: skip
 
 
+def test_batch_contents_counts_valid_invalid_and_drifted_rows_in_one_row(spark):
+    rows = [(None, None), (None, '{"zone": "B"}'), ("bad_json", None), ("unknown_device", "{}"),
+            (None, None)]  # fmt: skip
+    batch = spark.createDataFrame(rows, "reason string, extra_fields string")
+    assertDataFrameEqual(transforms.batch_contents(batch), [Row(valid=3, invalid=2, drifted=1)])
+    assertDataFrameEqual(
+        transforms.batch_contents(batch.limit(0)), [Row(valid=0, invalid=0, drifted=0)]
+    )
+
+
 def test_valid_rows_reach_the_dedup_shuffle_without_their_payload(spark):
     """The payload of valid rows is nulled below the dedup, so the shuffle does not carry it."""
     from processor.pipeline import silver_frame

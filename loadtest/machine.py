@@ -1,0 +1,28 @@
+"""How fast this machine runs code right now, so that figures from two runs compare.
+
+A benchmark figure (events/s, cores, latency) moves with the machine as much as with
+the code: the same commit measured 21,000-27,000 events/s on one day and 5,900 on a
+later one, on a machine of the same size. ``cpu_stamp`` times a fixed piece of pure
+Python work; a bench prints it beside its figures, and two figures are comparable
+only when their stamps are close.
+"""
+
+from __future__ import annotations
+
+import time
+
+# The fixed work: summing this many integers in the interpreter.
+STAMP_WORK = 10_000_000
+
+
+def cpu_stamp(repeats: int = 3) -> float:
+    """Seconds one core takes for the fixed work (the best of ``repeats`` runs).
+
+    The best run is the machine's speed with the least interference. Lower is faster.
+    """
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        sum(range(STAMP_WORK))
+        best = min(best, time.perf_counter() - t0)
+    return round(best, 3)
