@@ -235,9 +235,19 @@ def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
     code = _run(verify, env, tmp_path / "verify.log", 600)
     assert code == 0, (tmp_path / "verify.log").read_text()[-3000:]
     result = json.loads((run / "verify" / "verify.json").read_text())
+    counts, dups, quarantine = result["counts"], result["duplicates"], result["quarantine"]
     assert result["loss"]["total"] == 0 and result["loss"]["pending"] == 0
-    assert result["duplicates"]["silver_duplicated_ids"] == 0
-    assert result["counts"]["acked"] > RATE * 20
+    # Exactly once: every acknowledged reading once in silver, nothing else; every
+    # message the broker acknowledged once in bronze (the injected duplicates included).
+    assert counts["acked"] > RATE * 20 and counts["messages_failed"] == 0
+    assert counts["silver_rows"] == counts["acked"]
+    assert counts["silver_rows_outside_manifest"] == 0
+    assert counts["bronze_rows"] == counts["messages_sent"]
+    assert dups["silver_duplicated_ids"] == 0 and dups["silver_extra_rows"] == 0
+    assert dups["bronze_unexpected_copies"] == 0
+    # Each malformed payload quarantined once, with its reason.
+    assert counts["quarantine_rows"] == quarantine["expected"] == quarantine["quarantined"]
+    assert quarantine["missing"] == 0 and quarantine["misclassified"] == 0
     _gold_equals_silver_recomputed(request.getfixturevalue("spark"), lake)
     print(f"cluster run with a worker lost: {elapsed:.0f} s")
 
