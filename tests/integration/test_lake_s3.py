@@ -25,7 +25,7 @@ from infra.jars import ensure_jars
 from tests.integration.proc import ROOT, run_python
 from tests.integration.s3 import create_bucket, lake_env, list_keys, moto_server
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 FLEET, SEED, COUNT = 10, 5, 2000
 BUCKET, PREFIX = "lake", "iot"
