@@ -8,6 +8,7 @@ its ``Query`` member.
 from __future__ import annotations
 
 from enum import StrEnum
+from urllib.parse import urlparse
 
 
 class Table(StrEnum):
@@ -51,6 +52,16 @@ class Query(StrEnum):
 
 
 CHECKPOINTS = "_checkpoints"  # one folder per streaming query below it
+S3_SCHEMES = ("s3a", "s3")  # Spark writes s3a:// (Hadoop's S3A); delta-rs reads both
+
+
+def lake_scheme(root: str) -> str:
+    """The URI scheme of a lake root, lower case; ``""`` for a local folder.
+
+    A one-letter scheme is a Windows drive (``C:/lake``), not a URI.
+    """
+    scheme = urlparse(root).scheme  # lower case
+    return scheme if len(scheme) > 1 else ""
 
 
 def table_location(root: str, table: Table | str) -> str:

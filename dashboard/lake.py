@@ -121,10 +121,16 @@ class TimeRange:
     end: datetime | None = None
 
 
-def open_table(uri: str) -> DeltaTable | None:
-    """The latest snapshot of the Delta table at ``uri``, or None if there is none yet."""
+def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable | None:
+    """The latest snapshot of the Delta table at ``uri``, or None if there is none yet.
+
+    Args:
+        uri: The table's location (``LakeSettings.table``).
+        storage_options: How to reach it (``LakeSettings.storage_options``: S3's endpoint
+            and keys); polars' reads of the snapshot use them too.
+    """
     try:
-        return DeltaTable(uri)
+        return DeltaTable(uri, storage_options=dict(storage_options) if storage_options else None)
     except TableNotFoundError:
         return None
 

@@ -144,7 +144,7 @@ def load(
     """
     uri = settings.lake.table(name)
     try:
-        table = lake.open_table(uri)
+        table = lake.open_table(uri, settings.lake.storage_options())
         if table is None:
             return Loaded(name, None)
         frame = _read_version(
@@ -207,7 +207,7 @@ def load_gold_parts(
     name = Table.GOLD_DEVICE_1M
     uri = settings.lake.table(name)
     try:
-        table = lake.open_table(uri)
+        table = lake.open_table(uri, settings.lake.storage_options())
         if table is None:
             return LoadedParts(name, None)
         parts = _gold_parts_version(uri, table.version(), start, end, _table=table)

@@ -5,7 +5,9 @@ bundle's runtime dependencies into ``<state dir>/jars/<bundle>/``, with the jars
 the bundle's Maven modules built from source (``MODULES``); a stamp file holding the
 POMs' and sources' hash makes later calls free until one of them changes.
 
-Run ``python -m infra.jars spark kafka`` to fetch both bundles ahead of time.
+Run ``python -m infra.jars spark kafka`` to fetch both bundles ahead of time, and
+``python -m infra.jars s3`` for S3A (a lake on S3 or an S3-compatible store), which the
+processor takes beside the spark bundle (``IOT_PROCESSOR_JARS_DIR=<spark>,<s3>``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ from pathlib import Path
 from infra.paths import PROJECT_ROOT, state_dir
 
 MAVEN_DIR = PROJECT_ROOT / "infra" / "maven"
-BUNDLES = ("spark", "kafka")
+BUNDLES = ("spark", "kafka", "s3")
+# Bundles that go on Spark's classpath: the jars the PySpark wheel ships are left out.
+SPARK_BUNDLES = ("spark", "s3")
+# Bundles that ``python -m infra.jars`` fetches when it is given none (s3 is optional).
+DEFAULT_BUNDLES = ("spark", "kafka")
 # Maven modules built from source into a bundle's folder, with their runtime dependencies:
 # the processor's Entra ID (OAUTHBEARER) login handler for Spark's Kafka client, which
 # lives beside the processor, lands beside the connectors.
@@ -134,7 +140,7 @@ def ensure_jars(bundle: str, *, quiet: bool = False) -> list[Path]:
     for module in MODULES.get(bundle, ()):
         _build_module(mvn, module, staging)
 
-    if bundle == "spark":
+    if bundle in SPARK_BUNDLES:
         shipped = _pyspark_shipped_artifacts()
         for jar in staging.glob("*.jar"):
             if _artifact_name(jar.name) in shipped:
@@ -149,8 +155,8 @@ def ensure_jars(bundle: str, *, quiet: bool = False) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Fetch the named bundles (all by default)."""
-    names = (argv if argv is not None else sys.argv[1:]) or list(BUNDLES)
+    """Fetch the named bundles (spark and kafka by default)."""
+    names = (argv if argv is not None else sys.argv[1:]) or list(DEFAULT_BUNDLES)
     try:
         for name in names:
             ensure_jars(name)

@@ -32,7 +32,13 @@ def _verify(args: argparse.Namespace) -> int:
                 "zone, e.g. 2026-03-01T12:00:00Z",
                 cli.BAD_INPUT,
             )
-    root = args.lake_root or LakeSettings().root
+    try:
+        lake_settings = load_settings(
+            LakeSettings, **({"root": args.lake_root} if args.lake_root else {})
+        )
+    except (ValueError, FileNotFoundError) as exc:
+        return cli.settings_error(exc)
+    root = lake_settings.root
     lake_dir = cli.local_path(root)
     if lake_dir is not None and not lake_dir.is_dir():
         what = "is a file" if lake_dir.exists() else "does not exist"
@@ -43,7 +49,7 @@ def _verify(args: argparse.Namespace) -> int:
         )
     try:
         truth = read_truth(Path(args.manifest))
-        lake = read_lake(root)
+        lake = read_lake(root, lake_settings.storage_options())
     except LakeReadError as exc:
         return cli.error(str(exc), cli.BAD_INPUT)
     result = verify(truth, lake, VerifyConfig(watermark_s, args.slack_s, args.strict, latency_from))
@@ -91,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         "lost or duplicated; 1: something was; 2: the inputs could not be read.",
     )
     v.add_argument("--manifest", required=True, help="the producer's manifest (JSON lines)")
-    v.add_argument("--lake-root", help="the lake (default IOT_LAKE_ROOT, else .local/lake)")
+    v.add_argument(
+        "--lake-root",
+        help="the lake (default IOT_LAKE_ROOT, else .local/lake); an S3 lake is reached with "
+        "the processor's IOT_LAKE_S3_* settings",
+    )
     v.add_argument(
         "--watermark", default="2 minutes", help="the processor's watermark (default 2 minutes)"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
@@ -36,26 +37,40 @@ def table_uri(root: str, name: str) -> str:
     return f"{root.rstrip('/')}/{name}"
 
 
-def read_table(root: str, name: str, *, required: bool = True) -> pl.DataFrame:
+def _open(uri: str, storage_options: Mapping[str, str] | None) -> DeltaTable:
+    return DeltaTable(uri, storage_options=dict(storage_options) if storage_options else None)
+
+
+def read_table(
+    root: str,
+    name: str,
+    *,
+    required: bool = True,
+    storage_options: Mapping[str, str] | None = None,
+) -> pl.DataFrame:
     """One table's ``COLUMNS`` as a frame.
 
     Args:
         root: The lake root (folder or URI).
         name: e.g. ``Table.SILVER_EVENTS``.
         required: Raise when the table does not exist; else return an empty frame.
+        storage_options: How to reach the lake (``LakeSettings.storage_options``).
 
     Raises:
-        LakeReadError: The table is missing (and required) or lacks a column.
+        LakeReadError: The table is missing (and required), cannot be read, or lacks a
+            column.
     """
     uri = table_uri(root, name)
     try:
-        table = DeltaTable(uri)
+        table = _open(uri, storage_options)
     except TableNotFoundError as exc:
         if not required:
             return pl.DataFrame(schema={c: pl.Null for c in COLUMNS[name]})
         raise LakeReadError(
             f"no Delta table at {uri}: has the processor run against this lake?"
         ) from exc
+    except OSError as exc:  # an object store that does not answer, or refuses the keys
+        raise LakeReadError(f"cannot read {uri}: {exc}") from exc
     names = {f.name for f in table.schema().fields}
     lacking = [c for c in COLUMNS[name] if c not in names]
     if lacking:
@@ -63,9 +78,15 @@ def read_table(root: str, name: str, *, required: bool = True) -> pl.DataFrame:
     return pl.from_arrow(table.to_pyarrow_table(columns=COLUMNS[name]))  # type: ignore[return-value]
 
 
-def read_lake(root: str) -> LakeFrames:
-    """The tables ``verify`` reads (``ops/pipeline_metrics`` may be absent) and gold's commits."""
-    metrics = read_table(root, Table.OPS_PIPELINE_METRICS, required=False)
+def read_lake(root: str, storage_options: Mapping[str, str] | None = None) -> LakeFrames:
+    """The tables ``verify`` reads (``ops/pipeline_metrics`` may be absent) and gold's commits.
+
+    Args:
+        root: The lake root (folder or URI).
+        storage_options: How to reach the lake (``LakeSettings.storage_options``).
+    """
+    options = storage_options
+    metrics = read_table(root, Table.OPS_PIPELINE_METRICS, required=False, storage_options=options)
     if metrics.schema.get("timestamp") == pl.Null:
         metrics = pl.DataFrame(
             schema={
@@ -77,24 +98,32 @@ def read_lake(root: str) -> LakeFrames:
             }
         )
     return LakeFrames(
-        bronze=read_table(root, Table.BRONZE_EVENTS),
-        silver=read_table(root, Table.SILVER_EVENTS),
-        quarantine=read_table(root, Table.SILVER_QUARANTINE),
+        bronze=read_table(root, Table.BRONZE_EVENTS, storage_options=options),
+        silver=read_table(root, Table.SILVER_EVENTS, storage_options=options),
+        quarantine=read_table(root, Table.SILVER_QUARANTINE, storage_options=options),
         metrics=metrics,
-        gold_commits=commit_times(root, Table.GOLD_DEVICE_1M, operations={"MERGE"}),
+        gold_commits=commit_times(
+            root, Table.GOLD_DEVICE_1M, operations={"MERGE"}, storage_options=options
+        ),
     )
 
 
-def commit_times(root: str, name: str, operations: set[str] | None = None) -> pl.DataFrame:
+def commit_times(
+    root: str,
+    name: str,
+    operations: set[str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> pl.DataFrame:
     """``committed``: the time of every commit of a table (its Delta history), oldest first.
 
     Args:
         root: The lake root.
         name: The table, e.g. ``gold/device_1m``.
         operations: Keep only these operations (e.g. ``{"MERGE"}``); None: all.
+        storage_options: How to reach the lake (``LakeSettings.storage_options``).
     """
     try:
-        history = DeltaTable(table_uri(root, name)).history()
+        history = _open(table_uri(root, name), storage_options).history()
     except (TableNotFoundError, OSError):
         history = []
     stamps = sorted(

@@ -9,13 +9,24 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from common.paths import package_file
-from processor.settings import ProcessorSettings
+from processor.settings import S3_PACKAGES, S3_PACKAGES_EXCLUDES, ProcessorSettings
 
 REQUIRED_JARS = (
     "delta-spark_",
     "spark-sql-kafka-0-10_",
     "spark-token-provider-kafka",
     "kafka-clients",
+)
+# A lake on S3 also needs S3A and the AWS SDK modules it uses (python -m infra.jars s3).
+S3_JARS = ("hadoop-aws-", "s3-transfer-manager-")
+REQUIRED_CLASSES = (
+    "io.delta.tables.DeltaTable",
+    "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+)
+S3_CLASSES = (
+    "org.apache.hadoop.fs.s3a.S3AFileSystem",
+    "software.amazon.awssdk.services.s3.S3Client",
+    "software.amazon.awssdk.transfer.s3.S3TransferManager",
 )
 
 
@@ -80,24 +91,39 @@ def quiet_console(spark: SparkSession) -> None:
 
 
 class ConnectorJarsMissingError(RuntimeError):
-    """Delta or the Kafka connector is not on the classpath."""
+    """Delta, the Kafka connector or (for a lake on S3) S3A is not on the classpath."""
 
 
-def connector_jars(jars_dir: str) -> list[str]:
-    """The jar files in ``jars_dir``, checked to hold Delta and the Kafka connector.
+def connector_jars(jars_dir: str, *, s3: bool = False) -> list[str]:
+    """The jar files in the folders ``jars_dir`` names, checked to hold the connectors.
+
+    Args:
+        jars_dir: A folder, or several separated by commas (e.g. the spark and s3
+            bundles'). A jar name found in two folders is taken from the first.
+        s3: Also require S3A (a lake on S3).
 
     Raises:
-        ConnectorJarsMissingError: the folder lacks one of them.
+        ConnectorJarsMissingError: the folders lack one of them.
     """
-    folder = Path(jars_dir)
-    jars = sorted(str(p) for p in folder.glob("*.jar"))
-    missing = [r for r in REQUIRED_JARS if not any(Path(j).name.startswith(r) for j in jars)]
+    folders = [Path(f.strip()) for f in jars_dir.split(",") if f.strip()]
+    by_name: dict[str, str] = {}
+    for folder in folders:
+        for jar in sorted(folder.glob("*.jar")):
+            by_name.setdefault(jar.name, str(jar))
+    where = ", ".join(str(f) for f in folders)
+    missing = [r for r in REQUIRED_JARS if not any(n.startswith(r) for n in by_name)]
     if missing:
         raise ConnectorJarsMissingError(
-            f"{folder} lacks the jars {', '.join(missing)}: run 'python -m infra.jars spark' "
+            f"{where} lacks the jars {', '.join(missing)}: run 'python -m infra.jars spark' "
             "(or unset IOT_PROCESSOR_JARS_DIR to resolve them with spark.jars.packages)"
         )
-    return jars
+    if s3 and not all(any(n.startswith(r) for n in by_name) for r in S3_JARS):
+        raise ConnectorJarsMissingError(
+            f"the lake is on S3 but {where} lacks S3A (hadoop-aws and the AWS SDK): run "
+            "'python -m infra.jars s3' and add its folder to IOT_PROCESSOR_JARS_DIR, "
+            "comma-separated (e.g. .local/jars/spark,.local/jars/s3)"
+        )
+    return sorted(by_name.values())
 
 
 def build_session(
@@ -123,8 +149,13 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if settings.master:
         builder = builder.master(settings.master)
+    s3 = settings.lake.on_s3
     if settings.jars_dir:
-        builder = builder.config("spark.jars", ",".join(connector_jars(settings.jars_dir)))
+        jars = connector_jars(settings.jars_dir, s3=s3)
+        builder = builder.config("spark.jars", ",".join(jars))
+    elif s3 and "hadoop-aws" not in settings.packages:
+        builder = builder.config("spark.jars.packages", f"{settings.packages},{S3_PACKAGES}")
+        builder = builder.config("spark.jars.excludes", S3_PACKAGES_EXCLUDES)
     else:
         builder = builder.config("spark.jars.packages", settings.packages)
     conf = {
@@ -164,6 +195,8 @@ def build_session(
         # event ids are unique, so for them it is work for nothing (bronze took twice
         # as long). Low-cardinality columns (devices, sites, status) keep theirs.
         **{f"spark.hadoop.parquet.enable.dictionary#{c}": "false" for c in UNIQUE_COLUMNS},
+        # The lake's own settings: S3A's endpoint, region and keys for a lake on S3.
+        **settings.lake.spark_conf(),
     }
     if settings.master.startswith("local"):
         conf["spark.python.daemon.module"] = "processor.worker_daemon"
@@ -172,16 +205,24 @@ def build_session(
     spark = builder.getOrCreate()
     if spark._jvm.java.lang.System.getProperty("iot.log.level") is None:  # type: ignore[union-attr]
         spark.sparkContext.setLogLevel(settings.log_level)
+    _check_classes(spark, REQUIRED_CLASSES, "Delta or the Kafka connector", "spark")
+    if s3:
+        _check_classes(spark, S3_CLASSES, "S3A (hadoop-aws and the AWS SDK)", "s3")
+    return spark
+
+
+def _check_classes(spark: SparkSession, classes: tuple[str, ...], what: str, bundle: str) -> None:
+    """Load ``classes`` in the driver JVM.
+
+    Raises:
+        ConnectorJarsMissingError: one of them cannot be loaded.
+    """
     try:
-        for cls in (
-            "io.delta.tables.DeltaTable",
-            "org.apache.spark.sql.kafka010.KafkaSourceProvider",
-        ):
-            spark._jvm.org.apache.spark.util.Utils.classForName(cls, True, False)
+        for cls in classes:
+            spark._jvm.org.apache.spark.util.Utils.classForName(cls, True, False)  # type: ignore[union-attr]
     except Exception as exc:
         raise ConnectorJarsMissingError(
-            "Delta or the Kafka connector is not on Spark's classpath "
-            f"({type(exc).__name__}); run 'python -m infra.jars spark' and set "
-            "IOT_PROCESSOR_JARS_DIR, or let spark.jars.packages resolve them"
+            f"{what} is not on Spark's classpath ({type(exc).__name__}); run "
+            f"'python -m infra.jars {bundle}' and set IOT_PROCESSOR_JARS_DIR, or let "
+            "spark.jars.packages resolve them"
         ) from exc
-    return spark

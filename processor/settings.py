@@ -16,6 +16,17 @@ DEFAULT_PACKAGES = (
     f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION},"
     f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
 )
+# S3A for a lake on S3, as infra/maven/s3/pom.xml resolves it (tests/unit/test_jars.py checks
+# they agree): hadoop-aws of the wheel's Hadoop client, with the AWS SDK v2 modules it uses
+# instead of the SDK's 686 MB bundle.
+HADOOP_VERSION = "3.5.0"
+AWS_SDK_VERSION = "2.35.4"
+S3_PACKAGES = (
+    f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION},"
+    f"software.amazon.awssdk:s3:{AWS_SDK_VERSION},"
+    f"software.amazon.awssdk:s3-transfer-manager:{AWS_SDK_VERSION}"
+)
+S3_PACKAGES_EXCLUDES = "software.amazon.awssdk:bundle"
 
 
 def _names(value: str) -> list[str]:
@@ -34,9 +45,14 @@ class ProcessorSettings(FleetSettings):
 
     master: str = Field("local[2]", description="Spark master; empty under spark-submit")
     jars_dir: str = Field(
-        "", description="Folder of pre-resolved connector jars (else spark.jars.packages)"
+        "",
+        description="Folder of pre-resolved connector jars, or several comma-separated "
+        "(a lake on S3 also needs python -m infra.jars s3's); else spark.jars.packages",
     )
-    packages: str = Field(DEFAULT_PACKAGES, description="Maven coordinates of the connectors")
+    packages: str = Field(
+        DEFAULT_PACKAGES,
+        description="Maven coordinates of the connectors (S3A's are added for a lake on S3)",
+    )
     trigger: Literal["processing_time", "available_now"] = Field(
         "processing_time", description="Run continuously, or process what is there and stop"
     )

@@ -300,6 +300,27 @@ def commit_tag_of(user_metadata: str | None) -> tuple[str, int] | None:
         return None
 
 
+def _once(
+    spark: SparkSession, path: str, app_id: str, batch_id: int, commit: Callable[[bool], bool]
+) -> None:
+    """Run ``commit`` unless ``LEDGER`` says the writer has committed ``batch_id`` to ``path``.
+
+    ``commit(unknown)`` writes the batch, with Delta's ``txnAppId``/``txnVersion`` check
+    when ``unknown`` (the ledger knows nothing of the writer), and says whether it
+    committed; the ledger then records the batch, or forgets the writer if it failed.
+    """
+    last = LEDGER.last(spark, path, app_id)
+    if last is not None and batch_id <= last:
+        return
+    try:
+        committed = commit(last is None)
+    except BaseException:
+        LEDGER.forget(path, app_id)
+        raise
+    if committed:
+        LEDGER.record(path, app_id, batch_id)
+
+
 def idempotent_write(
     df: DataFrame,
     path: str,
@@ -322,22 +343,18 @@ def idempotent_write(
         mode: ``append``, or ``overwrite`` to replace the table's rows.
         nonempty: The caller knows that ``df`` has rows (no Spark job to check).
     """
-    last = LEDGER.last(df.sparkSession, path, app_id)
-    if last is not None and batch_id <= last:
-        return
-    if not nonempty and not has_rows(df):
-        return
-    writer = (
-        df.write.format("delta").mode(mode).option("userMetadata", commit_tag(app_id, batch_id))
-    )
-    if last is None:
-        writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
-    try:
+
+    def commit(unknown: bool) -> bool:
+        if not nonempty and not has_rows(df):
+            return False
+        tag = commit_tag(app_id, batch_id)
+        writer = df.write.format("delta").mode(mode).option("userMetadata", tag)
+        if unknown:
+            writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
         writer.save(path)
-    except BaseException:
-        LEDGER.forget(path, app_id)
-        raise
-    LEDGER.record(path, app_id, batch_id)
+        return True
+
+    _once(df.sparkSession, path, app_id, batch_id, commit)
 
 
 def idempotent_append(
@@ -391,19 +408,16 @@ def idempotent_dml(
         dml()
         return
     app_id, batch_id = txn
-    last = LEDGER.last(spark, path, app_id)
-    if last is not None and batch_id <= last:
-        return
-    conf = {USER_METADATA_CONF: commit_tag(app_id, batch_id)}
-    if last is None:
-        conf |= {TXN_APP_ID_CONF: app_id, TXN_VERSION_CONF: str(batch_id)}
-    try:
+
+    def commit(unknown: bool) -> bool:
+        conf = {USER_METADATA_CONF: commit_tag(app_id, batch_id)}
+        if unknown:
+            conf |= {TXN_APP_ID_CONF: app_id, TXN_VERSION_CONF: str(batch_id)}
         with _session_conf(spark, conf):
             dml()
-    except BaseException:
-        LEDGER.forget(path, app_id)
-        raise
-    LEDGER.record(path, app_id, batch_id)
+        return True
+
+    _once(spark, path, app_id, batch_id, commit)
 
 
 def merge_batch(

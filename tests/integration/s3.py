@@ -1,0 +1,90 @@
+"""An S3-compatible object store for tests: moto's server (PyPI), one process per use.
+
+``moto_server`` starts ``python -m moto.server`` on a free local port and stops it
+(with everything it holds, in memory) on exit. Its keys are dummies: moto accepts any.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from common.settings import LakeSettings
+
+# moto takes any key; these are the dummy values its documentation uses.
+ACCESS_KEY_ID = SECRET_ACCESS_KEY = "testing"
+REGION = "us-east-1"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def moto_server(log: Path, timeout_s: float = 60) -> Iterator[str]:
+    """Run moto's S3 server on a free port; yield its endpoint URL (``http://127.0.0.1:PORT``)."""
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"moto's server exited ({proc.returncode}): {log.read_text()}")
+            try:
+                with urllib.request.urlopen(endpoint + "/", timeout=2):
+                    break
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"moto's server did not answer in {timeout_s:.0f} s"
+                    ) from None
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` (moto takes an unsigned request)."""
+    request = urllib.request.Request(f"{endpoint}/{bucket}", method="PUT")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200, response.status
+
+
+def list_keys(endpoint: str, bucket: str, prefix: str) -> list[str]:
+    """Every key under ``prefix`` in ``bucket``."""
+    import boto3  # moto's own dependency
+
+    client = boto3.client(
+        "s3", endpoint_url=endpoint, region_name=REGION,
+        aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=SECRET_ACCESS_KEY,
+    )  # fmt: skip
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+def lake_env(endpoint: str, root: str) -> dict[str, str]:
+    """The ``IOT_LAKE_*`` variables of a lake at ``root`` on the server at ``endpoint``."""
+    return LakeSettings.env_vars(
+        root=root, s3_endpoint=endpoint, s3_region=REGION, s3_path_style=True,
+        s3_access_key_id=ACCESS_KEY_ID, s3_secret_access_key=SECRET_ACCESS_KEY,
+    )  # fmt: skip

@@ -1,0 +1,135 @@
+"""The lake on object storage: producer -> broker -> processor -> S3 -> verify and dashboard.
+
+The S3 store is moto's server (PyPI). The processor writes its Delta tables and its
+streaming checkpoints to ``s3a://`` through Hadoop's S3A (``python -m infra.jars s3``);
+``python -m loadtest verify`` and the dashboard read the same URI through delta-rs,
+every service with the same ``IOT_LAKE_*`` settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from common.lake import Query, Table
+from common.settings import LakeSettings
+from dashboard import lake as dashboard_lake
+from infra.broker import ensure_topic
+from infra.jars import ensure_jars
+from tests.integration.proc import ROOT, run_python
+from tests.integration.s3 import create_bucket, lake_env, list_keys, moto_server
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+
+FLEET, SEED, COUNT = 10, 5, 2000
+BUCKET, PREFIX = "lake", "iot"
+START = "2026-01-01T00:00:00Z"
+AS_OF = "2026-01-01T00:05:00+00:00"  # the stream spans 00:00:00-00:03:20 (10 events/s)
+
+
+def _env(logs: Path, **extra: str) -> dict[str, str]:
+    """A clean environment (no IOT_* or AWS_* of the caller's); services log to ``logs``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IOT_", "AWS_"))}
+    return env | {"PYTHONUNBUFFERED": "1", "IOT_LOG_DIR": str(logs)} | extra
+
+
+def test_processor_writes_the_lake_on_s3_and_verify_and_dashboard_read_it(
+    kafka_broker, tmp_path: Path
+) -> None:
+    topic = "lake-s3"
+    logs = tmp_path / "logs"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=2)
+    kafka = {"IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext, "IOT_KAFKA_TOPIC": topic}
+    manifest = tmp_path / "manifest.jsonl"
+    code = run_python(
+        ["-m", "producer"],
+        _env(logs, **kafka, IOT_PRODUCER_SCENARIO="clean", IOT_PRODUCER_COUNT=str(COUNT),
+             IOT_PRODUCER_RATE="0", IOT_PRODUCER_FLEET_SIZE=str(FLEET),
+             IOT_PRODUCER_SEED=str(SEED), IOT_PRODUCER_START_TIME=START,
+             IOT_PRODUCER_CLOCK_RATE="10", IOT_PRODUCER_MANIFEST_PATH=str(manifest)),
+        tmp_path / "producer.log",
+        300,
+    )  # fmt: skip
+    assert code == 0, (tmp_path / "producer.log").read_text()[-3000:]
+    jars = ",".join(str(ensure_jars(b, quiet=True)[0].parent) for b in ("spark", "s3"))
+    root = f"s3a://{BUCKET}/{PREFIX}"
+
+    with moto_server(tmp_path / "moto.log") as endpoint:
+        create_bucket(endpoint, BUCKET)
+        lake = lake_env(endpoint, root)
+        code = run_python(
+            ["-m", "processor", "run"],
+            _env(logs, **kafka, **lake, IOT_PROCESSOR_TRIGGER="available_now",
+                 IOT_PROCESSOR_QUERIES="bronze,silver,device_status",
+                 IOT_PROCESSOR_JARS_DIR=jars, IOT_PROCESSOR_FLEET_SIZE=str(FLEET),
+                 IOT_PROCESSOR_SEED=str(SEED), IOT_PROCESSOR_SHUFFLE_PARTITIONS="2",
+                 IOT_PROCESSOR_DRIVER_MEMORY="1g"),
+            tmp_path / "processor.log",
+            600,
+        )  # fmt: skip
+        trace = logs / "processor.log"  # Spark's warnings and full traces
+        assert code == 0, (tmp_path / "processor.log").read_text()[-3000:] + (
+            trace.read_text()[-5000:] if trace.exists() else ""
+        )
+
+        # The checkpoints are on S3 beside the tables: offsets and commits, and the
+        # RocksDB state of silver's dedup.
+        keys = list_keys(endpoint, BUCKET, f"{PREFIX}/")
+        for query in (Query.BRONZE, Query.SILVER, Query.DEVICE_STATUS):
+            mine = [k for k in keys if k.startswith(f"{PREFIX}/_checkpoints/{query}/")]
+            assert any("/offsets/" in k for k in mine) and any("/commits/" in k for k in mine), (
+                query,
+                mine,
+            )
+        assert any(k.startswith(f"{PREFIX}/_checkpoints/silver/state/") for k in keys)
+        for table in (Table.BRONZE_EVENTS, Table.SILVER_EVENTS, Table.GOLD_DEVICE_1M):
+            assert f"{PREFIX}/{table}/_delta_log/00000000000000000000.json" in keys, table
+
+        # verify reads the same URI with the same settings, through delta-rs.
+        out = tmp_path / "verify"
+        code = run_python(
+            ["-m", "loadtest", "verify", "--manifest", str(manifest), "--out", str(out)],
+            _env(logs, **lake),
+            tmp_path / "verify.log",
+            300,
+        )  # fmt: skip
+        assert code == 0, (tmp_path / "verify.log").read_text()[-3000:]
+        result = json.loads((out / "verify.json").read_text())
+        assert result["counts"]["acked"] == result["counts"]["silver_rows"] == COUNT
+        assert result["loss"]["total"] == 0
+        assert result["duplicates"]["silver_duplicated_ids"] == 0
+
+        # The dashboard's reader: gold's events add up to silver's rows.
+        settings = LakeSettings(**{k.removeprefix("IOT_LAKE_").lower(): v for k, v in lake.items()})
+        gold = dashboard_lake.open_table(
+            settings.table(Table.GOLD_DEVICE_1M), settings.storage_options()
+        )
+        assert gold is not None
+        rows = dashboard_lake.read(gold, Table.GOLD_DEVICE_1M, ["device_id", "events"])
+        assert rows["events"].sum() == COUNT
+        assert rows["device_id"].n_unique() == FLEET
+
+        # The dashboard's overview page renders from the S3 lake (AppTest, its own process).
+        page = textwrap.dedent("""
+            import json
+            from streamlit.testing.v1 import AppTest
+            at = AppTest.from_file("dashboard/app.py", default_timeout=120)
+            at.run()
+            assert not at.exception, [e.value for e in at.exception]
+            print(json.dumps({m.label: m.value for m in at.metric}))
+        """)
+        shown = subprocess.run(
+            [sys.executable, "-c", page], cwd=ROOT, capture_output=True, text=True, timeout=300,
+            env=_env(logs, **lake, IOT_DASHBOARD_AS_OF=AS_OF, IOT_DASHBOARD_LIVE_ALERTS="false",
+                     IOT_DASHBOARD_REPORT_PATH=str(tmp_path / "no-report.json")),
+            check=False,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        metrics = json.loads(shown.stdout.strip().splitlines()[-1])
+        assert metrics["Active devices"] == str(FLEET), metrics
