@@ -7,7 +7,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup jars demo demo-clean test test-fast lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
+.PHONY: setup jars demo demo-clean test test-cluster test-fast lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
 
 setup: $(STAMP)
 
@@ -29,8 +29,14 @@ demo: jars
 demo-clean: setup
 	$(PY) -m demo --clean
 
+# Every test but the standalone cluster's (make test-cluster), which alone takes 15 min or more.
 test: jars
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not cluster" $(PYTEST_ARGS)
+
+# The processor on a Spark standalone cluster that loses a worker, its lake on S3 (moto).
+test-cluster: jars
+	$(PY) -m infra.jars s3
+	$(PY) -m pytest -m cluster $(PYTEST_ARGS)
 
 # The tests that need no Kafka broker, no Spark and no browser, on every core (pytest-xdist).
 # The CLIs run in-process there; the tests that start them as processes run in `make test`.

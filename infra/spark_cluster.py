@@ -16,7 +16,8 @@ Command line::
     python -m infra.spark_cluster start [--workers 2] [--worker-cores 1] [--worker-memory 1g]
     python -m infra.spark_cluster status [--json]
     python -m infra.spark_cluster url        # spark://127.0.0.1:PORT, for spark-submit
-    python -m infra.spark_cluster jars       # the connector jars, comma-separated (--jars)
+    python -m infra.spark_cluster jars       # the connector jars, comma-separated (--jars);
+                                             # S3A's too when the lake is on S3
     python -m infra.spark_cluster package    # the project's code as a zip (--py-files)
     python -m infra.spark_cluster stop
 
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from common import cli
+from common.settings import LakeSettings
 from infra.paths import PROJECT_ROOT, state_dir
 
 DIR_ENV = "IOT_SPARK_CLUSTER_DIR"
@@ -233,20 +235,29 @@ def status(data_dir: Path | None = None) -> ClusterInfo | None:
     return _info(_Layout(data_dir or default_data_dir()))
 
 
-def connector_jars() -> list[Path]:
-    """The connector jars (Delta, Kafka) for ``spark-submit --jars``, resolved if need be.
+def connector_jars(s3: bool = False) -> list[Path]:
+    """The connector jars for ``spark-submit --jars``, resolved if need be.
+
+    Delta and Kafka's always; with ``s3``, Hadoop's S3A and the AWS SDK modules it uses
+    too (``python -m infra.jars s3``). A jar in both bundles is listed once.
+
+    Args:
+        s3: The lake is on S3.
 
     Raises:
         ClusterError: Maven could not resolve them.
     """
     from infra.jars import JarResolutionError, ensure_jars
+    from processor.session import connector_jars as jars_in
 
+    bundles = ("spark", "s3") if s3 else ("spark",)
     try:
-        return ensure_jars("spark", quiet=True)
+        folders = [ensure_jars(bundle, quiet=True)[0].parent for bundle in bundles]
     except JarResolutionError as exc:
         raise ClusterError(
             f"could not fetch the Spark connector jars: {cli.one_line(str(exc))}"
         ) from None
+    return [Path(jar) for jar in jars_in(",".join(str(f) for f in folders), s3=s3)]
 
 
 def package(out: Path) -> Path:
@@ -610,7 +621,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     status_p = sub.add_parser("status", parents=[common], help="is the cluster running?")
     status_p.add_argument("--json", action="store_true", help="print the status as JSON")
     sub.add_parser("url", parents=[common], help="print the master URL (spark://...)")
-    sub.add_parser("jars", help="print the connector jars, comma-separated, for --jars")
+    sub.add_parser(
+        "jars",
+        help="print the connector jars, comma-separated, for --jars (with S3A when "
+        f"{LakeSettings.env_name('root')} is on S3)",
+    )
     package_p = sub.add_parser("package", parents=[common], help="zip the code for --py-files")
     package_p.add_argument(
         "--out", type=Path, default=None,
@@ -658,7 +673,7 @@ def _cmd_url(args: argparse.Namespace) -> int:
 
 def _cmd_jars(args: argparse.Namespace) -> int:
     del args
-    print(",".join(str(j) for j in connector_jars()))
+    print(",".join(str(j) for j in connector_jars(s3=LakeSettings().on_s3)))
     return 0
 
 

@@ -134,10 +134,15 @@ def stop_gracefully(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> int
         kill_group(proc)
 
 
-def table_rows(path: str | Path, columns: list[str] | None = None) -> list[dict]:
-    """Rows of a Delta table, or [] while it does not exist."""
+def table_rows(
+    path: str | Path,
+    columns: list[str] | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> list[dict]:
+    """Rows of a Delta table (a folder or a URI), or [] while it does not exist."""
     try:
-        return DeltaTable(str(path)).to_pyarrow_table(columns=columns).to_pylist()
+        table = DeltaTable(str(path), storage_options=storage_options)
+        return table.to_pyarrow_table(columns=columns).to_pylist()
     except TableNotFoundError:
         return []
 

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from common.settings import LakeSettings
 
@@ -70,21 +71,52 @@ def create_bucket(endpoint: str, bucket: str) -> None:
         assert response.status == 200, response.status
 
 
-def list_keys(endpoint: str, bucket: str, prefix: str) -> list[str]:
-    """Every key under ``prefix`` in ``bucket``."""
+def _client(endpoint: str) -> Any:
+    """A boto3 S3 client of the server at ``endpoint``."""
     import boto3  # moto's own dependency
 
-    client = boto3.client(
+    return boto3.client(
         "s3", endpoint_url=endpoint, region_name=REGION,
         aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=SECRET_ACCESS_KEY,
     )  # fmt: skip
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+
+
+def list_keys(endpoint: str, bucket: str, prefix: str) -> list[str]:
+    """Every key under ``prefix`` in ``bucket``."""
+    pages = (
+        _client(endpoint).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    )
     return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+def download(endpoint: str, bucket: str, prefix: str, dest: Path) -> int:
+    """Copy every object under ``prefix/`` into ``dest``, keys as relative paths.
+
+    Returns:
+        How many objects were copied.
+    """
+    client = _client(endpoint)
+    # S3A marks the folders it makes with empty objects whose keys end in "/".
+    keys = [k for k in list_keys(endpoint, bucket, prefix.rstrip("/") + "/") if not k.endswith("/")]
+    for key in keys:
+        target = dest / key.removeprefix(prefix.rstrip("/") + "/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        client.download_file(bucket, key, str(target))
+    return len(keys)
+
+
+def _lake_values(endpoint: str, root: str) -> dict[str, object]:
+    return {
+        "root": root, "s3_endpoint": endpoint, "s3_region": REGION, "s3_path_style": True,
+        "s3_access_key_id": ACCESS_KEY_ID, "s3_secret_access_key": SECRET_ACCESS_KEY,
+    }  # fmt: skip
 
 
 def lake_env(endpoint: str, root: str) -> dict[str, str]:
     """The ``IOT_LAKE_*`` variables of a lake at ``root`` on the server at ``endpoint``."""
-    return LakeSettings.env_vars(
-        root=root, s3_endpoint=endpoint, s3_region=REGION, s3_path_style=True,
-        s3_access_key_id=ACCESS_KEY_ID, s3_secret_access_key=SECRET_ACCESS_KEY,
-    )  # fmt: skip
+    return LakeSettings.env_vars(**_lake_values(endpoint, root))
+
+
+def lake_settings(endpoint: str, root: str) -> LakeSettings:
+    """The settings ``lake_env`` gives a child process, for reading the lake here."""
+    return LakeSettings(_env_file=None, **_lake_values(endpoint, root))  # type: ignore[arg-type]

@@ -1,14 +1,16 @@
-"""The processor on a real Spark standalone cluster, losing a worker under load.
+"""The processor on a real Spark standalone cluster, losing a worker under load, its lake on S3.
 
 The README's "Run on a cluster" commands, as written there: ``infra.spark_cluster``
 starts a master and two workers (separate JVMs, one core each), and ``spark-submit``
 sends the processor to it unchanged, its code in a ``--py-files`` zip (the alert
-detector runs pandas on the executors) and the connectors from the jar folder.
-While the producer sends a realistic fleet at a steady rate, one worker is killed
-with SIGKILL, with its executor (its process group), and started again; Spark runs
-the lost tasks again. An ``available_now`` run on the cluster drains the rest, and
-``python -m loadtest verify`` finds nothing lost and nothing twice; gold equals its
-batch recomputation over silver.
+detector runs pandas on the executors) and the connectors (S3A's too) from the jar
+folders. The lake, tables and checkpoints, is on S3: moto's server (PyPI). While the
+producer sends a realistic fleet at a steady rate, one worker is killed with SIGKILL,
+with its executor (its process group), and started again; Spark runs the lost tasks
+again. An ``available_now`` run on the cluster drains the rest, ``python -m loadtest
+verify`` reads the lake from S3 and finds nothing lost and nothing twice, the
+dashboard renders its overview from S3, and gold (copied off S3) equals its batch
+recomputation over silver.
 """
 
 from __future__ import annotations
@@ -20,16 +22,28 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from common.fleet import build_fleet
+from common.lake import Query, Table
+from common.settings import LakeSettings
 from infra import spark_cluster
 from infra.broker import ensure_topic
 from tests.integration.proc import ROOT, table_rows, wait_for
+from tests.integration.s3 import (
+    create_bucket,
+    download,
+    lake_env,
+    lake_settings,
+    list_keys,
+    moto_server,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -39,6 +53,7 @@ pytestmark = [
 ]
 
 TOPIC = "cluster"
+BUCKET, PREFIX = "lake", "iot"
 FLEET, SEED, RATE = 20, 24, 200
 # The producer runs until the test stops it; this bounds it if the test dies.
 MAX_LOAD_S = 900
@@ -113,8 +128,9 @@ def _python_driver(pgid: int) -> int | None:
     return None
 
 
-def _silver_rows(lake: Path) -> int:
-    return len(table_rows(lake / "silver" / "events", ["event_id"]))
+def _silver_rows(lake: LakeSettings) -> int:
+    path = lake.table(Table.SILVER_EVENTS)
+    return len(table_rows(path, ["event_id"], storage_options=lake.storage_options()))
 
 
 def _app_cores(info: spark_cluster.ClusterInfo) -> int:
@@ -123,15 +139,27 @@ def _app_cores(info: spark_cluster.ClusterInfo) -> int:
     return sum(int(app.get("cores", 0)) for app in view.get("activeapps", []))
 
 
+@pytest.fixture
+def s3_endpoint(tmp_path: Path) -> Iterator[str]:
+    """moto's S3 server with an empty bucket ``BUCKET``, for this test only."""
+    with moto_server(tmp_path / "moto.log") as endpoint:
+        create_bucket(endpoint, BUCKET)
+        yield endpoint
+
+
+@pytest.mark.cluster
 def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
-    kafka_broker, tmp_path, request
+    kafka_broker, s3_endpoint, tmp_path, request
 ):
     ensure_topic(kafka_broker.plaintext, TOPIC, partitions=2)
-    cluster_dir, lake, run = tmp_path / "cluster", tmp_path / "lake", tmp_path / "run"
+    cluster_dir, run = tmp_path / "cluster", tmp_path / "run"
+    root = f"s3a://{BUCKET}/{PREFIX}"
+    lake = lake_settings(s3_endpoint, root)
     run.mkdir()
     (tmp_path / "logs").mkdir()
     venv_bin = str(Path(sys.executable).parent)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("IOT_", "SPARK_", "PYSPARK"))}
+    caller = ("IOT_", "SPARK_", "PYSPARK", "AWS_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(caller)}
     env |= {
         "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
         "PYTHONUNBUFFERED": "1",
@@ -139,11 +167,12 @@ def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
         "IOT_SPARK_CLUSTER_DIR": str(cluster_dir),
         "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext,
         "IOT_KAFKA_TOPIC": TOPIC,
-        # The README's exports; the lake is this test's.
+        # The README's exports; the lake is this test's, on its S3 server.
         "IOT_PROCESSOR_MASTER": "",
         "IOT_PROCESSOR_JARS_DIR": "",
         "PYSPARK_PYTHON": str(ROOT / ".venv" / "bin" / "python"),
-        "IOT_LAKE_ROOT": str(lake),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        **lake_env(s3_endpoint, root),
         "IOT_PROCESSOR_FLEET_SIZE": str(FLEET),
         "IOT_PROCESSOR_SEED": str(SEED),
     }
@@ -161,8 +190,9 @@ def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
             # The load starts once silver has run its first batch (the other queries may
             # still be starting: on a busy machine that takes minutes) and goes on until
             # the worker was lost, replaced and the stream went on.
+            commits = lake.checkpoint(Query.SILVER).removeprefix(f"s3a://{BUCKET}/") + "/commits/"
             wait_for(
-                lambda: (lake / "_checkpoints" / "silver" / "commits" / "0").is_file(),
+                lambda: bool(list_keys(s3_endpoint, BUCKET, commits)),
                 420, "silver's first batch on the cluster", submit, submit_log,
             )  # fmt: skip
             producer_env = env | {
@@ -190,9 +220,14 @@ def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
             info = spark_cluster.status(cluster_dir)
             assert info is not None and info.alive_workers == 2
             assert info.workers[1] is not None and info.workers[1].pid != worker.pid
-            # The master gives the application an executor on the new worker, and the
-            # stream goes on: every query started, silver takes in 10 s more of the load.
+            # The master gives the application an executor on the new worker. The load
+            # ends there (what it sent is the backlog the rest of the run works through):
+            # SIGTERM, and the producer stops sending, waits for its acks, writes the manifest.
             wait_for(lambda: _app_cores(info) == 2, 120, "an executor on the restarted worker")
+            assert producer.poll() is None, "the producer finished before the worker came back"
+            producer.send_signal(signal.SIGTERM)
+            assert producer.wait(120) == 0, (tmp_path / "prod.log").read_text()[-3000:]
+            # The stream goes on: every query started, silver takes in 10 s more of the load.
             wait_for(
                 lambda: "[processor] running " in submit_log.read_text(errors="replace"),
                 300, "every query to run", submit, submit_log,
@@ -202,10 +237,6 @@ def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
                 lambda: _silver_rows(lake) > after_loss + RATE * 10, 180,
                 "silver to go on after the worker was replaced", submit, submit_log,
             )  # fmt: skip
-            assert producer.poll() is None, "the producer finished before the end of the run"
-            # SIGTERM: the producer stops sending, waits for its acks, writes the manifest.
-            producer.send_signal(signal.SIGTERM)
-            assert producer.wait(120) == 0, (tmp_path / "prod.log").read_text()[-3000:]
             assert submit.poll() is None, submit_log.read_text()[-3000:]
             driver = _python_driver(submit.pid)
             assert driver is not None
@@ -228,10 +259,8 @@ def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
     assert stopped == 0 and spark_cluster.status(cluster_dir) is None
     elapsed = time.monotonic() - started
 
-    verify = (
-        f"python -m loadtest verify --manifest {run / 'manifest.jsonl'} --lake-root {lake} "
-        f"--out {run / 'verify'}"
-    )
+    # verify reads the lake from S3: IOT_LAKE_* in its environment, as the processor's.
+    verify = f"python -m loadtest verify --manifest {run / 'manifest.jsonl'} --out {run / 'verify'}"
     code = _run(verify, env, tmp_path / "verify.log", 600)
     assert code == 0, (tmp_path / "verify.log").read_text()[-3000:]
     result = json.loads((run / "verify" / "verify.json").read_text())
@@ -248,12 +277,45 @@ def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
     # Each malformed payload quarantined once, with its reason.
     assert counts["quarantine_rows"] == quarantine["expected"] == quarantine["quarantined"]
     assert quarantine["missing"] == 0 and quarantine["misclassified"] == 0
-    _gold_equals_silver_recomputed(request.getfixturevalue("spark"), lake)
+    _dashboard_shows_the_fleet(lake, env, tmp_path)
+    # Spark here has no S3A: it reads a copy of the lake (Delta logs and files as on S3).
+    copy = tmp_path / "lake-copy"
+    assert download(s3_endpoint, BUCKET, PREFIX, copy) > 0
+    _gold_equals_silver_recomputed(request.getfixturevalue("spark"), copy)
     print(f"cluster run with a worker lost: {elapsed:.0f} s")
 
 
-def _gold_equals_silver_recomputed(spark, lake: Path) -> None:
+def _dashboard_shows_the_fleet(lake: LakeSettings, env: dict[str, str], tmp_path: Path) -> None:
+    """The dashboard's overview renders from the S3 lake (AppTest, in its own process).
+
+    Its clock is pinned to the newest reading, so every device of the fleet is active.
+    """
+    status = table_rows(
+        lake.table(Table.GOLD_DEVICE_STATUS), ["last_event_time"], lake.storage_options()
+    )
+    as_of = max(r["last_event_time"] for r in status).isoformat()
+    page = textwrap.dedent("""
+        import json
+        from streamlit.testing.v1 import AppTest
+        at = AppTest.from_file("dashboard/app.py", default_timeout=120)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        print(json.dumps({m.label: m.value for m in at.metric}))
+    """)
+    shown = subprocess.run(
+        [sys.executable, "-c", page], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=env | {"IOT_DASHBOARD_AS_OF": as_of, "IOT_DASHBOARD_LIVE_ALERTS": "false",
+                   "IOT_DASHBOARD_REPORT_PATH": str(tmp_path / "no-report.json")},
+        check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    metrics = json.loads(shown.stdout.strip().splitlines()[-1])
+    assert metrics["Active devices"] == str(FLEET), metrics
+
+
+def _gold_equals_silver_recomputed(spark, root: Path) -> None:
     """Each gold table equals its transform over all of silver (as test_crash_recovery)."""
+    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
     from pyspark.testing import assertDataFrameEqual
 
@@ -262,22 +324,26 @@ def _gold_equals_silver_recomputed(spark, lake: Path) -> None:
     from processor.settings import ProcessorSettings
 
     settings = ProcessorSettings(_env_file=None)
-    silver = spark.read.format("delta").load(str(lake / "silver" / "events"))
-    gold = spark.read.format("delta").load(str(lake / "gold" / "device_1m"))
+    lake = LakeSettings(_env_file=None, root=str(root))
+
+    def read(table: Table) -> DataFrame:
+        return spark.read.format("delta").load(lake.table(table))
+
+    silver, gold = read(Table.SILVER_EVENTS), read(Table.GOLD_DEVICE_1M)
     recomputed = transforms.device_minute_aggregates(silver, settings.watermark)
     assertDataFrameEqual(gold, recomputed.select(*gold.columns), rtol=1e-9)
     for table, batch in {
-        "site_type_10m": transforms.site_type_sliding(
+        Table.GOLD_SITE_TYPE_10M: transforms.site_type_sliding(
             silver, settings.watermark, settings.sliding_length, settings.sliding_slide
         ),
-        "fleet_summary": silver.groupBy("device_type").agg(
+        Table.GOLD_FLEET_SUMMARY: silver.groupBy("device_type").agg(
             F.countDistinct("device_id").alias("devices"),
             F.count(F.lit(1)).alias("events"),
             F.max("event_time").alias("last_event_time"),
         ),
-        "device_status": transforms.latest_status(silver).drop("updated_time"),
+        Table.GOLD_DEVICE_STATUS: transforms.latest_status(silver).drop("updated_time"),
     }.items():
-        stored = spark.read.format("delta").load(str(lake / "gold" / table))
+        stored = read(table)
         assertDataFrameEqual(stored.select(*batch.columns), batch, rtol=1e-9)
     # The detector's alerts (pandas on the executors) against the detector run here.
     by_device: dict[str, list[dict]] = defaultdict(list)
@@ -289,9 +355,9 @@ def _gold_equals_silver_recomputed(spark, lake: Path) -> None:
         for t in detect(rows, {}, DetectorConfig())
         if t["transition"] == "raised"
     }
-    alert_ids = [r["alert_id"] for r in table_rows(lake / "gold" / "alerts", ["alert_id"])]
+    alert_ids = [r["alert_id"] for r in table_rows(lake.table(Table.GOLD_ALERTS), ["alert_id"])]
     assert len(alert_ids) == len(set(alert_ids))
     assert set(alert_ids) == expected
-    assert {r["device_id"] for r in table_rows(lake / "gold" / "device_status")} == {
+    assert {r["device_id"] for r in table_rows(lake.table(Table.GOLD_DEVICE_STATUS))} == {
         d.device_id for d in build_fleet(FLEET, SEED)
     }

@@ -61,3 +61,38 @@ def test_a_data_dir_that_is_a_file_is_one_line(tmp_path):
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith(f"error: the cluster's data dir {blocker / 'cluster'} cannot be")
+
+
+def _fake_bundles(tmp_path, monkeypatch) -> dict[str, list]:
+    """Jar folders as ``infra.jars`` leaves them; a shared jar sits in both."""
+    names = {
+        "spark": ["delta-spark_2.13-4.4.0.jar", "spark-sql-kafka-0-10_2.13-4.2.0.jar",
+                  "spark-token-provider-kafka-0-10_2.13-4.2.0.jar", "kafka-clients-3.9.2.jar",
+                  "shared-1.0.jar"],
+        "s3": ["hadoop-aws-3.5.0.jar", "s3-transfer-manager-2.35.4.jar", "shared-1.0.jar"],
+    }  # fmt: skip
+    bundles = {}
+    for bundle, jars in names.items():
+        folder = tmp_path / bundle
+        folder.mkdir()
+        bundles[bundle] = [folder / name for name in jars]
+        for jar in bundles[bundle]:
+            jar.write_bytes(b"")
+    monkeypatch.setattr("infra.jars.ensure_jars", lambda bundle, quiet=False: bundles[bundle])
+    return bundles
+
+
+def test_jars_add_s3a_when_the_lake_is_on_s3_and_list_a_shared_jar_once(
+    tmp_path, monkeypatch, capsys
+):
+    bundles = _fake_bundles(tmp_path, monkeypatch)
+    spark, s3 = bundles["spark"], bundles["s3"]
+    assert spark_cluster.connector_jars() == sorted(spark)
+    assert spark_cluster.connector_jars(s3=True) == sorted(spark + s3[:2])
+
+    monkeypatch.setenv("IOT_LAKE_ROOT", "s3a://lake/iot")
+    assert spark_cluster.main(["jars"]) == 0
+    assert capsys.readouterr().out == ",".join(str(j) for j in sorted(spark + s3[:2])) + "\n"
+    monkeypatch.setenv("IOT_LAKE_ROOT", str(tmp_path / "lake"))
+    assert spark_cluster.main(["jars"]) == 0
+    assert capsys.readouterr().out == ",".join(str(j) for j in sorted(spark)) + "\n"
