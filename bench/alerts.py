@@ -21,16 +21,14 @@ printed is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 # Run as a script, this folder comes first on sys.path and its producer.py would
@@ -38,6 +36,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from common.alerts import alert_id  # noqa: E402
+from common.child import Child  # noqa: E402
 from common.fleet import build_fleet  # noqa: E402
 from common.stats import percentiles  # noqa: E402
 from infra import broker  # noqa: E402
@@ -54,26 +53,10 @@ def say(msg: str) -> None:
     print(f"[bench] {msg}", flush=True)
 
 
-def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, *args], cwd=ROOT, env=env, stdout=log.open("ab"),
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(90)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def wait_for(what: str, done, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
+def wait_for(what: str, done: Callable[[], bool], proc: Child, timeout_s: float) -> None:
+    log, deadline = proc.log, time.monotonic() + timeout_s
     while not done():
-        if proc.poll() is not None or time.monotonic() > deadline:
+        if proc.proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"[bench] no {what}; the log ends:\n{log.read_text()[-3000:]}")
         time.sleep(1)
 
@@ -104,25 +87,24 @@ def main() -> None:
                 "PYTHONUNBUFFERED": "1",
             }  # fmt: skip
             say(f"processor run (medallion + real-time alerts); log {log}")
-            proc = start(["-m", "processor", "run"], env, log)
+            proc = Child("processor", ["-m", "processor", "run"], env, log)
             try:
-                wait_for(
-                    "real-time app", lambda: "real-time mode" in log.read_text(), proc, log, 300
-                )
+                wait_for("real-time app", lambda: "real-time mode" in log.read_text(), proc, 300)
                 running = "[processor] running"
-                wait_for("pipeline", lambda: running in log.read_text(), proc, log, 600)
+                wait_for("pipeline", lambda: running in log.read_text(), proc, 600)
                 total = args.warm_s + args.measure_s
                 say(f"producer: {args.rate:.0f} readings/s for {total:.0f} s "
                     f"({args.warm_s:.0f} s warm-up), spike rate {args.spike_rate}")  # fmt: skip
                 t0 = time.time()
-                producer = start(
+                producer = Child(
+                    "producer",
                     ["-m", "producer", "--scenario", "clean", "--spike-rate", str(args.spike_rate),
                      "--rate", str(args.rate), "--duration-s", str(total),
                      "--fleet-size", str(FLEET), "--seed", str(SEED),
                      "--manifest-path", str(manifest)],
                     env, log,
                 )  # fmt: skip
-                if producer.wait(total + 120) != 0:
+                if producer.proc.wait(total + 120) != 0:
                     raise SystemExit(f"[bench] the producer failed:\n{log.read_text()[-3000:]}")
                 spikes = {
                     alert_id(a["event_id"], a["metric"])
@@ -135,10 +117,10 @@ def main() -> None:
                     json.loads(v)["alert_id"] for v, _ in read_topic(info.plaintext, ALERTS)
                 }:
                     time.sleep(2)
-                if proc.poll() is not None:
+                if proc.proc.poll() is not None:
                     raise SystemExit(f"[bench] the processor stopped:\n{log.read_text()[-3000:]}")
             finally:
-                stop(proc)
+                proc.stop(90)
             readings = read_topic(info.plaintext, EVENTS)
             alerts = read_topic(info.plaintext, ALERTS)
         finally:

@@ -38,12 +38,10 @@ The last line printed is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -61,6 +59,7 @@ from deltalake.exceptions import TableNotFoundError
 # shadow the producer package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from common.child import Child  # noqa: E402
 from common.fleet import build_fleet  # noqa: E402
 from common.lake import Query  # noqa: E402
 from common.stats import percentiles  # noqa: E402
@@ -85,20 +84,8 @@ def rows(path: Path, columns: list[str]) -> list[dict]:
         return []
 
 
-def processor(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "processor", "run"], cwd=ROOT, env=env,
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(60)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+def processor(env: dict[str, str], log: Path) -> Child:
+    return Child("processor", ["-m", "processor", "run"], env, log)
 
 
 SETTINGS: dict[str, str] = {}  # --setting NAME=VALUE, passed as IOT_PROCESSOR_<NAME>
@@ -150,10 +137,10 @@ def publish(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> 
     assert p.flush(120) == 0
 
 
-def wait_until(what: str, done: Callable[[], bool], proc: subprocess.Popen, log: Path) -> None:
+def wait_until(what: str, done: Callable[[], bool], proc: Child, log: Path) -> None:
     deadline = time.monotonic() + 1800
     while not done():
-        if proc.poll() is not None:
+        if proc.proc.poll() is not None:
             raise SystemExit(f"processor exited while waiting for {what}: see {log}")
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out after 30 minutes waiting for {what}: see {log}")
@@ -250,7 +237,7 @@ def throughput(
         wait_until("every query's first batch", lambda: warmed_up(log), proc, log)
         warm_s = time.monotonic() - t_start
         say(f"warm: {warmup:,} events reached gold {warm_s:.1f} s after start")
-        jvm = java_pid(proc.pid)
+        jvm = java_pid(proc.proc.pid)
         for b in range(backlogs):
             measured = b == backlogs - 1
             what = "measured backlog" if measured else f"warm-up backlog {b + 1}/{warm_backlogs}"
@@ -286,7 +273,7 @@ def throughput(
                     log,
                 )
     finally:
-        stop(proc)
+        proc.stop(60)
     eps = rates[-1]
     say(f"throughput: {n:,} events bronze->silver->gold in {marks['gold']:.1f} s = {eps:,.0f}/s")
     return {
@@ -334,12 +321,12 @@ def latency(
         wait_until("every query's first batch", lambda: warmed_up(log), proc, log)
         say(f"every query has run a batch; {warm_s:.0f} s more under load before measuring")
         time.sleep(warm_s)
-        jvm = java_pid(proc.pid)
+        jvm = java_pid(proc.proc.pid)
         jit0 = jit_compile_s(jvm)
         t_start = time.time()
         t_end = t_start + seconds
         say(f"warm; measuring events sent over the next {seconds:.0f} s")
-        cpu0 = group_cpu_s(proc.pid)
+        cpu0 = group_cpu_s(proc.proc.pid)
         seen_seq: dict[str, int] = {}
         latencies: list[float] = []
         deadline = t_end + 120
@@ -359,7 +346,7 @@ def latency(
             ):
                 break
             time.sleep(0.5)
-        cores = (group_cpu_s(proc.pid) - cpu0) / (time.time() - t_start)
+        cores = (group_cpu_s(proc.proc.pid) - cpu0) / (time.time() - t_start)
         jit1 = jit_compile_s(jvm)
         jit = None if jit0 is None or jit1 is None else round(jit1 - jit0, 1)
         measured = sum(
@@ -373,7 +360,7 @@ def latency(
         thread.join(30)
     finally:
         stop_flag.set()
-        stop(proc)
+        proc.stop(60)
     pct = percentiles(latencies, (50, 95, 99))
     say(
         f"latency at {rate:,.0f} events/s over {len(latencies):,} events: "

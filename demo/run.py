@@ -15,23 +15,19 @@ half a dropout's silence, so that each dropout closes a connectivity session.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import typing
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import IO
 
 from common import cli
+from common.child import Child
 from common.settings import KafkaSettings, LakeSettings
 from infra import broker
 from infra.jars import JarResolutionError, ensure_jars
@@ -52,54 +48,14 @@ ROLLOUT_SHARE = 0.25  # a quarter of the fleet sends the contract's newest schem
 ALERTS_TOPIC = str(KafkaSettings.model_fields["alerts_topic"].default)
 
 
-@dataclass
-class Child:
-    """A running service of the demo."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-    log_handle: IO[bytes]
-
-    def tail(self, lines: int = 20) -> str:
-        """The last lines of the child's log."""
-        text = self.log.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
-
-
 def _say(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
 
 def _spawn(name: str, args: list[str], env: dict[str, str], logs: Path) -> Child:
-    log = logs / f"{name}.log"
-    handle = log.open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, *args],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    _say(f"started {name} (pid {proc.pid}), log: {log}")
-    return Child(name, proc, log, handle)
-
-
-def _stop_child(child: Child) -> None:
-    if child.proc.poll() is None:
-        # The child alone: it stops what it started (PySpark shuts its JVM down itself).
-        with contextlib.suppress(ProcessLookupError):
-            child.proc.send_signal(signal.SIGTERM)
-        try:
-            child.proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            _say(f"{child.name} did not stop in {STOP_TIMEOUT_S:.0f} s; killing it")
-    # Whatever is left in the group (e.g. the JVM under PySpark) goes too.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.proc.pid, signal.SIGKILL)
-    child.proc.wait()
-    child.log_handle.close()
+    child = Child(name, args, env, logs / f"{name}.log")
+    _say(f"started {name} (pid {child.proc.pid}), log: {child.log}")
+    return child
 
 
 def _http_ok(url: str) -> bool:
@@ -281,6 +237,6 @@ def main(argv: list[str] | None = None) -> int:
         if children or broker_dir.exists():
             _say(f"stopping ({reason[0] if reason else 'a service failed'}) ...")
         for child in reversed(children):
-            _stop_child(child)
+            child.stop(STOP_TIMEOUT_S, _say)
         broker.stop(broker_dir)
         _say("stopped")

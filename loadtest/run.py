@@ -19,11 +19,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -31,15 +29,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 import polars as pl
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from common.child import Child
 from common.lake import Query, Table, checkpoint_location
-from common.paths import PROJECT_ROOT, state_dir
+from common.paths import state_dir
 from common.report import ProducerReport, ReportUnreadableError
 from common.settings import KafkaSettings, LakeSettings
 from loadtest import report as pages
@@ -86,41 +85,6 @@ def child_env(base: dict[str, str], kafka: KafkaSettings, **extra: str) -> dict[
     prefix = str(KafkaSettings.model_config.get("env_prefix", ""))
     env = {k: v for k, v in base.items() if not k.startswith(prefix)}
     return env | kafka_env(kafka) | {"PYTHONUNBUFFERED": "1"} | extra
-
-
-class _Child:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.name, self.log = name, log
-        self._handle: IO[bytes] = log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, *args], cwd=PROJECT_ROOT, env=env, stdout=self._handle,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-chars:]
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise LoadtestError(
-                f"the {self.name} exited with code {self.proc.returncode}; its log "
-                f"({self.log}) ends:\n{self.tail()}"
-            )
-
-    def stop(self) -> int | None:
-        """SIGTERM the process (it stops its own JVM), then kill what is left of its group."""
-        if self._handle.closed:  # stopped and reaped already: its pid may belong to another
-            return self.proc.returncode
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(STOP_TIMEOUT_S)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        code = self.proc.wait()
-        self._handle.close()
-        return code
 
 
 def _rows(root: str, name: str, columns: list[str]) -> pl.DataFrame | None:
@@ -205,10 +169,14 @@ def measured_from(producer: ProducerReport, warmup_s: float) -> datetime | None:
     return started + timedelta(seconds=warmup_s)
 
 
-def _wait(condition: Callable[[], bool], timeout_s: float, child: _Child) -> bool:
+def _wait(condition: Callable[[], bool], timeout_s: float, child: Child) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        child.check_alive()
+        if child.proc.poll() is not None:
+            raise LoadtestError(
+                f"the {child.name} exited with code {child.proc.returncode}; its log "
+                f"({child.log}) ends:\n{child.tail()}"
+            )
         if condition():
             return True
         time.sleep(POLL_S)
@@ -271,7 +239,7 @@ def run_loadtest(
         )
         say(f"target {settings.target}: {kafka.bootstrap_servers}, topic {kafka.topic}")
         say(f"starting the processor (log: {logs / 'processor.log'})")
-        processor = _Child("processor", ["-m", "processor", "run"], env, logs / "processor.log")
+        processor = Child("processor", ["-m", "processor", "run"], env, logs / "processor.log")
         # Start the load once the Kafka source has fixed its starting offsets and the
         # first (empty) batches ran: Spark's start-up is not the pipeline's latency.
         offsets_fixed = Path(checkpoint_location(lake, Query.BRONZE)) / "sources" / "0" / "0"
@@ -304,13 +272,13 @@ def run_loadtest(
             f"{settings.duration_s:g} s{warmup}, {settings.fleet_size} devices, scenario "
             f"{settings.scenario} (log: {logs / 'producer.log'})"
         )
-        producer = _Child("producer", ["-m", "producer"], producer_env, logs / "producer.log")
+        producer = Child("producer", ["-m", "producer"], producer_env, logs / "producer.log")
         try:
             producer_code = producer.proc.wait(send_s + 180)
         except subprocess.TimeoutExpired:
-            producer.stop()
+            producer.stop(STOP_TIMEOUT_S)
             raise LoadtestError(f"the producer did not finish; see {producer.log}") from None
-        producer.stop()
+        producer.stop(STOP_TIMEOUT_S)
         try:
             producer_data = ProducerReport.read(producer_report) if manifest.is_file() else None
         except ReportUnreadableError as exc:
@@ -341,12 +309,12 @@ def run_loadtest(
         if not _wait(lambda: gold_holds_silver(lake), gold_wait, processor):
             say("gold/device_1m did not count every silver event in time")
         say("stopping the processor")
-        processor_code = processor.stop()
+        processor_code = processor.stop(STOP_TIMEOUT_S)
         processor = None
     finally:
         for child in (producer, processor):
             if child is not None:
-                child.stop()
+                child.stop(STOP_TIMEOUT_S)
         if settings.target != "external" and not settings.keep_broker:
             broker.stop(broker_dir)
             shutil.rmtree(broker_dir, ignore_errors=True)

@@ -14,7 +14,7 @@ from common.lake import Query
 from common.settings import add_settings_arguments, load_settings
 from processor import realtime_app
 from processor.evolution import REBUILDS
-from processor.lifecycle import ChildApp, StopSignal, first_stopped, say
+from processor.lifecycle import ChildApp, StopSignal, say, wait_for_stop
 from processor.metrics import MetricsListener
 from processor.pipeline import (
     Tables,
@@ -201,9 +201,7 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
             f"{settings.trigger_interval}, bronze every {bronze_every}, background every "
             f"{settings.background_trigger_interval}; lake at {settings.lake.root}"
         )
-    failure = None
-    while failure is None and not stop.requested.wait(1.0):
-        failure = first_stopped(queries) or (realtime.failure() if realtime else None)
+    failure = wait_for_stop(queries, stop, realtime)
     _close(spark, queries, listener)
     if realtime is not None:
         realtime.stop()

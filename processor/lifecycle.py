@@ -106,3 +106,22 @@ class ChildApp:
             log.warning("%s did not stop in %.0f s: killed", self.name, CHILD_STOP_TIMEOUT_S)
             self.proc.kill()
             self.proc.wait()
+
+
+def wait_for_stop(
+    queries: Sequence[StreamingQuery], stop: StopSignal, child: ChildApp | None = None
+) -> str | None:
+    """Block until a stop is asked for, or a query (or ``child``) stops by itself or fails.
+
+    Args:
+        queries: The running queries.
+        stop: Set by Ctrl-C or SIGTERM.
+        child: An application run beside this one, if any.
+
+    Returns:
+        What stopped, in one line; None when the stop was asked for.
+    """
+    failure = None
+    while failure is None and not stop.requested.wait(1.0):
+        failure = first_stopped(queries) or (child.failure() if child else None)
+    return failure

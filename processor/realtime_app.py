@@ -21,7 +21,7 @@ from common import cli
 from common.kafka import spark_kafka_options
 from common.lake import Query
 from processor import realtime, sinks, sources, transforms
-from processor.lifecycle import StopSignal, first_stopped, say
+from processor.lifecycle import StopSignal, say, wait_for_stop
 from processor.pipeline import devices_frame
 from processor.session import build_session, quiet_console
 from processor.settings import ProcessorSettings
@@ -99,9 +99,7 @@ def run(settings: ProcessorSettings, partitions: int, stop: StopSignal) -> int:
         f"{settings.realtime_checkpoint_interval})",
         WHO,
     )
-    failure = None
-    while failure is None and not stop.requested.wait(1.0):
-        failure = first_stopped([query])
+    failure = wait_for_stop([query], stop)
     quiet_console(spark)
     sinks.stop_queries(spark, [query])
     spark.stop()
