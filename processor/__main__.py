@@ -27,7 +27,7 @@ from processor.pipeline import (
     start_all,
     write_devices,
 )
-from processor.preflight import check_kafka, check_lake_root
+from processor.preflight import check_kafka, check_lake_root, check_lake_store
 from processor.session import ConnectorJarsMissingError, build_session, quiet_console
 from processor.settings import ProcessorSettings
 from processor.sinks import (
@@ -149,6 +149,7 @@ def _session(settings: ProcessorSettings) -> SparkSession:
     say(f"Spark {spark.version}, master {spark.sparkContext.master}")
     if cli.log_file():
         say(f"warnings and full traces: {cli.log_file()}")
+    check_lake_store(spark, settings.lake)
     return spark
 
 

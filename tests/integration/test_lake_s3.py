@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,50 @@ def test_processor_writes_the_lake_on_s3_and_verify_and_dashboard_read_it(
         assert shown.returncode == 0, shown.stderr[-3000:]
         metrics = json.loads(shown.stdout.strip().splitlines()[-1])
         assert metrics["Active devices"] == str(FLEET), metrics
+
+
+def test_a_lake_on_s3_that_cannot_be_reached_is_one_line_within_seconds(
+    kafka_broker, tmp_path: Path
+) -> None:
+    """No bucket, then no store at all: one line each, not S3A's minutes of retries."""
+    topic = "lake-s3-unreachable"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=1)
+    jars = ",".join(str(ensure_jars(b, quiet=True)[0].parent) for b in ("spark", "s3"))
+    logs = tmp_path / "logs"
+
+    def run(endpoint: str, root: str) -> tuple[int, str, float]:
+        out = tmp_path / "processor.log"
+        out.write_text("")
+        started = time.monotonic()
+        code = run_python(
+            ["-m", "processor", "run"],
+            _env(logs, **lake_env(endpoint, root), IOT_KAFKA_BOOTSTRAP_SERVERS=kafka_broker.plaintext,
+                 IOT_KAFKA_TOPIC=topic, IOT_PROCESSOR_TRIGGER="available_now",
+                 IOT_PROCESSOR_QUERIES="bronze", IOT_PROCESSOR_JARS_DIR=jars,
+                 IOT_PROCESSOR_DRIVER_MEMORY="1g"),
+            out,
+            300,
+        )  # fmt: skip
+        return code, out.read_text().strip().splitlines()[-1], time.monotonic() - started
+
+    with moto_server(tmp_path / "moto.log") as endpoint:
+        code, line, took = run(endpoint, "s3a://no-such-bucket/iot")
+    assert code == 1, line
+    assert line.startswith(
+        f"error: the lake s3a://no-such-bucket/iot ({endpoint}) failed: UnknownStoreException: "
+    ), line
+    assert line.endswith("; create the bucket, or fix the bucket in IOT_LAKE_ROOT"), line
+    # Spark's start included; S3A alone retried for about 5 minutes before the check.
+    assert took < 120, took
+
+    # The server is gone: its port refuses connections.
+    code, line, took = run(endpoint, f"s3a://{BUCKET}/{PREFIX}")
+    assert code == 1, line
+    assert line.startswith(
+        f"error: the lake s3a://{BUCKET}/{PREFIX} ({endpoint}) failed: ConnectException: "
+    ), line
+    assert "Connection refused" in line and line.endswith(
+        "; check IOT_LAKE_S3_ENDPOINT and that the store is up"
+    ), line
+    assert took < 120, took
+    assert "testing" not in line  # the keys (moto's dummies) are nowhere in it
