@@ -32,7 +32,7 @@ RESOURCES = (
     "azurerm_eventhub_namespace",
     "azurerm_eventhub",
     "azurerm_eventhub_consumer_group",
-    "azurerm_eventhub_authorization_rule",
+    "azurerm_eventhub_namespace_authorization_rule",
     "azurerm_role_assignment",
 )
 DATA_SOURCES = ("azurerm_client_config",)

@@ -1,7 +1,9 @@
 # An Azure Event Hubs namespace the pipeline can use through its Kafka endpoint:
-# namespace (Standard or Premium) -> event hub (the topic) with partitions -> a consumer
-# group, a Send+Listen shared access policy (auth=connection_string) and the Entra ID data
-# role assignments (auth=entra). outputs.tf gives the values .env needs.
+# namespace (Standard or Premium) -> the events hub (the topic) with partitions and a
+# consumer group, and the alerts hub (the real-time alerts' topic); a Send+Listen shared
+# access policy on the namespace, which reaches both hubs (auth=connection_string), and the
+# Entra ID data role assignments on the namespace (auth=entra). outputs.tf gives the values
+# .env needs.
 
 data "azurerm_client_config" "current" {}
 
@@ -43,6 +45,13 @@ resource "azurerm_eventhub" "events" {
   message_retention = var.message_retention_days
 }
 
+resource "azurerm_eventhub" "alerts" {
+  name              = var.alerts_event_hub_name
+  namespace_id      = azurerm_eventhub_namespace.main.id
+  partition_count   = var.alerts_partition_count
+  message_retention = var.message_retention_days
+}
+
 resource "azurerm_eventhub_consumer_group" "processor" {
   name                = var.consumer_group_name
   namespace_name      = azurerm_eventhub_namespace.main.name
@@ -50,10 +59,9 @@ resource "azurerm_eventhub_consumer_group" "processor" {
   resource_group_name = azurerm_resource_group.main.name
 }
 
-resource "azurerm_eventhub_authorization_rule" "send_listen" {
+resource "azurerm_eventhub_namespace_authorization_rule" "send_listen" {
   name                = var.authorization_rule_name
   namespace_name      = azurerm_eventhub_namespace.main.name
-  eventhub_name       = azurerm_eventhub.events.name
   resource_group_name = azurerm_resource_group.main.name
   send                = true
   listen              = true
@@ -63,7 +71,7 @@ resource "azurerm_eventhub_authorization_rule" "send_listen" {
 resource "azurerm_role_assignment" "data" {
   for_each = local.role_assignments
 
-  scope                = azurerm_eventhub.events.id
+  scope                = azurerm_eventhub_namespace.main.id
   role_definition_name = each.value.role
   principal_id         = each.value.principal_id
 }

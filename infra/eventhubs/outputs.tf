@@ -11,9 +11,14 @@ output "kafka_topic" {
   value       = azurerm_eventhub.events.name
 }
 
+output "kafka_alerts_topic" {
+  description = "IOT_KAFKA_ALERTS_TOPIC: the alerts event hub's name."
+  value       = azurerm_eventhub.alerts.name
+}
+
 output "kafka_connection_string" {
-  description = "IOT_KAFKA_CONNECTION_STRING: the Send+Listen policy's connection string (a secret)."
-  value       = azurerm_eventhub_authorization_rule.send_listen.primary_connection_string
+  description = "IOT_KAFKA_CONNECTION_STRING: the namespace's Send+Listen policy's connection string (a secret)."
+  value       = azurerm_eventhub_namespace_authorization_rule.send_listen.primary_connection_string
   sensitive   = true
 }
 
@@ -33,7 +38,7 @@ output "consumer_group" {
 }
 
 output "entra_role_assignments" {
-  description = "Principal id / role pairs granted on the event hub."
+  description = "Principal id / role pairs granted on the namespace (both event hubs)."
   value       = sort(keys(azurerm_role_assignment.data))
 }
 
@@ -42,9 +47,10 @@ output "dotenv" {
   sensitive   = true
   value       = <<-EOT
     IOT_KAFKA_AUTH=connection_string
-    IOT_KAFKA_CONNECTION_STRING="${azurerm_eventhub_authorization_rule.send_listen.primary_connection_string}"
+    IOT_KAFKA_CONNECTION_STRING="${azurerm_eventhub_namespace_authorization_rule.send_listen.primary_connection_string}"
     IOT_KAFKA_BOOTSTRAP_SERVERS=${local.namespace_host}:9093
     IOT_KAFKA_TOPIC=${azurerm_eventhub.events.name}
+    IOT_KAFKA_ALERTS_TOPIC=${azurerm_eventhub.alerts.name}
   EOT
 }
 
@@ -54,6 +60,7 @@ output "dotenv_entra" {
     IOT_KAFKA_AUTH=entra
     IOT_KAFKA_BOOTSTRAP_SERVERS=${local.namespace_host}:9093
     IOT_KAFKA_TOPIC=${azurerm_eventhub.events.name}
+    IOT_KAFKA_ALERTS_TOPIC=${azurerm_eventhub.alerts.name}
     IOT_KAFKA_ENTRA_SCOPE=https://${local.namespace_host}/.default
   EOT
 }

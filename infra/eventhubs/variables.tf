@@ -65,6 +65,23 @@ variable "partition_count" {
   }
 }
 
+variable "alerts_event_hub_name" {
+  description = "Event hub of the real-time alerts, i.e. their Kafka topic (IOT_KAFKA_ALERTS_TOPIC)."
+  type        = string
+  default     = "iot-alerts"
+}
+
+variable "alerts_partition_count" {
+  description = "Partitions of the alerts event hub (alerts are keyed by device)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.alerts_partition_count >= 1 && var.alerts_partition_count <= 32
+    error_message = "alerts_partition_count must be between 1 and 32 (the Standard tier's limit)."
+  }
+}
+
 variable "message_retention_days" {
   description = "Days an event is kept (Standard: 1 to 7). The processor must read within this."
   type        = number
@@ -83,7 +100,7 @@ variable "consumer_group_name" {
 }
 
 variable "authorization_rule_name" {
-  description = "Shared access policy on the event hub with Send and Listen (no Manage)."
+  description = "Shared access policy on the namespace (both event hubs) with Send and Listen (no Manage)."
   type        = string
   default     = "iot-pulse-send-listen"
 }

@@ -197,18 +197,23 @@ def test_resources_are_what_the_pipeline_needs(tf):
     assert {t: sorted(n) for t, n in res.items()} == {
         "azurerm_resource_group": ["main"],
         "azurerm_eventhub_namespace": ["main"],
-        "azurerm_eventhub": ["events"],
+        "azurerm_eventhub": ["alerts", "events"],
         "azurerm_eventhub_consumer_group": ["processor"],
-        "azurerm_eventhub_authorization_rule": ["send_listen"],
+        "azurerm_eventhub_namespace_authorization_rule": ["send_listen"],
         "azurerm_role_assignment": ["data"],
     }
     ns = res["azurerm_eventhub_namespace"]["main"]
     assert ns["sku"] == "${var.sku}" and unq(ns["minimum_tls_version"]) == "1.2"
     assert res["azurerm_eventhub"]["events"]["partition_count"] == "${var.partition_count}"
-    rule = res["azurerm_eventhub_authorization_rule"]["send_listen"]
+    alerts = res["azurerm_eventhub"]["alerts"]
+    assert alerts["name"] == "${var.alerts_event_hub_name}"
+    assert alerts["partition_count"] == "${var.alerts_partition_count}"
+    # One policy and one role scope for both hubs: the namespace's.
+    rule = res["azurerm_eventhub_namespace_authorization_rule"]["send_listen"]
     assert (rule["send"], rule["listen"], rule["manage"]) == (True, True, False)
+    assert "eventhub_name" not in rule
     role = res["azurerm_role_assignment"]["data"]
-    assert role["scope"] == "${azurerm_eventhub.events.id}"
+    assert role["scope"] == "${azurerm_eventhub_namespace.main.id}"
     assert [unq(r) for r in tf["locals"]["data_roles"]] == [
         "Azure Event Hubs Data Sender",
         "Azure Event Hubs Data Receiver",
@@ -232,6 +237,7 @@ def test_outputs_give_what_env_needs(tf):
         "dotenv_entra",
         "entra_role_assignments",
         "entra_scope",
+        "kafka_alerts_topic",
         "kafka_bootstrap_servers",
         "kafka_connection_string",
         "kafka_topic",
@@ -243,17 +249,19 @@ def test_outputs_give_what_env_needs(tf):
     }
     assert unq(out["kafka_bootstrap_servers"]["value"]) == "${local.namespace_host}:9093"
     assert out["kafka_connection_string"]["value"] == (
-        "${azurerm_eventhub_authorization_rule.send_listen.primary_connection_string}"
+        "${azurerm_eventhub_namespace_authorization_rule.send_listen.primary_connection_string}"
     )
 
 
 SAMPLE = {
-    "${azurerm_eventhub_authorization_rule.send_listen.primary_connection_string}": (
+    # A namespace policy's string has no EntityPath: it reaches every event hub.
+    "${azurerm_eventhub_namespace_authorization_rule.send_listen.primary_connection_string}": (
         "Endpoint=sb://pulse-ns.servicebus.windows.net/;SharedAccessKeyName=iot-pulse-send-listen;"
-        "SharedAccessKey=k3y=;EntityPath=iot-events"
+        "SharedAccessKey=k3y="
     ),
     "${local.namespace_host}": "pulse-ns.servicebus.windows.net",
     "${azurerm_eventhub.events.name}": "iot-events",
+    "${azurerm_eventhub.alerts.name}": "iot-alerts",
 }
 
 
@@ -283,11 +291,13 @@ def test_dotenv_output_configures_connection_string_auth(tf, clean_env):
     kafka = KafkaSettings()
     assert kafka.auth == "connection_string"
     assert kafka.bootstrap_servers == "pulse-ns.servicebus.windows.net:9093"
-    assert kafka.topic == "iot-events"
+    assert (kafka.topic, kafka.alerts_topic) == ("iot-events", "iot-alerts")
     assert kafka.connection_string is not None
     assert (
         kafka.connection_string.get_secret_value()
-        == SAMPLE["${azurerm_eventhub_authorization_rule.send_listen.primary_connection_string}"]
+        == SAMPLE[
+            "${azurerm_eventhub_namespace_authorization_rule.send_listen.primary_connection_string}"
+        ]
     )
 
 
@@ -300,6 +310,7 @@ def test_dotenv_entra_output_configures_entra_auth(tf, clean_env):
         "iot-events",
         None,
     )
+    assert kafka.alerts_topic == "iot-alerts"
     assert kafka.entra_scope == "https://pulse-ns.servicebus.windows.net/.default"
 
 
