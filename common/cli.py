@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +30,8 @@ INTERRUPTED = 130  # Ctrl-C, as a shell reports it
 # A log file over this size is moved aside (to <name>.log.1) when a run starts.
 MAX_LOG_BYTES = 20 * 1024 * 1024
 _MAX_LINE = 500
+# Colour and cursor codes (ESC [ ... letter), as delta-rs puts in its error chains.
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _log_file: Path | None = None  # set by open_log
 
 
@@ -59,8 +62,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def one_line(text: str) -> str:
-    """``text`` with its lines and runs of whitespace joined by single spaces, cut to 500 chars."""
-    flat = " ".join(text.split())
+    """``text`` on one line, cut to 500 chars.
+
+    Terminal colour codes go; lines and runs of whitespace become single spaces.
+    """
+    flat = " ".join(_ANSI_ESCAPE.sub("", text).split())
     return flat if len(flat) <= _MAX_LINE else flat[: _MAX_LINE - 3] + "..."
 
 

@@ -179,6 +179,14 @@ def test_one_line_joins_lines_and_cuts_long_text():
     assert cut.endswith("...")
 
 
+def test_one_line_drops_terminal_colour_codes():
+    # delta-rs's error chain, as its S3 client prints it.
+    chain = (
+        "Generic S3 error\n  \x1b[31m\u21b3\x1b[0m HTTP error\n   \x1b[31m\u21b3\x1b[0m tcp connect"
+    )
+    assert cli.one_line(chain) == "Generic S3 error \u21b3 HTTP error \u21b3 tcp connect"
+
+
 @pytest.mark.parametrize(
     ("location", "expected"),
     [
