@@ -22,6 +22,7 @@ import streamlit as st
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from common.cli import one_line
 from common.lake import Table
 from common.settings import KafkaSettings, load_settings
 from dashboard import data, lake, live_alerts
@@ -152,9 +153,9 @@ def load(
             tuple(sorted((equals or {}).items())), _table=table,
         )  # fmt: skip
     except lake.TableUnreadableError as exc:
-        return Loaded(name, None, problem=str(exc))
+        return Loaded(name, None, problem=one_line(str(exc)))
     except (DeltaError, OSError) as exc:
-        return Loaded(name, None, problem=f"{name}: {exc}")
+        return Loaded(name, None, problem=one_line(f"{name}: {exc}"))
     return Loaded(name, frame)
 
 
@@ -212,9 +213,9 @@ def load_gold_parts(
             return LoadedParts(name, None)
         parts = _gold_parts_version(uri, table.version(), start, end, _table=table)
     except lake.TableUnreadableError as exc:
-        return LoadedParts(name, None, problem=str(exc))
+        return LoadedParts(name, None, problem=one_line(str(exc)))
     except (DeltaError, OSError, pl.exceptions.PolarsError) as exc:
-        return LoadedParts(name, None, problem=f"{name}: {exc}")
+        return LoadedParts(name, None, problem=one_line(f"{name}: {exc}"))
     return LoadedParts(name, data.scope_parts(parts, filters.scope))
 
 

@@ -193,6 +193,23 @@ def test_empty_tables_wait_too(lake):
     ]
 
 
+def test_a_lake_on_a_store_that_does_not_answer_is_a_one_line_warning(lake, monkeypatch):
+    # Port 9 (discard) refuses: delta-rs's S3 client gives up in about 2 s per table.
+    monkeypatch.setenv("IOT_LAKE_ROOT", "s3a://lake/iot")
+    monkeypatch.setenv("IOT_LAKE_S3_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("IOT_LAKE_S3_REGION", "us-east-1")
+    monkeypatch.setenv("IOT_LAKE_S3_ACCESS_KEY_ID", "test-key-id")  # else it asks the
+    monkeypatch.setenv("IOT_LAKE_S3_SECRET_ACCESS_KEY", "test-secret")  # instance metadata
+    at = _run()
+    warnings = [w.value for w in at.warning]
+    assert warnings and warnings[0].startswith(
+        "Cannot read the fleet's readings right now (gold/device_1m: "
+    ), warnings
+    assert "127.0.0.1:9" in warnings[0]
+    assert all("\n" not in w and "\x1b" not in w for w in warnings), warnings
+    assert not any("test-secret" in w for w in warnings)
+
+
 def test_only_gold_device_1m_shows_kpis_and_waits_for_the_rest(lake):
     seeded = seed_lake(lake, ("gold/device_1m",), report=False)
     at = _run()
