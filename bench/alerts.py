@@ -54,10 +54,10 @@ def say(msg: str) -> None:
 
 
 def wait_for(what: str, done: Callable[[], bool], proc: Child, timeout_s: float) -> None:
-    log, deadline = proc.log, time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_s
     while not done():
         if proc.proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"[bench] no {what}; the log ends:\n{log.read_text()[-3000:]}")
+            raise SystemExit(f"[bench] no {what}; the log ends:\n{proc.tail()}")
         time.sleep(1)
 
 
@@ -88,6 +88,7 @@ def main() -> None:
             }  # fmt: skip
             say(f"processor run (medallion + real-time alerts); log {log}")
             proc = Child("processor", ["-m", "processor", "run"], env, log)
+            producer: Child | None = None
             try:
                 wait_for("real-time app", lambda: "real-time mode" in log.read_text(), proc, 300)
                 running = "[processor] running"
@@ -105,7 +106,7 @@ def main() -> None:
                     env, log,
                 )  # fmt: skip
                 if producer.proc.wait(total + 120) != 0:
-                    raise SystemExit(f"[bench] the producer failed:\n{log.read_text()[-3000:]}")
+                    raise SystemExit(f"[bench] the producer failed:\n{proc.tail()}")
                 spikes = {
                     alert_id(a["event_id"], a["metric"])
                     for a in read_manifest(manifest)["anomalies"]
@@ -118,8 +119,10 @@ def main() -> None:
                 }:
                     time.sleep(2)
                 if proc.proc.poll() is not None:
-                    raise SystemExit(f"[bench] the processor stopped:\n{log.read_text()[-3000:]}")
+                    raise SystemExit(f"[bench] the processor stopped:\n{proc.tail()}")
             finally:
+                if producer is not None:
+                    producer.stop(30)
                 proc.stop(90)
             readings = read_topic(info.plaintext, EVENTS)
             alerts = read_topic(info.plaintext, ALERTS)

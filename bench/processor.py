@@ -137,13 +137,13 @@ def publish(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> 
     assert p.flush(120) == 0
 
 
-def wait_until(what: str, done: Callable[[], bool], proc: Child, log: Path) -> None:
+def wait_until(what: str, done: Callable[[], bool], proc: Child) -> None:
     deadline = time.monotonic() + 1800
     while not done():
         if proc.proc.poll() is not None:
-            raise SystemExit(f"processor exited while waiting for {what}: see {log}")
+            raise SystemExit(f"processor exited while waiting for {what}: see {proc.log}")
         if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after 30 minutes waiting for {what}: see {log}")
+            raise SystemExit(f"timed out after 30 minutes waiting for {what}: see {proc.log}")
         time.sleep(0.5)
 
 
@@ -233,8 +233,8 @@ def throughput(
     rates: list[float] = []
     try:
         publish(info.plaintext, topic, messages[:warmup])
-        wait_until("the warm-up events", lambda: gold_events(lake) >= warmup, proc, log)
-        wait_until("every query's first batch", lambda: warmed_up(log), proc, log)
+        wait_until("the warm-up events", lambda: gold_events(lake) >= warmup, proc)
+        wait_until("every query's first batch", lambda: warmed_up(log), proc)
         warm_s = time.monotonic() - t_start
         say(f"warm: {warmup:,} events reached gold {warm_s:.1f} s after start")
         jvm = java_pid(proc.proc.pid)
@@ -255,7 +255,7 @@ def throughput(
                 "gold": lambda t=total: gold_events(lake) >= t,
             }
             for stage, done in stages.items():
-                wait_until(f"{stage} to hold every event", done, proc, log)
+                wait_until(f"{stage} to hold every event", done, proc)
                 marks[stage] = time.monotonic() - t0
             jit1 = jit_compile_s(jvm)
             jit = None if jit0 is None or jit1 is None else round(jit1 - jit0, 1)
@@ -270,7 +270,6 @@ def throughput(
                     "every query's batch of the warm-up backlog",
                     lambda m=mark: warmed_up(log, since=m),
                     proc,
-                    log,
                 )
     finally:
         proc.stop(60)
@@ -318,7 +317,7 @@ def latency(
     try:
         # The load runs from the start; the clock starts once every query is warm.
         thread.start()
-        wait_until("every query's first batch", lambda: warmed_up(log), proc, log)
+        wait_until("every query's first batch", lambda: warmed_up(log), proc)
         say(f"every query has run a batch; {warm_s:.0f} s more under load before measuring")
         time.sleep(warm_s)
         jvm = java_pid(proc.proc.pid)

@@ -29,7 +29,8 @@ def package_file(package: str, name: str) -> Path:
     """A data file of ``package`` as a file on disk, which a JVM or ``open`` can read.
 
     From an installed or checked-out package, the file itself; from a zip, a copy in
-    the temp folder, named by its content's hash (written once, atomically).
+    this user's own folder under the temp folder (mode 0700), named by its content's
+    hash, written atomically, and written again if what is there differs.
 
     Args:
         package: The package, e.g. ``processor``.
@@ -39,11 +40,24 @@ def package_file(package: str, name: str) -> Path:
     if isinstance(resource, Path):
         return resource
     data = resource.read_bytes()
-    folder = Path(tempfile.gettempdir()) / f"iot-pulse-{hashlib.sha256(data).hexdigest()[:16]}"
+    folder = _private_temp_dir() / hashlib.sha256(data).hexdigest()[:16]
     target = folder / name
-    if not target.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
+    if not target.is_file() or target.read_bytes() != data:
+        folder.mkdir(mode=0o700, exist_ok=True)
         tmp = folder / f".{name}.{os.getpid()}"
         tmp.write_bytes(data)
         tmp.replace(target)
     return target
+
+
+def _private_temp_dir() -> Path:
+    """``<temp>/iot-pulse-<uid>``, owned by this user and closed to others; else a new one."""
+    folder = Path(tempfile.gettempdir()) / f"iot-pulse-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.lstat()
+        if not folder.is_symlink() and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+            return folder
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="iot-pulse-"))

@@ -121,7 +121,9 @@ def wait_for_stop(
     Returns:
         What stopped, in one line; None when the stop was asked for.
     """
-    failure = None
-    while failure is None and not stop.requested.wait(1.0):
+    while True:
+        # A failure that comes with the stop is still reported.
         failure = first_stopped(queries) or (child.failure() if child else None)
-    return failure
+        if failure is not None or stop.requested.is_set():
+            return failure
+        stop.requested.wait(1.0)

@@ -14,8 +14,7 @@ import re
 import threading
 from typing import Any
 
-from py4j.protocol import Py4JError, Py4JJavaError
-from pyspark.errors.exceptions.captured import CapturedException
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from common.cli import CliError, local_path, make_writable_folder, one_line
@@ -27,10 +26,13 @@ _JAVA_CLASS = re.compile(r"(?:[a-z_][\w]*\.)+[A-Z]\w*(?:Exception|Error)")
 
 KAFKA_CHECK_TIMEOUT_S = 15.0
 LAKE_CHECK_TIMEOUT_S = 30.0
-# The probe's own S3A client gives up on the first failed attempt (not the session's).
+# The probe's own S3A client (not the session's): it checks the bucket when it starts
+# (also for a lake at the bucket's root, where a lookup of the root sends nothing), and
+# neither the AWS SDK nor S3A tries a failed request again.
 _S3A_FAIL_FAST = {
-    "fs.s3a.attempts.maximum": "1",
-    "fs.s3a.retry.limit": "1",
+    "fs.s3a.bucket.probe": "2",
+    "fs.s3a.attempts.maximum": "0",
+    "fs.s3a.retry.limit": "0",
     "fs.s3a.connection.establish.timeout": "5000",
     "fs.s3a.connection.timeout": "10000",
 }
@@ -90,8 +92,9 @@ def check_lake_store(
 ) -> None:
     """Check that a lake on S3 answers: the endpoint, the bucket, the credentials.
 
-    One request through a new S3A client (the session's settings, no retries), in a
-    thread that is given up after ``timeout_s``. A local lake is not checked here.
+    A new S3A client (the session's settings, no retries) checks the bucket and looks
+    the root up, in a thread that is given up after ``timeout_s``. A local lake is not
+    checked here. On failure the session is stopped: nothing can run on that lake.
 
     Raises:
         CliError: The store did not answer, has no such bucket, or refused the keys.
@@ -114,15 +117,17 @@ def check_lake_store(
                 fs.exists(root)
             finally:
                 fs.close()
-        except (Py4JError, CapturedException) as exc:
+        except Exception as exc:  # Py4J's and Spark's, and any other: said below, in one line
             outcome["error"] = exc
-        outcome["done"] = True
+        finally:
+            outcome["done"] = True
 
     thread = threading.Thread(target=probe, name="lake-check", daemon=True)
     thread.start()
     thread.join(timeout_s)
     where = f"the lake {lake.root} ({_endpoint(lake)})"
     if "done" not in outcome:
+        spark.stop()
         raise CliError(
             f"{where} did not answer in {timeout_s:.0f} s: check "
             f"{LakeSettings.env_name('s3_endpoint')} and that the store is up"
@@ -130,6 +135,7 @@ def check_lake_store(
     error = outcome.get("error")
     if error is not None:
         log.error("the lake's store failed the check:\n%s", error)
+        spark.stop()
         raise CliError(f"{where} failed: {_lake_error(error)}")
 
 

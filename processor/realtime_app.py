@@ -23,6 +23,7 @@ from common.lake import Query
 from processor import realtime, sinks, sources, transforms
 from processor.lifecycle import StopSignal, say, wait_for_stop
 from processor.pipeline import devices_frame
+from processor.preflight import check_lake_store
 from processor.session import build_session, quiet_console
 from processor.settings import ProcessorSettings
 
@@ -91,6 +92,7 @@ def run(settings: ProcessorSettings, partitions: int, stop: StopSignal) -> int:
     master = realtime_master(settings, partitions)
     own = settings.model_copy(update={"master": master, "driver_memory": "1g"})
     spark = build_session(own, app_name="iot-pulse-realtime-alerts", log_file=cli.log_file())
+    check_lake_store(spark, own.lake)  # its checkpoint is on the lake
     stop.install()  # again: the SparkContext replaced the SIGINT handler
     query = start_realtime_alerts(spark, own)
     say(

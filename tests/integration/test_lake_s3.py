@@ -161,10 +161,11 @@ def test_a_lake_on_s3_that_cannot_be_reached_is_one_line_within_seconds(
         return code, out.read_text().strip().splitlines()[-1], time.monotonic() - started
 
     with moto_server(tmp_path / "moto.log") as endpoint:
-        code, line, took = run(endpoint, "s3a://no-such-bucket/iot")
+        # At the bucket's root: S3A looks the root up without a request; the bucket is checked.
+        code, line, took = run(endpoint, "s3a://no-such-bucket")
     assert code == 1, line
     assert line.startswith(
-        f"error: the lake s3a://no-such-bucket/iot ({endpoint}) failed: UnknownStoreException: "
+        f"error: the lake s3a://no-such-bucket ({endpoint}) failed: UnknownStoreException: "
     ), line
     assert line.endswith("; create the bucket, or fix the bucket in IOT_LAKE_ROOT"), line
     # Spark's start included; S3A alone retried for about 5 minutes before the check.

@@ -34,8 +34,11 @@ def _gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     # Killed but not reaped yet (its parent is gone; init reaps it): a zombie.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:  # reaped in between
+        return True
 
 
 def test_sigterm_stops_it_and_its_group_goes_too(tmp_path) -> None:
