@@ -52,11 +52,3 @@ def test_the_child_apps_end_ends_the_wait_and_a_stop_comes_through_later() -> No
     stop = StopSignal()
     threading.Timer(1.5, stop.requested.set).start()
     assert wait_for_stop([_Query("silver")], stop, _Child(None)) is None
-
-
-def test_a_failure_that_comes_with_the_stop_is_reported() -> None:
-    stop = StopSignal()
-    stop.requested.set()
-    failed = _Query("silver", isActive=False, error=RuntimeError("lost"))
-    failure = wait_for_stop([failed], stop)
-    assert failure is not None and failure.startswith("query silver failed: lost (")
