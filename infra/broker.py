@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
-import fcntl
 import json
 import os
 import re
@@ -39,12 +37,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from common import cli
+from infra import daemons
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import state_dir
 from infra.tls import TlsFiles, ensure_tls
@@ -71,8 +70,6 @@ LOG_TAIL_LINES = 25
 _CONNECTION_STRING_RE = re.compile(
     r"^Endpoint=sb://[^/;]+/;SharedAccessKeyName=[^;]+;SharedAccessKey=(?P<key>[A-Za-z0-9+/=]{44})$"
 )
-# Popen handles of brokers this process launched, so exits get reaped (no zombies).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class BrokerError(RuntimeError):
@@ -183,7 +180,7 @@ def start(
             f"the broker's data dir {layout.root} {what}: give --data-dir a folder this user "
             "can write to"
         ) from None
-    with _locked(layout):
+    with daemons.locked(layout.lock_file):
         running = _running_info(layout)
         if running is not None:
             _printer(quiet)(f"broker already running (pid {running.pid}) on {running.plaintext}")
@@ -205,14 +202,15 @@ def stop(data_dir: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bo
     layout = _Layout(data_dir or default_data_dir())
     if not layout.state_file.exists():
         return False
-    with _locked(layout):
-        state = _read_state(layout)
+    with daemons.locked(layout.lock_file):
+        state = daemons.read_state(layout.state_file)
         pid = state.get("pid")
         if not isinstance(pid, int) or not _is_our_broker(pid, layout):
-            _write_state(layout, state | {"pid": None})
+            daemons.write_state(layout.state_file, state | {"pid": None})
             return False
-        _terminate_group(pid, timeout)
-        _write_state(layout, state | {"pid": None})
+        if not daemons.terminate_group(pid, timeout):
+            raise BrokerError(f"broker process {pid} survived SIGKILL; check it with 'ps -p {pid}'")
+        daemons.write_state(layout.state_file, state | {"pid": None})
         return True
 
 
@@ -276,7 +274,7 @@ def _start_locked(
     say("resolving Kafka jars ...")
     classpath = _classpath(quiet=quiet)
     java = _java_executable()
-    state = _read_state(layout)
+    state = daemons.read_state(layout.state_file)
     ports = _choose_ports(wanted, state.get("ports"), say)
     cluster_id = state.get("cluster_id") or _new_cluster_id()
     _write_config(layout, ports)
@@ -294,13 +292,13 @@ def _start_locked(
         "started_at": time.time(),
         "data_dir": str(layout.root),
     }
-    _write_state(layout, state)
+    daemons.write_state(layout.state_file, state)
     say(f"waiting for broker on {BIND_HOST}:{ports.plaintext} (pid {proc.pid}) ...")
     try:
         _wait_ready(proc, layout, ports, ready_timeout, log_marks)
     except BaseException:
-        _terminate_group(proc.pid, timeout=5.0)
-        _write_state(layout, state | {"pid": None})
+        daemons.terminate_group(proc.pid, timeout=5.0)
+        daemons.write_state(layout.state_file, state | {"pid": None})
         raise
     say(f"broker ready in {time.monotonic() - began:.1f}s")
     return _info(layout, proc.pid, ports)
@@ -505,17 +503,7 @@ def _launch(java: str, classpath: str, layout: _Layout) -> subprocess.Popen[byte
         java, *JVM_HEAP, *JVM_FLAGS, *_jvm_logging_flags(layout), "-cp", classpath,
         MAIN_CLASS, str(layout.properties),
     ]  # fmt: skip
-    with layout.stdout_log.open("ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=layout.root,
-            start_new_session=True,
-        )
-    _CHILDREN[proc.pid] = proc
-    return proc
+    return daemons.launch(cmd, layout.stdout_log, layout.root)
 
 
 def _wait_ready(
@@ -594,7 +582,7 @@ def _wait_for_leaders(admin: Any, name: str, timeout: float) -> None:
 def _running_info(layout: _Layout) -> BrokerInfo | None:
     if not layout.state_file.exists():
         return None
-    state = _read_state(layout)
+    state = daemons.read_state(layout.state_file)
     pid, ports = state.get("pid"), state.get("ports")
     if not isinstance(pid, int) or not isinstance(ports, dict):
         return None
@@ -621,82 +609,13 @@ def _info(layout: _Layout, pid: int, ports: Ports) -> BrokerInfo:
 
 def _is_our_broker(pid: int, layout: _Layout) -> bool:
     """Whether ``pid`` is alive and is the Kafka JVM serving this data dir."""
-    if not _alive(pid):
+    if not daemons.alive(pid):
         return False
-    cmdline = _cmdline(pid)
+    cmdline = daemons.cmdline(pid)
     return cmdline is not None and MAIN_CLASS in cmdline and str(layout.properties) in cmdline
 
 
-def _alive(pid: int) -> bool:
-    child = _CHILDREN.get(pid)
-    if child is not None and child.poll() is not None:
-        del _CHILDREN[pid]
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"  # zombies are dead
-    return True
-
-
-def _cmdline(pid: int) -> str | None:
-    proc_file = Path(f"/proc/{pid}/cmdline")
-    if proc_file.parent.exists():
-        try:
-            return proc_file.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            return None
-    out = subprocess.run(
-        ["ps", "-ww", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
-    )
-    return out.stdout.strip() or None
-
-
-def _terminate_group(pid: int, timeout: float) -> None:
-    """SIGTERM the broker's process group, then SIGKILL it if still alive after ``timeout``."""
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not _alive(pid):
-                return
-            time.sleep(0.1)
-    if _alive(pid):
-        raise BrokerError(f"broker process {pid} survived SIGKILL; check it with 'ps -p {pid}'")
-
-
 # --------------------------------------------------------------------------- files
-
-
-@contextlib.contextmanager
-def _locked(layout: _Layout) -> Iterator[None]:
-    """Serialize start/stop on one data dir across processes."""
-    with layout.lock_file.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _read_state(layout: _Layout) -> dict[str, Any]:
-    try:
-        data = json.loads(layout.state_file.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _write_state(layout: _Layout, state: dict[str, Any]) -> None:
-    tmp = layout.state_file.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    tmp.replace(layout.state_file)
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -29,12 +29,9 @@ whatever is not running: after a worker died, it starts that worker again.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -49,6 +46,7 @@ from typing import Any
 
 from common import cli
 from common.settings import LakeSettings
+from infra import daemons
 from infra.paths import PROJECT_ROOT, state_dir
 
 DIR_ENV = "IOT_SPARK_CLUSTER_DIR"
@@ -64,8 +62,6 @@ STOP_TIMEOUT_S = 20.0
 APP_PACKAGES = ("common", "processor")
 APP_DATA = ("*.toml", "*.xml")
 APP_ZIP = "iot_pulse.zip"
-# Popen handles of daemons this process launched, so exits get reaped (no zombies).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class ClusterError(RuntimeError):
@@ -174,14 +170,14 @@ def start(
             f"--data-dir (or {DIR_ENV}) a folder this user can write to"
         ) from None
     say = _printer(quiet)
-    with _locked(layout):
-        state = _read_state(layout)
+    with daemons.locked(layout.lock_file):
+        state = daemons.read_state(layout.state_file)
         master = _daemon(state.get("master"), MASTER_CLASS, layout)
         if master is None:
             _stop_workers(layout, state, STOP_TIMEOUT_S)  # they would look for the old master
             master = _launch_master(layout)
             state = {"master": asdict(master), "workers": {}}
-            _write_state(layout, state)
+            daemons.write_state(layout.state_file, state)
             say(f"master starting on spark://{HOST}:{master.port} (pid {master.pid})")
         known = state.get("workers") if isinstance(state.get("workers"), dict) else {}
         running: dict[int, Daemon] = {}
@@ -193,7 +189,7 @@ def start(
                     f"{worker_memory})")  # fmt: skip
             running[number] = daemon
             known[str(number)] = asdict(daemon)
-            _write_state(layout, state | {"workers": known})
+            daemons.write_state(layout.state_file, state | {"workers": known})
         _wait_ready(layout, master, running, ready_timeout)
     info = _info(layout)
     if info is None:  # pragma: no cover - it was ready a moment ago
@@ -215,14 +211,14 @@ def stop(data_dir: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bo
     layout = _Layout(data_dir or default_data_dir())
     if not layout.state_file.exists():
         return False
-    with _locked(layout):
-        state = _read_state(layout)
+    with daemons.locked(layout.lock_file):
+        state = daemons.read_state(layout.state_file)
         stopped = _stop_workers(layout, state, timeout)
         master = _daemon(state.get("master"), MASTER_CLASS, layout)
         if master is not None:
             _terminate_group(master.pid, timeout, "master")
             stopped = True
-        _write_state(layout, {})
+        daemons.write_state(layout.state_file, {})
         return stopped
 
 
@@ -344,13 +340,7 @@ def _daemon_env(layout: _Layout) -> dict[str, str]:
 
 def _launch(layout: _Layout, name: str, args: list[str]) -> subprocess.Popen[bytes]:
     cmd = [str(_spark_home() / "bin" / "spark-class"), *args]
-    with layout.log(name).open("ab") as out:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            cwd=layout.root, env=_daemon_env(layout), start_new_session=True,
-        )  # fmt: skip
-    _CHILDREN[proc.pid] = proc
-    return proc
+    return daemons.launch(cmd, layout.log(name), layout.root, _daemon_env(layout))
 
 
 def _launch_master(layout: _Layout) -> Daemon:
@@ -415,7 +405,7 @@ def _wait_ready(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for name, daemon in [("master", master), *((f"worker-{n}", d) for n, d in workers.items())]:
-            if not _alive(daemon.pid):
+            if not daemons.alive(daemon.pid):
                 raise ClusterError(
                     f"the {name.replace('-', ' ')} exited while starting; see {layout.log(name)}"
                     f": {_last_error(layout.log(name))}"
@@ -465,15 +455,15 @@ def _daemon(raw: Any, main_class: str, layout: _Layout) -> Daemon | None:
         daemon = Daemon(**raw)
     except TypeError:  # hand-edited or foreign state file
         return None
-    if not _alive(daemon.pid):
+    if not daemons.alive(daemon.pid):
         return None
-    cmdline = _cmdline(daemon.pid)
+    cmdline = daemons.cmdline(daemon.pid)
     mark = f"-Diot.spark.cluster={layout.root}"
     return daemon if cmdline and main_class in cmdline and mark in cmdline else None
 
 
 def _info(layout: _Layout) -> ClusterInfo | None:
-    state = _read_state(layout)
+    state = daemons.read_state(layout.state_file)
     master = _daemon(state.get("master"), MASTER_CLASS, layout)
     if master is None:
         return None
@@ -493,76 +483,13 @@ def _info(layout: _Layout) -> ClusterInfo | None:
     )
 
 
-def _alive(pid: int) -> bool:
-    child = _CHILDREN.get(pid)
-    if child is not None and child.poll() is not None:
-        del _CHILDREN[pid]
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"  # zombies are dead
-    return True
-
-
-def _cmdline(pid: int) -> str | None:
-    proc_file = Path(f"/proc/{pid}/cmdline")
-    if proc_file.parent.exists():
-        try:
-            return proc_file.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            return None
-    out = subprocess.run(
-        ["ps", "-ww", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
-    )
-    return out.stdout.strip() or None
-
-
 def _terminate_group(pid: int, timeout: float, name: str) -> None:
     """SIGTERM a daemon's process group, then SIGKILL it if still alive after ``timeout``."""
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not _alive(pid):
-                return
-            time.sleep(0.1)
-    if _alive(pid):
+    if not daemons.terminate_group(pid, timeout):
         raise ClusterError(f"the {name} (pid {pid}) survived SIGKILL; check it with 'ps -p {pid}'")
 
 
 # --------------------------------------------------------------------------- files
-
-
-@contextlib.contextmanager
-def _locked(layout: _Layout) -> Iterator[None]:
-    """Serialize start/stop on one data dir across processes."""
-    with layout.lock_file.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _read_state(layout: _Layout) -> dict[str, Any]:
-    try:
-        data = json.loads(layout.state_file.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _write_state(layout: _Layout, state: dict[str, Any]) -> None:
-    tmp = layout.state_file.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    tmp.replace(layout.state_file)
 
 
 def _say(message: str) -> None:

@@ -1,0 +1,111 @@
+"""Local daemons (the Kafka broker, Spark's master and workers): launch, find, stop.
+
+Each daemon runs in its own process group (``start_new_session``), so stopping it stops
+what it started too. Its pid and ports live in a JSON state file in its data dir,
+read and written under a lock file, so that two commands on one data dir take turns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# Popen handles of the daemons this process launched, so that exits get reaped.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def launch(
+    cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in a process group of its own (its pid), its output appended to ``log``."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+    _CHILDREN[proc.pid] = proc
+    return proc
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not; one this process launched is reaped)."""
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:
+        del _CHILDREN[pid]
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def cmdline(pid: int) -> str | None:
+    """The command line of ``pid``, its arguments joined by spaces; None if it is gone."""
+    proc_file = Path(f"/proc/{pid}/cmdline")
+    if proc_file.parent.exists():
+        try:
+            return proc_file.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return None
+    out = subprocess.run(
+        ["ps", "-ww", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip() or None
+
+
+def terminate_group(pid: int, timeout: float) -> bool:
+    """SIGTERM the process group of ``pid``, then SIGKILL it if still alive after ``timeout``.
+
+    Returns:
+        False if the process survived even SIGKILL.
+    """
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not alive(pid):
+                return True
+            time.sleep(0.1)
+    return not alive(pid)
+
+
+@contextlib.contextmanager
+def locked(lock_file: Path) -> Iterator[None]:
+    """Serialize the commands on one data dir across processes."""
+    with lock_file.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def read_state(state_file: Path) -> dict[str, Any]:
+    """The state file's JSON object; empty when it is missing or unreadable."""
+    try:
+        data = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_state(state_file: Path, state: dict[str, Any]) -> None:
+    """Replace the state file atomically."""
+    tmp = state_file.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.replace(state_file)
