@@ -8,6 +8,7 @@ to the Delta table every few seconds, so the listener never blocks the queries.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 from datetime import UTC, datetime
@@ -15,6 +16,13 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
+
+from common.cli import full_trace_hint, one_line
+from processor.lifecycle import say
+
+log = logging.getLogger("iot_pulse.processor")
+# How long closing waits for a metrics write in progress (Spark stops after it).
+CLOSE_TIMEOUT_S = 120.0
 
 METRICS_SCHEMA = (
     "query_name string, query_id string, run_id string, batch_id long, timestamp timestamp, "
@@ -145,10 +153,14 @@ class MetricsListener(StreamingQueryListener):
             try:
                 self.flush()
             except Exception as exc:  # keep the pipeline running; say what failed
-                print(f"[processor] could not write pipeline metrics: {exc}", flush=True)
+                log.error("could not write pipeline metrics", exc_info=exc)
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                say(f"could not write pipeline metrics: {one_line(first)} ({full_trace_hint()})")
 
     def close(self) -> None:
-        """Stop the thread and write what is left."""
+        """Stop the thread, let a write in progress end, and write what is left."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        # A write in progress must end before Spark stops, or its job is cancelled and its
+        # rows are lost: a busy machine takes tens of seconds.
+        self._thread.join(timeout=CLOSE_TIMEOUT_S)
         self.flush()
