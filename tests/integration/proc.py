@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -188,3 +189,31 @@ def send_readings(
         }  # fmt: skip
         p.produce(topic, json.dumps(event).encode(), device.encode())
     assert p.flush(30) == 0
+
+
+_OVERVIEW_METRICS = """
+import json
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file("dashboard/app.py", default_timeout=120)
+at.run()
+assert not at.exception, [e.value for e in at.exception]
+print(json.dumps({m.label: m.value for m in at.metric}))
+"""
+
+
+def overview_metrics(env: dict[str, str], as_of: str, report: Path) -> dict[str, str]:
+    """The dashboard overview's metrics, rendered by AppTest in a process of its own.
+
+    Args:
+        env: Its environment (the lake's settings among them).
+        as_of: Its clock (``IOT_DASHBOARD_AS_OF``).
+        report: A load-test report path (``IOT_DASHBOARD_REPORT_PATH``).
+    """
+    shown = subprocess.run(
+        [sys.executable, "-c", _OVERVIEW_METRICS], cwd=ROOT, capture_output=True, text=True,
+        timeout=300, check=False,
+        env=env | {"IOT_DASHBOARD_AS_OF": as_of, "IOT_DASHBOARD_LIVE_ALERTS": "false",
+                   "IOT_DASHBOARD_REPORT_PATH": str(report)},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    return json.loads(shown.stdout.strip().splitlines()[-1])

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -23,7 +20,7 @@ from common.settings import LakeSettings
 from dashboard import lake as dashboard_lake
 from infra.broker import ensure_topic
 from infra.jars import ensure_jars
-from tests.integration.proc import ROOT, run_python
+from tests.integration.proc import overview_metrics, run_python
 from tests.integration.s3 import create_bucket, lake_env, list_keys, moto_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -117,22 +114,7 @@ def test_processor_writes_the_lake_on_s3_and_verify_and_dashboard_read_it(
         assert rows["device_id"].n_unique() == FLEET
 
         # The dashboard's overview page renders from the S3 lake (AppTest, its own process).
-        page = textwrap.dedent("""
-            import json
-            from streamlit.testing.v1 import AppTest
-            at = AppTest.from_file("dashboard/app.py", default_timeout=120)
-            at.run()
-            assert not at.exception, [e.value for e in at.exception]
-            print(json.dumps({m.label: m.value for m in at.metric}))
-        """)
-        shown = subprocess.run(
-            [sys.executable, "-c", page], cwd=ROOT, capture_output=True, text=True, timeout=300,
-            env=_env(logs, **lake, IOT_DASHBOARD_AS_OF=AS_OF, IOT_DASHBOARD_LIVE_ALERTS="false",
-                     IOT_DASHBOARD_REPORT_PATH=str(tmp_path / "no-report.json")),
-            check=False,
-        )  # fmt: skip
-        assert shown.returncode == 0, shown.stderr[-3000:]
-        metrics = json.loads(shown.stdout.strip().splitlines()[-1])
+        metrics = overview_metrics(_env(logs, **lake), AS_OF, tmp_path / "no-report.json")
         assert metrics["Active devices"] == str(FLEET), metrics
 
 

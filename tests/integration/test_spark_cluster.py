@@ -22,7 +22,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from common.lake import Query, Table
 from common.settings import LakeSettings
 from infra import spark_cluster
 from infra.broker import ensure_topic
-from tests.integration.proc import ROOT, table_rows, wait_for
+from tests.integration.proc import ROOT, overview_metrics, table_rows, wait_for
 from tests.integration.s3 import (
     create_bucket,
     download,
@@ -294,22 +293,7 @@ def _dashboard_shows_the_fleet(lake: LakeSettings, env: dict[str, str], tmp_path
         lake.table(Table.GOLD_DEVICE_STATUS), ["last_event_time"], lake.storage_options()
     )
     as_of = max(r["last_event_time"] for r in status).isoformat()
-    page = textwrap.dedent("""
-        import json
-        from streamlit.testing.v1 import AppTest
-        at = AppTest.from_file("dashboard/app.py", default_timeout=120)
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
-        print(json.dumps({m.label: m.value for m in at.metric}))
-    """)
-    shown = subprocess.run(
-        [sys.executable, "-c", page], cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env=env | {"IOT_DASHBOARD_AS_OF": as_of, "IOT_DASHBOARD_LIVE_ALERTS": "false",
-                   "IOT_DASHBOARD_REPORT_PATH": str(tmp_path / "no-report.json")},
-        check=False,
-    )  # fmt: skip
-    assert shown.returncode == 0, shown.stderr[-3000:]
-    metrics = json.loads(shown.stdout.strip().splitlines()[-1])
+    metrics = overview_metrics(env, as_of, tmp_path / "no-report.json")
     assert metrics["Active devices"] == str(FLEET), metrics
 
 
