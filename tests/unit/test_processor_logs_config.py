@@ -1,12 +1,15 @@
-"""The processor's logging and scheduler files: what the JVM is told, and nothing in /tmp."""
+"""What the processor's JVM is told: logging, scheduler pools, JIT and memory pages."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from pyspark.sql import functions as F
+
 from processor.session import (
     BACKGROUND_POOL,
     HOT_POOL,
+    JIT_OPTIONS,
     LOG4J2_CONFIG,
     SCHEDULER_POOLS,
     log4j2_options,
@@ -40,3 +43,38 @@ def test_the_log4j2_file_reads_the_properties_the_options_set():
     for prop in ("iot.log.level", "iot.log.root", "iot.log.benign", "iot.log.file"):
         assert f"${{sys:{prop}" in text or f'propertyName="{prop}"' in text, prop
     ET.parse(LOG4J2_CONFIG)  # well-formed
+
+
+def test_the_driver_jvm_runs_with_the_jit_options(spark):
+    """The session's JVM has C2's thresholds from JIT_OPTIONS, not HotSpot's defaults."""
+    jvm = spark._jvm
+    bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    running = {
+        name: bean.getVMOption(name).getValue()
+        for name in ("Tier4InvocationThreshold", "Tier4MinInvocationThreshold",
+                     "Tier4CompileThreshold")
+    }  # fmt: skip
+    assert running == {
+        "Tier4InvocationThreshold": "50000",
+        "Tier4MinInvocationThreshold": "6000",
+        "Tier4CompileThreshold": "150000",
+    }
+    assert [f"-XX:{k}={v}" for k, v in running.items()] == list(JIT_OPTIONS)
+
+
+def test_a_broadcast_of_a_small_dimension_keeps_a_small_page(spark):
+    """Each micro-batch broadcasts the device dimension; the driver keeps it until a GC.
+
+    With the 32 MB pages Spark derives from a 2 GB driver, a broadcast hash map of a
+    few rows held 32 MB of the heap; with 1 MB pages it holds about 1 MB.
+    """
+    memory = spark._jvm.org.apache.spark.SparkEnv.get().memoryManager()
+    devices = spark.createDataFrame([(f"dev-{i:03d}", i) for i in range(20)], "id string, n int")
+    readings = spark.range(100).select(F.format_string("dev-%03d", F.col("id") % 20).alias("id"))
+    before = memory.storageMemoryUsed()
+    joined = readings.join(F.broadcast(devices), "id").count()
+    held = memory.storageMemoryUsed() - before
+    assert joined == 100
+    assert 0 < held < 2 * 1024 * 1024
