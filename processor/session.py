@@ -46,6 +46,13 @@ PYTHON_WORKER_WARNINGS = (
 
 
 BUFFER_PAGE_SIZE = "1m"
+# How many finished jobs, stages, tasks and SQL executions Spark's status store keeps.
+STATUS_STORE_RETAINED = {
+    "ui.retainedJobs": 50,
+    "ui.retainedStages": 50,
+    "ui.retainedTasks": 1000,
+    "sql.ui.retainedExecutions": 50,
+}
 # The JIT's second compiler (C2) waits for 10 times the calls its defaults ask for.
 # Spark's and Delta's driver code (analysis, planning, commits) is huge and runs a few
 # times per micro-batch: with the defaults, C2 was still compiling about 25 methods a
@@ -210,6 +217,11 @@ def build_session(
         # takes a whole page, and the driver keeps each broadcast until a GC releases
         # it; 32 MB pages filled the old generation and kept the collector busy.
         "spark.buffer.pageSize": BUFFER_PAGE_SIZE,
+        # Spark's status store (the UI's data, kept even with the UI off) holds the
+        # last 1,000 jobs, stages and SQL executions by default; eight queries make
+        # dozens a minute, and pruning so large a store took ~7 % of the driver's CPU.
+        # Nothing here reads it (metrics come from the queries' progress).
+        **{f"spark.{key}": str(n) for key, n in STATUS_STORE_RETAINED.items()},
         # Delta rebuilds its snapshot with 50 tasks by default: far too many on 2 cores.
         "spark.databricks.delta.snapshotPartitions": "2",
         # Parquet tries a dictionary for every column it writes; the raw payloads and the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import xml.etree.ElementTree as ET
 
 from pyspark.sql import functions as F
@@ -78,3 +79,23 @@ def test_a_broadcast_of_a_small_dimension_keeps_a_small_page(spark):
     held = memory.storageMemoryUsed() - before
     assert joined == 100
     assert 0 < held < 2 * 1024 * 1024
+
+
+def test_the_status_store_keeps_only_the_recent_jobs_and_executions(spark):
+    """After 80 more SQL queries, the store holds at most 50 jobs and 50 executions.
+
+    Spark's defaults keep 1,000 of each, and pruning that store cost the driver ~7 %.
+    """
+    store = spark._jsparkSession.sharedState().statusStore()
+    tracker = spark.sparkContext.statusTracker()
+    for i in range(80):
+        assert spark.range(i + 1).count() == i + 1
+    counts: tuple[int, int] = (0, 0)
+    deadline = time.monotonic() + 20  # the listener bus and the store prune asynchronously
+    while time.monotonic() < deadline:
+        counts = (len(tracker.getJobIdsForGroup(None)), store.executionsCount())
+        if max(counts) <= 50:
+            break
+        time.sleep(0.2)
+    assert counts[0] <= 50 and counts[1] <= 50, counts
+    assert min(counts) >= 5  # the recent ones are still there
