@@ -43,7 +43,6 @@ class Query(StrEnum):
     SILVER = "silver"
     BRONZE = "bronze"
     DEVICE_STATUS = "device_status"
-    GOLD_SITE_TYPE_10M = "gold_site_type_10m"
     GOLD_DEVICE_SESSIONS = "gold_device_sessions"
     ALERTS = "alerts"
     ALERT_RECOVERIES = "alert_recoveries"

@@ -29,7 +29,6 @@ log = logging.getLogger("iot_pulse.processor")
 # Delta stream stops at a deleted row).
 REBUILDS: Mapping[Query, tuple[str, ...]] = {
     Query.DEVICE_STATUS: ("device_status", "fleet_summary"),
-    Query.GOLD_SITE_TYPE_10M: ("site_type_10m",),
     Query.GOLD_DEVICE_SESSIONS: ("device_sessions",),
     Query.ALERTS: ("alerts", "alert_clears"),
     Query.ALERT_RECOVERIES: ("alert_recoveries",),
@@ -41,7 +40,6 @@ _PER_COLUMN_STATE = "its state keeps one aggregate per column of {table}"
 STALE_ON_NEW_COLUMNS: Mapping[Query, str] = {
     # One aggregate buffer per output column in the checkpointed state: a change of the
     # output's columns is a change of the state's shape.
-    Query.GOLD_SITE_TYPE_10M: _PER_COLUMN_STATE,
     Query.GOLD_DEVICE_SESSIONS: _PER_COLUMN_STATE,
     # Each row adds up its device's readings since the start.
     Query.DEVICE_STATUS: "each row of {table} adds up its device's readings so far",

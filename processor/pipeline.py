@@ -6,12 +6,13 @@ Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``):
 query                  reads -> writes                             how
 =====================  ==========================================  =========================
 silver                 Kafka / files (or bronze) ->                foreachBatch: tagged appends,
-                       silver/events, silver/quarantine,           and a txn MERGE that adds
+                       silver/events, silver/quarantine,           after a txn MERGE that adds
                        gold/device_1m, ops/schema_drift            the batch to its windows
 bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
-device_status          silver -> gold/device_status,               foreachBatch: txn MERGE, then
-                       gold/fleet_summary                          the summary of its rows
-gold_site_type_10m     silver -> gold/site_type_10m                update mode + MERGE
+device_status          silver (+ gold/device_1m) ->                foreachBatch: txn MERGE, then
+                       gold/device_status, gold/fleet_summary,     the summary of its rows, and
+                       gold/site_type_10m                          the batch's sliding windows
+                                                                   rolled up from device_1m
 gold_device_sessions   silver -> gold/device_sessions              append (final sessions)
 alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, tagged appends
 alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, append
@@ -201,8 +202,10 @@ def ensure_tables(
         "quarantine": quarantine_out(silver_all),
         "device_status": transforms.latest_status(silver),
         "gold_device_1m": transforms.device_minute_aggregates(silver, "1 minute"),
-        "site_type_10m": transforms.site_type_sliding(
-            silver, "1 minute", s.sliding_length, s.sliding_slide
+        "site_type_10m": transforms.site_type_windows(
+            transforms.device_minute_aggregates(silver, "1 minute"),
+            s.sliding_length,
+            s.sliding_slide,
         ),
         "device_sessions": transforms.device_sessions(silver, "1 minute", s.session_gap),
         "alerts": alerts,
@@ -296,8 +299,8 @@ def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
 def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Source (or bronze) -> silver, quarantine and the 1-minute windows, exactly once.
 
-    The batch's valid events are appended to silver and, aggregated per device and
-    minute, added to ``gold/device_1m`` by a MERGE applied once per batch.
+    The batch's valid events, aggregated per device and minute, are added to
+    ``gold/device_1m`` by a MERGE applied once per batch, then appended to silver.
     A batch whose events carry undeclared fields also appends what it saw to
     ``ops/schema_drift`` (``transforms.field_drift``).
     """
@@ -314,21 +317,22 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
         events = transforms.silver_rows(batch)
         writes: list[Callable[[], None]] = []
         if held.valid:
+            # The minutes first: whoever reads a row of silver finds it in device_1m
+            # (device_status rolls the sliding windows up from there).
+            sinks.merge_batch(
+                transforms.device_minute_aggregates(events, s.watermark),
+                t.gold_device_1m,
+                KEYS["gold_device_1m"],
+                since="window_start",
+                update=transforms.combine_device_minutes(),
+                txn=(f"{query_id}:device_1m", batch_id),
+            )
             good = silver_out(batch)
-            minutes = transforms.device_minute_aggregates(events, s.watermark)
-            writes += [
+            writes.append(
                 lambda: sinks.idempotent_append(
                     good, t.silver, f"{query_id}:silver", batch_id, nonempty=True
-                ),
-                lambda: sinks.merge_batch(
-                    minutes,
-                    t.gold_device_1m,
-                    KEYS["gold_device_1m"],
-                    since="window_start",
-                    update=transforms.combine_device_minutes(),
-                    txn=(f"{query_id}:device_1m", batch_id),
-                ),
-            ]
+                )
+            )
         if held.invalid:
             bad = quarantine_out(batch)
             writes.append(
@@ -353,11 +357,12 @@ def _silver(spark: SparkSession, t: Tables) -> DataFrame:
 
 
 def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Silver -> the newest reading per device, upserted, and the fleet summary from it.
+    """Silver -> the newest reading per device, the fleet summary, the sliding windows.
 
-    One read of silver for both tables: the MERGE adds the batch to each device's row
+    One read of silver for three tables: the MERGE adds the batch to each device's row
     (once per batch), then ``gold/fleet_summary`` is rewritten from ``device_status``'s
-    few rows per device (``transforms.fleet_summary``).
+    few rows per device (``transforms.fleet_summary``), and every sliding window the
+    batch's readings fall in is recomputed from ``gold/device_1m`` (``site_windows``).
     """
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
@@ -367,6 +372,7 @@ def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
         status = sources.delta_table(batch.sparkSession, t.device_status)
         summary = transforms.fleet_summary(status)
         sinks.idempotent_write(summary, t.fleet_summary, f"{query_id}:fleet", batch_id, "overwrite")
+        site_windows(batch, s, t)
 
     name = Query.DEVICE_STATUS
     return sinks.foreach_batch_stream(
@@ -374,20 +380,25 @@ def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
     )
 
 
-def start_site_type_10m(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Silver -> sliding windows per site and type, upserted as they fill (update + MERGE)."""
-    df = transforms.site_type_sliding(
-        _silver(spark, t), s.watermark, s.sliding_length, s.sliding_slide
-    )
+def site_windows(silver: DataFrame, s: ProcessorSettings, t: Tables) -> None:
+    """Recompute, from ``gold/device_1m``, the sliding windows ``silver``'s readings fall in.
 
-    def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
-        # Update mode emits each changed window whole: replaying a batch rewrites the same rows.
-        sinks.merge_batch(batch, t.site_type_10m, KEYS["site_type_10m"], since="window_start")
-
-    name = Query.GOLD_SITE_TYPE_10M
-    return sinks.foreach_batch_stream(
-        df, write, s.lake.checkpoint(name), name, s, output_mode="update", tier="background"
-    )
+    Silver's query commits a batch's minutes to device_1m before its rows to silver,
+    so device_1m already holds every reading read here: each window is rewritten
+    whole from the rows it then has (a replay rewrites the same or newer values), and
+    the last batch to touch a window leaves it equal to the windows over all of silver.
+    """
+    spark = silver.sparkSession
+    length, slide = s.sliding_length, s.sliding_slide
+    with sinks.persisted(transforms.sliding_keys(silver, length, slide)) as keys:
+        since = sinks.lowest_hour(keys, "window_start")
+        if since is None:
+            return
+        minutes = sources.delta_table(spark, t.gold_device_1m).where(f"window_start >= {since}")
+        windows = transforms.site_type_windows(minutes, length, slide)
+        touched = windows.join(keys, ["window_start", "site", "device_type"], "left_semi")
+        with sinks.persisted(touched) as rows:
+            sinks.merge_batch(rows, t.site_type_10m, KEYS["site_type_10m"], since="window_start")
 
 
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
@@ -456,15 +467,13 @@ QUERIES: dict[Query, Stage] = {
     Query.BRONZE: start_bronze,
     Query.SILVER: start_silver,
     Query.DEVICE_STATUS: start_device_status,
-    Query.GOLD_SITE_TYPE_10M: start_site_type_10m,
     Query.GOLD_DEVICE_SESSIONS: start_device_sessions,
     Query.ALERTS: start_alerts,
     Query.ALERT_RECOVERIES: start_alert_recoveries,
     Query.ALERTS_RT: start_alerts_rt,
 }
 _BACKGROUND = (
-    Query.DEVICE_STATUS, Query.GOLD_SITE_TYPE_10M, Query.GOLD_DEVICE_SESSIONS, Query.ALERTS,
-    Query.ALERTS_RT,
+    Query.DEVICE_STATUS, Query.GOLD_DEVICE_SESSIONS, Query.ALERTS, Query.ALERTS_RT,
 )  # fmt: skip
 
 

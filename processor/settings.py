@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
@@ -35,6 +36,8 @@ def _names(value: str) -> list[str]:
 
 
 LogLevel = Literal["ERROR", "WARN", "INFO", "DEBUG"]
+# A duration Spark's window() reads that is a whole number of minutes.
+WHOLE_MINUTES = re.compile(r"[1-9]\d*\s+(minute|minutes|hour|hours)", re.IGNORECASE)
 
 
 class ProcessorSettings(FleetSettings):
@@ -121,8 +124,12 @@ class ProcessorSettings(FleetSettings):
         True, description="Fail when Kafka offsets aged out before they were read"
     )
     watermark: str = Field("2 minutes", description="How late an event may arrive")
-    sliding_length: str = Field("10 minutes", description="Site/type sliding window length")
-    sliding_slide: str = Field("5 minutes", description="Site/type sliding window slide")
+    sliding_length: str = Field(
+        "10 minutes", description="Site/type sliding window length, in whole minutes"
+    )
+    sliding_slide: str = Field(
+        "5 minutes", description="Site/type sliding window slide, in whole minutes"
+    )
     session_gap: str = Field("2 minutes", description="Silence that ends a connectivity session")
     recovery_window: str = Field("10 minutes", description="How long an alert may take to recover")
     z_threshold: float = Field(4.0, gt=0, description="Rolling z-score alert threshold")
@@ -172,6 +179,14 @@ class ProcessorSettings(FleetSettings):
             raise ValueError(
                 f"unknown queries: {', '.join(unknown)}; choose from {', '.join(Query)}"
             )
+        return value
+
+    @field_validator("sliding_length", "sliding_slide")
+    @classmethod
+    def _whole_minutes(cls, value: str) -> str:
+        # The windows are rolled up from gold/device_1m's minutes.
+        if not WHOLE_MINUTES.fullmatch(value.strip()):
+            raise ValueError(f"{value!r} is not whole minutes or hours, e.g. '10 minutes'")
         return value
 
     def query_names(self) -> list[Query]:

@@ -420,6 +420,19 @@ def idempotent_dml(
     _once(spark, path, app_id, batch_id, commit)
 
 
+def lowest_hour(df: DataFrame, column: str) -> str | None:
+    """``df``'s earliest ``column`` rounded down to the hour, as a SQL timestamp literal.
+
+    A bound for Delta's file skipping that changes once an hour: a literal is a
+    constant in the generated code, so a new bound every batch would be new code
+    (Janino, then the JIT) every batch. None when ``df`` is empty.
+    """
+    # Formatted and parsed back in the session's time zone: no Python conversion.
+    # collect(), not first(): no LIMIT (see has_rows); a global aggregate is one row.
+    hour = df.agg(F.date_format(F.min(column), "yyyy-MM-dd HH:00:00")).collect()[0][0]
+    return None if hour is None else f"TIMESTAMP '{hour}'"
+
+
 def merge_batch(
     df: DataFrame,
     path: str,
@@ -436,11 +449,9 @@ def merge_batch(
         path: The Delta table.
         keys: Columns that identify a row.
         since: A timestamp key column (e.g. a window start) whose batch minimum,
-            rounded down to the hour, bounds the rows that can match; the MERGE then
-            reads only files that may hold values at or above it (Delta skips the
-            rest by their statistics). Rounded, because the bound is a constant in
-            the MERGE's generated code: a new bound each minute would be new code
-            (Janino, then the JIT) for every minute's batches.
+            rounded down to the hour (``lowest_hour``), bounds the rows that can
+            match; the MERGE then reads only files that may hold values at or above
+            it (Delta skips the rest by their statistics).
         update: New values of a matched row's columns, as expressions over ``t``
             (the stored row) and ``s`` (the batch's row); default: the batch's row.
         txn: ``(app id, batch id)``: the MERGE runs once per batch
@@ -450,12 +461,10 @@ def merge_batch(
     """
     cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
     if since is not None:
-        # Formatted and parsed back in the session's time zone: no Python conversion.
-        # collect(), not first(): no LIMIT (see has_rows); a global aggregate is one row.
-        lowest = df.agg(F.date_format(F.min(since), "yyyy-MM-dd HH:00:00")).collect()[0][0]
+        lowest = lowest_hour(df, since)
         if lowest is None:  # an empty batch
             return
-        cond += f" AND t.`{since}` >= TIMESTAMP '{lowest}'"
+        cond += f" AND t.`{since}` >= {lowest}"
     elif not has_rows(df):
         return
     target = DeltaTable.forPath(df.sparkSession, path)

@@ -577,26 +577,31 @@ def combine_device_minutes(old: str = "t", new: str = "s") -> dict[str, Column]:
     return out
 
 
-def site_type_sliding(silver: DataFrame, watermark: str, length: str, slide: str) -> DataFrame:
-    """Sliding windows per site and device type: events, distinct devices, metric means.
+def site_type_windows(device_1m: DataFrame, length: str, slide: str) -> DataFrame:
+    """Sliding windows per site and device type, rolled up from the 1-minute rows.
 
-    ``devices`` is exact: the size of the set of device ids (streams have no
-    ``count(DISTINCT)``, and a 1%-error HyperLogLog++ buffer is 1,600 words per group,
-    which turns off code generation for the whole aggregation).
+    A reading lies in a window exactly when its minute does (windows start and end on
+    whole minutes), so the rollup equals the same windows over silver's readings:
+    events and metric readings add up, ``devices`` counts the devices with a minute in
+    the window, and each mean is weighted by its minute's count of readings.
 
     Args:
-        silver: Silver events.
-        watermark: Event-time watermark delay.
-        length: Window length, e.g. ``"10 minutes"``.
-        slide: Slide, e.g. ``"5 minutes"``.
+        device_1m: Rows of ``gold/device_1m`` (``device_minute_aggregates``).
+        length: Window length in whole minutes, e.g. ``"10 minutes"``.
+        slide: Slide in whole minutes, e.g. ``"5 minutes"``.
     """
     aggs = {
-        "events": F.count(F.lit(1)),
-        "devices": F.size(F.collect_set("device_id")).cast("long"),
-    } | {f"{m}_avg": F.avg(m) for m in METRIC_NAMES}
+        "events": F.sum("events"),
+        "devices": F.count_distinct("device_id"),
+    } | {
+        # try_divide: a window without the metric has no readings of it (null, not 0/0).
+        f"{m}_avg": F.try_divide(
+            F.sum(F.col(f"{m}_avg") * F.col(f"{m}_count")), F.sum(f"{m}_count")
+        )
+        for m in METRIC_NAMES
+    }
     return (
-        silver.withWatermark("event_time", watermark)
-        .groupBy(F.window("event_time", length, slide), "site", "device_type")
+        device_1m.groupBy(F.window("window_start", length, slide), "site", "device_type")
         .agg(*[col.alias(name) for name, col in aggs.items()])
         .select(
             F.col("window.start").alias("window_start"),
@@ -606,6 +611,15 @@ def site_type_sliding(silver: DataFrame, watermark: str, length: str, slide: str
             *aggs,
         )
     )
+
+
+def sliding_keys(silver: DataFrame, length: str, slide: str) -> DataFrame:
+    """The (window_start, site, device_type) of each sliding window ``silver``'s rows fall in."""
+    return (
+        silver.select(F.window("event_time", length, slide).start.alias("window_start"), "site",
+                      "device_type")
+        .distinct()
+    )  # fmt: skip
 
 
 def device_sessions(silver: DataFrame, watermark: str, gap: str) -> DataFrame:

@@ -14,7 +14,6 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Producer
-from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from common.fleet import build_fleet
@@ -24,6 +23,7 @@ from processor import transforms
 from processor.detector import DetectorConfig, detect
 from processor.settings import ProcessorSettings
 from producer.simulation import generate, simulated_clock
+from tests.integration.gold_expected import background_gold
 from tests.integration.proc import kill_group, processor_env, start_processor, table_rows, wait_for
 
 pytestmark = [
@@ -120,20 +120,9 @@ def test_sigkill_three_times_then_exactly_once(spark, kafka_broker, tmp_path):
     gold = spark.read.format("delta").load(str(lake / "gold" / "device_1m"))
     recomputed = transforms.device_minute_aggregates(silver_df, WATERMARK)
     assertDataFrameEqual(gold, recomputed.select(*gold.columns), rtol=1e-9)
-    # The background queries' gold, each against the same transform over all of silver.
-    settings = ProcessorSettings()
-    for table, batch in {
-        "site_type_10m": transforms.site_type_sliding(
-            silver_df, WATERMARK, settings.sliding_length, settings.sliding_slide
-        ),
-        "fleet_summary": silver_df.groupBy("device_type").agg(
-            F.countDistinct("device_id").alias("devices"),
-            F.count(F.lit(1)).alias("events"),
-            F.max("event_time").alias("last_event_time"),
-        ),
-        "device_status": transforms.latest_status(silver_df).drop("updated_time"),
-    }.items():
-        stored = spark.read.format("delta").load(str(lake / "gold" / table))
+    # The background queries' gold, each against its recomputation over all of silver.
+    for table, batch in background_gold(silver_df, ProcessorSettings()).items():
+        stored = spark.read.format("delta").load(str(lake / table))
         assertDataFrameEqual(stored.select(*batch.columns), batch, rtol=1e-9)
 
     # Alerts: the detector over each device's silver rows in order, independently of Spark.

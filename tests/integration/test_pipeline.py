@@ -23,6 +23,7 @@ from common.settings import KafkaSettings
 from infra.broker import ensure_topic
 from processor.pipeline import Tables, run_available_now
 from processor.settings import ProcessorSettings
+from processor.sinks import commit_tag_of
 from producer.__main__ import main as producer_main
 from producer.simulation import generate, simulated_clock
 
@@ -151,3 +152,20 @@ def test_events_flow_to_gold_with_exact_aggregates(spark, kafka_broker, eh_env, 
                     value,
                 )
     assert sum(r["events"] for r in gold) == COUNT
+
+    # Each batch's minutes are committed to device_1m before its readings to silver:
+    # device_status rolls the sliding windows up from device_1m for silver's rows.
+    silver_at = _batch_commit_times(tables.silver, ":silver")
+    minutes_at = _batch_commit_times(tables.gold_device_1m, ":device_1m")
+    assert silver_at and silver_at.keys() == minutes_at.keys()
+    assert {b: minutes_at[b] < silver_at[b] for b in silver_at} == dict.fromkeys(silver_at, True)
+
+
+def _batch_commit_times(path: str, writer: str) -> dict[int, int]:
+    """Batch id -> commit time (ms) of the commits ``path``'s history tags with ``writer``."""
+    out = {}
+    for commit in DeltaTable(path).history():
+        tag = commit_tag_of(commit.get("userMetadata"))
+        if tag and tag[0].endswith(writer):
+            out[tag[1]] = commit["timestamp"]
+    return out

@@ -34,6 +34,7 @@ from common.lake import Query, Table
 from common.settings import LakeSettings
 from infra import spark_cluster
 from infra.broker import ensure_topic
+from tests.integration.gold_expected import background_gold
 from tests.integration.proc import ROOT, overview_metrics, table_rows, wait_for
 from tests.integration.s3 import (
     create_bucket,
@@ -300,7 +301,6 @@ def _dashboard_shows_the_fleet(lake: LakeSettings, env: dict[str, str], tmp_path
 def _gold_equals_silver_recomputed(spark, root: Path) -> None:
     """Each gold table equals its transform over all of silver (as test_crash_recovery)."""
     from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
     from pyspark.testing import assertDataFrameEqual
 
     from processor import transforms
@@ -316,17 +316,7 @@ def _gold_equals_silver_recomputed(spark, root: Path) -> None:
     silver, gold = read(Table.SILVER_EVENTS), read(Table.GOLD_DEVICE_1M)
     recomputed = transforms.device_minute_aggregates(silver, settings.watermark)
     assertDataFrameEqual(gold, recomputed.select(*gold.columns), rtol=1e-9)
-    for table, batch in {
-        Table.GOLD_SITE_TYPE_10M: transforms.site_type_sliding(
-            silver, settings.watermark, settings.sliding_length, settings.sliding_slide
-        ),
-        Table.GOLD_FLEET_SUMMARY: silver.groupBy("device_type").agg(
-            F.countDistinct("device_id").alias("devices"),
-            F.count(F.lit(1)).alias("events"),
-            F.max("event_time").alias("last_event_time"),
-        ),
-        Table.GOLD_DEVICE_STATUS: transforms.latest_status(silver).drop("updated_time"),
-    }.items():
+    for table, batch in background_gold(silver, settings).items():
         stored = read(table)
         assertDataFrameEqual(stored.select(*batch.columns), batch, rtol=1e-9)
     # The detector's alerts (pandas on the executors) against the detector run here.

@@ -14,10 +14,8 @@ def test_only_queries_with_per_column_state_are_stale_and_each_says_why():
         "site_type_10m": TableChange(added=("signal_dbm_avg",), unwritten=("co2_ppm_avg",)),
         "fleet_summary": TableChange(),
     }
-    assert stale_queries(changes) == {
-        Query.GOLD_SITE_TYPE_10M: "its state keeps one aggregate per column of site_type_10m "
-        "(column signal_dbm_avg added, column co2_ppm_avg no longer written)"
-    }
+    # The sliding windows keep no state: device_status recomputes them from device_1m.
+    assert stale_queries(changes) == {}
     assert stale_queries({"device_sessions": TableChange(unwritten=("x",))}) == {
         Query.GOLD_DEVICE_SESSIONS: "its state keeps one aggregate per column of "
         "device_sessions (column x no longer written)"
@@ -33,7 +31,7 @@ def test_only_queries_with_per_column_state_are_stale_and_each_says_why():
 def test_a_rebuilt_query_brings_the_queries_that_stream_from_its_tables():
     assert with_readers(["alerts"]) == ["alerts", "alert_recoveries"]
     assert with_readers(["alert_recoveries", "alerts"]) == ["alert_recoveries", "alerts"]
-    assert with_readers(["device_status", "gold_site_type_10m"]) == [
+    assert with_readers(["device_status", "gold_device_sessions"]) == [
         "device_status",
-        "gold_site_type_10m",
+        "gold_device_sessions",
     ]

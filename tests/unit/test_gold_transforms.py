@@ -27,13 +27,18 @@ def _silver(spark, rows):
     return df
 
 
+def _sliding(silver):
+    minutes = transforms.device_minute_aggregates(silver, "1 minute")
+    return transforms.site_type_windows(minutes, "10 minutes", "5 minutes")
+
+
 def test_sliding_windows_count_each_event_in_both_overlapping_windows(spark):
     silver = _silver(spark, [
         ("d1", "thermostat", "A", t(1), 1, 10.0),
         ("d2", "thermostat", "A", t(6), 1, 20.0),
         ("d1", "thermostat", "A", t(12), 2, 30.0),
     ])  # fmt: skip
-    out = transforms.site_type_sliding(silver, "1 minute", "10 minutes", "5 minutes").select(
+    out = _sliding(silver).select(
         "window_start", "window_end", "events", "devices", "temperature_c_avg"
     )
     assertDataFrameEqual(out, [
@@ -41,6 +46,37 @@ def test_sliding_windows_count_each_event_in_both_overlapping_windows(spark):
         Row(window_start=t(0), window_end=t(10), events=2, devices=2, temperature_c_avg=15.0),
         Row(window_start=t(5), window_end=t(15), events=2, devices=2, temperature_c_avg=25.0),
         Row(window_start=t(10), window_end=t(20), events=1, devices=1, temperature_c_avg=30.0),
+    ])  # fmt: skip
+
+
+def test_sliding_windows_from_minutes_weigh_each_minute_by_its_readings(spark):
+    """Means over the readings, not over the minutes; a metric never read stays null."""
+    silver = _silver(spark, [
+        ("d1", "thermostat", "A", t(1, 0), 1, 10.0),
+        ("d1", "thermostat", "A", t(1, 30), 2, 20.0),
+        ("d1", "thermostat", "A", t(2, 0), 3, None),  # a reading without the metric
+        ("d2", "thermostat", "A", t(3, 59), 1, 60.0),
+        ("d3", "thermostat", "B", t(4, 0), 1, None),
+    ])  # fmt: skip
+    humidity = next(m for m in METRIC_NAMES if m != "temperature_c")
+    out = _sliding(silver).where("window_start = '2026-01-01 00:00:00'")
+    assertDataFrameEqual(out.select("site", "events", "devices", "temperature_c_avg", f"{humidity}_avg"), [
+        Row(site="A", events=4, devices=2, temperature_c_avg=30.0, **{f"{humidity}_avg": None}),
+        Row(site="B", events=1, devices=1, temperature_c_avg=None, **{f"{humidity}_avg": None}),
+    ])  # fmt: skip
+
+
+def test_sliding_keys_name_the_windows_a_reading_falls_in(spark):
+    silver = _silver(spark, [
+        ("d1", "thermostat", "A", t(1), 1, 1.0),
+        ("d2", "thermostat", "A", t(4), 1, 1.0),
+        ("d3", "vibration", "B", t(6), 1, 1.0),
+    ])  # fmt: skip
+    assertDataFrameEqual(transforms.sliding_keys(silver, "10 minutes", "5 minutes"), [
+        Row(window_start=datetime(2025, 12, 31, 23, 55), site="A", device_type="thermostat"),
+        Row(window_start=t(0), site="A", device_type="thermostat"),
+        Row(window_start=t(0), site="B", device_type="vibration"),
+        Row(window_start=t(5), site="B", device_type="vibration"),
     ])  # fmt: skip
 
 

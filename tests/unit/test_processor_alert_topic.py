@@ -31,7 +31,7 @@ def test_every_query_but_the_alert_ones_runs_and_the_run_says_why(no_alerts_topi
     assert partitions == 3
     assert no_alerts_topic == ["iot-events", "iot-alerts"]
     assert chosen.query_names() == [
-        "silver", "bronze", "device_status", "gold_site_type_10m", "gold_device_sessions",
+        "silver", "bronze", "device_status", "gold_device_sessions",
         "alerts", "alert_recoveries",
     ]  # fmt: skip
     assert capsys.readouterr().err == (

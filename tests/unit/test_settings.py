@@ -85,6 +85,14 @@ def test_boolean_flags_and_nested_lake_settings(clean_env):
     assert s.lake.table("gold/device_1m") == "/data/lake/gold/device_1m"
 
 
+def test_sliding_windows_must_be_whole_minutes(clean_env):
+    s = ProcessorSettings(sliding_length="1 hour", sliding_slide="15 Minutes")
+    assert (s.sliding_length, s.sliding_slide) == ("1 hour", "15 Minutes")
+    for bad in ("90 seconds", "0 minutes", "1.5 minutes", "10m"):
+        with pytest.raises(ValidationError, match="is not whole minutes or hours"):
+            ProcessorSettings(sliding_slide=bad)
+
+
 def test_queries_must_be_known_and_select_the_stages(clean_env):
     from common.lake import Query
     from processor import pipeline
@@ -98,8 +106,7 @@ def test_queries_must_be_known_and_select_the_stages(clean_env):
         by_stage = {stage: name for name, stage in pipeline.QUERIES.items()}
         return [[by_stage[s] for s in group] for group in pipeline.stages(settings)]
 
-    background = ["device_status", "gold_site_type_10m", "gold_device_sessions", "alerts",
-                  "alerts_rt"]  # fmt: skip
+    background = ["device_status", "gold_device_sessions", "alerts", "alerts_rt"]
     # Silver reads the source itself: the hot path starts first, bronze with the rest.
     assert names(ProcessorSettings()) == [
         ["silver"], ["bronze", *background], ["alert_recoveries"]
