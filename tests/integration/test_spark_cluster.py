@@ -34,6 +34,7 @@ from common.lake import Query, Table
 from common.settings import LakeSettings
 from infra import spark_cluster
 from infra.broker import ensure_topic
+from processor.session import JIT_OPTIONS
 from tests.integration.gold_expected import background_gold
 from tests.integration.proc import ROOT, overview_metrics, table_rows, wait_for
 from tests.integration.s3 import (
@@ -63,10 +64,12 @@ SUBMIT = (
     'spark-submit --master "$(python -m infra.spark_cluster url)" '
     '--jars "$(python -m infra.spark_cluster jars)" '
     '--py-files "$(python -m infra.spark_cluster package)" '
+    '--driver-java-options "$(python -m infra.spark_cluster driver-options)" '
     "--driver-memory 1g --conf spark.executor.memory=1g processor/__main__.py run"
 )
 DRAIN = f"{SUBMIT} --trigger available_now"
 STOP = "python -m infra.spark_cluster stop"
+SUBMIT_CLASS = "org.apache.spark.deploy.SparkSubmit"
 
 
 def _readme_commands() -> str:
@@ -96,6 +99,20 @@ def _shell(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[byt
             ["bash", "-c", command], cwd=ROOT, env=env, stdout=fh,
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+
+
+def _driver_jvm_args(group: int) -> list[str]:
+    """The arguments of the SparkSubmit JVM in process group ``group`` (the driver's)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if os.getpgid(int(proc.name)) == group and SUBMIT_CLASS in args:
+                return args
+        except (OSError, ProcessLookupError):
+            continue
+    raise AssertionError(f"no {SUBMIT_CLASS} JVM in process group {group}")
 
 
 def _run(command: str, env: dict[str, str], log: Path, timeout_s: float) -> int:
@@ -195,6 +212,8 @@ def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
                 lambda: bool(list_keys(s3_endpoint, BUCKET, commits)),
                 420, "silver's first batch on the cluster", submit, submit_log,
             )  # fmt: skip
+            # The driver's JVM (spark-submit's) runs with the JIT settings of a local one.
+            assert set(JIT_OPTIONS) <= set(_driver_jvm_args(submit.pid)), submit_log
             producer_env = env | {
                 # Anomalies (alerts) and malformed records; no late or reordered readings,
                 # so the detector's alerts are those of a batch run over silver.
