@@ -208,7 +208,7 @@ def build_session(
         "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "6",
         # Micro-batches are cached for one batch only: skip compressing the cache.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
-        # Eight queries, Delta's own jobs and MERGEs generate a few hundred distinct
+        # Seven queries, Delta's own jobs and MERGEs generate a few hundred distinct
         # classes; with the default cache of 100, every micro-batch recompiles them all
         # (Janino, then the JIT again) and the processor spends its time compiling.
         "spark.sql.codegen.cache.maxEntries": "2000",
@@ -218,7 +218,7 @@ def build_session(
         # it; 32 MB pages filled the old generation and kept the collector busy.
         "spark.buffer.pageSize": BUFFER_PAGE_SIZE,
         # Spark's status store (the UI's data, kept even with the UI off) holds the
-        # last 1,000 jobs, stages and SQL executions by default; eight queries make
+        # last 1,000 jobs, stages and SQL executions by default; seven queries make
         # dozens a minute, and pruning so large a store took ~7 % of the driver's CPU.
         # Nothing here reads it (metrics come from the queries' progress).
         **{f"spark.{key}": str(n) for key, n in STATUS_STORE_RETAINED.items()},
