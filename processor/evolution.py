@@ -28,7 +28,7 @@ log = logging.getLogger("iot_pulse.processor")
 # they write and the queries that read those tables as streams (rebuilt with them: a
 # Delta stream stops at a deleted row).
 REBUILDS: Mapping[Query, tuple[str, ...]] = {
-    Query.DEVICE_STATUS: ("device_status", "fleet_summary"),
+    Query.DEVICE_STATUS: ("device_status", "fleet_summary", "site_type_10m"),
     Query.GOLD_DEVICE_SESSIONS: ("device_sessions",),
     Query.ALERTS: ("alerts", "alert_clears"),
     Query.ALERT_RECOVERIES: ("alert_recoveries",),
@@ -37,6 +37,11 @@ REBUILDS: Mapping[Query, tuple[str, ...]] = {
 READERS: Mapping[Query, tuple[Query, ...]] = {Query.ALERTS: (Query.ALERT_RECOVERIES,)}
 # Queries whose output no longer fits when its table's columns change, each with why.
 _PER_COLUMN_STATE = "its state keeps one aggregate per column of {table}"
+# The tables whose columns a query's state or sums depend on, where not all it writes:
+# device_status recomputes the sliding windows whole from device_1m.
+_STATEFUL_TABLES: Mapping[Query, tuple[str, ...]] = {
+    Query.DEVICE_STATUS: ("device_status", "fleet_summary"),
+}
 STALE_ON_NEW_COLUMNS: Mapping[Query, str] = {
     # One aggregate buffer per output column in the checkpointed state: a change of the
     # output's columns is a change of the state's shape.
@@ -64,7 +69,7 @@ def stale_queries(changes: Mapping[str, TableChange]) -> dict[str, str]:
     """
     stale: dict[str, str] = {}
     for query, reason in STALE_ON_NEW_COLUMNS.items():
-        for table in REBUILDS[query]:
+        for table in _STATEFUL_TABLES.get(query, REBUILDS[query]):
             change = changes.get(table, TableChange())
             if change.added or change.unwritten:
                 why = ", ".join(

@@ -317,6 +317,7 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
         events = transforms.silver_rows(batch)
         writes: list[Callable[[], None]] = []
         if held.valid:
+            good = silver_out(batch)  # stamped now: processed_time is before gold's commit
             # The minutes first: whoever reads a row of silver finds it in device_1m
             # (device_status rolls the sliding windows up from there).
             sinks.merge_batch(
@@ -327,7 +328,6 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
                 update=transforms.combine_device_minutes(),
                 txn=(f"{query_id}:device_1m", batch_id),
             )
-            good = silver_out(batch)
             writes.append(
                 lambda: sinks.idempotent_append(
                     good, t.silver, f"{query_id}:silver", batch_id, nonempty=True

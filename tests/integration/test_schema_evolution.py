@@ -6,8 +6,9 @@ contract, given by ``IOT_CONTRACT``); run 2 sends later events under it and the
 processor restarts on the same lake and checkpoints. Every acknowledged event is in
 silver exactly once, with nulls in the new columns for run 1's rows and the new values
 for run 2's; gold/device_1m has the new metric for run 2's windows only; the sliding
-windows, whose state held one aggregate per metric, are rebuilt and equal a
-recomputation over silver done here in plain Python; every dashboard page renders.
+windows gain the metric, nothing is rebuilt, and they equal a recomputation over
+silver done here in plain Python, as they do after ``rebuild device_status`` with
+another slide; every dashboard page renders.
 """
 
 from __future__ import annotations
@@ -53,17 +54,17 @@ def _rows(lake: Path, table: Table) -> list[dict]:
     return DeltaTable(table_location(str(lake), table)).to_pyarrow_table().to_pylist()
 
 
-def _sliding(silver: list[dict], metrics: list[str]) -> dict[tuple, dict]:
-    """site_type_10m recomputed: every 10-minute window sliding by 5 that holds a reading."""
+def _sliding(silver: list[dict], metrics: list[str], slide: timedelta = SLIDE) -> dict[tuple, dict]:
+    """site_type_10m recomputed: every 10-minute window sliding by ``slide`` with a reading."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     for row in silver:
         t = row["event_time"]
-        last = epoch + (t - epoch) // SLIDE * SLIDE
+        last = epoch + (t - epoch) // slide * slide
         start = last
         while start > t - LENGTH:
             groups[(start, row["site"], row["device_type"])].append(row)
-            start -= SLIDE
+            start -= slide
     out = {}
     for key, rows in groups.items():
         agg: dict = {"events": len(rows), "devices": len({r["device_id"] for r in rows})}
@@ -127,10 +128,12 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Pat
             want = value if value is None else pytest.approx(value, rel=1e-12)
             assert got[key][column] == want, (key, column)
 
-    # On request: the rebuild command recomputes a query from all of silver and exits.
+    # On request: the rebuild command recomputes a query from all of silver and exits;
+    # here after a change of slide, which leaves no window of the old one behind.
     before = _rows(lake, Table.GOLD_FLEET_SUMMARY)
     code = run_python(
-        ["-m", "processor", "rebuild", "device_status", "--fleet-size", str(FLEET),
+        ["-m", "processor", "rebuild", "device_status", "--sliding-slide", "2 minutes",
+         "--fleet-size", str(FLEET),
          "--seed", str(SEED), "--shuffle-partitions", "2", "--lake-root", str(lake),
          "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent), "--driver-memory", "1g"],
         v2, log, 900,
@@ -151,6 +154,16 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Pat
         for r in after
     }
     assert got == summary
+    expected = _sliding(silver, [*METRIC_NAMES, "signal_dbm"], timedelta(minutes=2))
+    got = {
+        (r["window_start"].replace(tzinfo=UTC), r["site"], r["device_type"]): r
+        for r in _rows(lake, Table.GOLD_SITE_TYPE_10M)
+    }
+    assert set(got) == set(expected)
+    for key, agg in expected.items():
+        for column, value in agg.items():
+            want = value if value is None else pytest.approx(value, rel=1e-12)
+            assert got[key][column] == want, (key, column)
 
     pages = textwrap.dedent("""
         from streamlit.testing.v1 import AppTest

@@ -234,7 +234,7 @@ def _check_gold_beyond_device_1m(
     assert None in want_recoveries.values()  # the 6:00 alert, never recovered in time
     assert 30.0 in want_recoveries.values()
 
-    # Sliding windows (10 minutes every 5, update mode + MERGE): each event in two windows.
+    # Sliding windows (10 minutes every 5, rolled up from device_1m): each event in two.
     five = timedelta(minutes=5)
     sliding: dict[tuple, list[dict]] = defaultdict(list)
     for e in kept.values():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common.lake import Query
-from processor.evolution import stale_queries, with_readers
+from processor.evolution import REBUILDS, stale_queries, with_readers
 from processor.sinks import TableChange
 
 
@@ -14,8 +14,10 @@ def test_only_queries_with_per_column_state_are_stale_and_each_says_why():
         "site_type_10m": TableChange(added=("signal_dbm_avg",), unwritten=("co2_ppm_avg",)),
         "fleet_summary": TableChange(),
     }
-    # The sliding windows keep no state: device_status recomputes them from device_1m.
+    # The sliding windows keep no state: device_status recomputes them from device_1m
+    # (and empties them when it is rebuilt, so windows of an old slide do not linger).
     assert stale_queries(changes) == {}
+    assert "site_type_10m" in REBUILDS[Query.DEVICE_STATUS]
     assert stale_queries({"device_sessions": TableChange(unwritten=("x",))}) == {
         Query.GOLD_DEVICE_SESSIONS: "its state keeps one aggregate per column of "
         "device_sessions (column x no longer written)"
