@@ -75,6 +75,19 @@ def _sliding(silver: list[dict], metrics: list[str], slide: timedelta = SLIDE) -
     return out
 
 
+def _assert_windows_equal(lake: Path, expected: dict[tuple, dict]) -> None:
+    """gold/site_type_10m holds exactly ``expected``'s windows, with its values."""
+    got = {
+        (r["window_start"].replace(tzinfo=UTC), r["site"], r["device_type"]): r
+        for r in _rows(lake, Table.GOLD_SITE_TYPE_10M)
+    }
+    assert set(got) == set(expected)
+    for key, agg in expected.items():
+        for column, value in agg.items():
+            want = value if value is None else pytest.approx(value, rel=1e-12)
+            assert got[key][column] == want, (key, column)
+
+
 def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Path) -> None:
     topic = "schema-evolution"
     ensure_topic(kafka_broker.plaintext, topic, partitions=2)
@@ -117,16 +130,7 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Pat
 
     for r in silver:
         r["event_time"] = r["event_time"].replace(tzinfo=UTC)
-    expected = _sliding(silver, [*METRIC_NAMES, "signal_dbm"])
-    got = {
-        (r["window_start"].replace(tzinfo=UTC), r["site"], r["device_type"]): r
-        for r in _rows(lake, Table.GOLD_SITE_TYPE_10M)
-    }
-    assert set(got) == set(expected)
-    for key, agg in expected.items():
-        for column, value in agg.items():
-            want = value if value is None else pytest.approx(value, rel=1e-12)
-            assert got[key][column] == want, (key, column)
+    _assert_windows_equal(lake, _sliding(silver, [*METRIC_NAMES, "signal_dbm"]))
 
     # On request: the rebuild command recomputes a query from all of silver and exits;
     # here after a change of slide, which leaves no window of the old one behind.
@@ -154,16 +158,9 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Pat
         for r in after
     }
     assert got == summary
-    expected = _sliding(silver, [*METRIC_NAMES, "signal_dbm"], timedelta(minutes=2))
-    got = {
-        (r["window_start"].replace(tzinfo=UTC), r["site"], r["device_type"]): r
-        for r in _rows(lake, Table.GOLD_SITE_TYPE_10M)
-    }
-    assert set(got) == set(expected)
-    for key, agg in expected.items():
-        for column, value in agg.items():
-            want = value if value is None else pytest.approx(value, rel=1e-12)
-            assert got[key][column] == want, (key, column)
+    _assert_windows_equal(
+        lake, _sliding(silver, [*METRIC_NAMES, "signal_dbm"], timedelta(minutes=2))
+    )
 
     pages = textwrap.dedent("""
         from streamlit.testing.v1 import AppTest
