@@ -325,6 +325,7 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
                 t.gold_device_1m,
                 KEYS["gold_device_1m"],
                 since="window_start",
+                bound=sinks.hour_bound(held.first_valid_hour),
                 update=transforms.combine_device_minutes(),
                 txn=(f"{query_id}:device_1m", batch_id),
             )
@@ -397,8 +398,12 @@ def site_windows(silver: DataFrame, s: ProcessorSettings, t: Tables) -> None:
         minutes = sources.delta_table(spark, t.gold_device_1m).where(f"window_start >= {since}")
         windows = transforms.site_type_windows(minutes, length, slide)
         touched = windows.join(keys, ["window_start", "site", "device_type"], "left_semi")
-        with sinks.persisted(touched) as rows:
-            sinks.merge_batch(rows, t.site_type_10m, KEYS["site_type_10m"], since="window_start")
+        # Not cached: every MERGE into device_1m (silver's, each batch) would rebuild a
+        # cached plan over device_1m, Delta's file skipping and all. The MERGE reads
+        # its source once (Delta materializes it), and ``since`` bounds its windows too.
+        sinks.merge_batch(
+            touched, t.site_type_10m, KEYS["site_type_10m"], since="window_start", bound=since
+        )
 
 
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:

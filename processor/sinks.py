@@ -30,6 +30,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.util import inheritable_thread_target
 
 from common.cli import local_path
+from processor import transforms
 from processor.settings import ProcessorSettings
 
 log = logging.getLogger("iot_pulse.processor")
@@ -420,6 +421,11 @@ def idempotent_dml(
     _once(spark, path, app_id, batch_id, commit)
 
 
+def hour_bound(hour: str | None) -> str | None:
+    """An hour from ``transforms.first_hour`` as a SQL timestamp literal (None stays None)."""
+    return None if hour is None else f"TIMESTAMP '{hour}'"
+
+
 def lowest_hour(df: DataFrame, column: str) -> str | None:
     """``df``'s earliest ``column`` rounded down to the hour, as a SQL timestamp literal.
 
@@ -427,10 +433,8 @@ def lowest_hour(df: DataFrame, column: str) -> str | None:
     constant in the generated code, so a new bound every batch would be new code
     (Janino, then the JIT) every batch. None when ``df`` is empty.
     """
-    # Formatted and parsed back in the session's time zone: no Python conversion.
     # collect(), not first(): no LIMIT (see has_rows); a global aggregate is one row.
-    hour = df.agg(F.date_format(F.min(column), "yyyy-MM-dd HH:00:00")).collect()[0][0]
-    return None if hour is None else f"TIMESTAMP '{hour}'"
+    return hour_bound(df.agg(transforms.first_hour(F.col(column))).collect()[0][0])
 
 
 def merge_batch(
@@ -441,6 +445,7 @@ def merge_batch(
     update: Mapping[str, Column] | None = None,
     txn: tuple[str, int] | None = None,
     keep_existing: bool = False,
+    bound: str | None = None,
 ) -> None:
     """Upsert a micro-batch on ``keys``: matching rows are updated, new rows inserted.
 
@@ -458,10 +463,13 @@ def merge_batch(
             (``idempotent_dml``), which makes a non-idempotent update (such as adding
             counts) exactly-once across replays.
         keep_existing: Leave matching rows as they are: insert new keys only.
+        bound: ``since``'s bound when the caller knows it, for a ``df`` it knows has
+            rows (``hour_bound``; at most ``lowest_hour(df, since)``): no Spark job
+            to find it.
     """
     cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
     if since is not None:
-        lowest = lowest_hour(df, since)
+        lowest = bound or lowest_hour(df, since)
         if lowest is None:  # an empty batch
             return
         cond += f" AND t.`{since}` >= {lowest}"

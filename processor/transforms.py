@@ -332,16 +332,27 @@ def carrying_extra_fields(silver: DataFrame) -> DataFrame:
     return silver.filter(F.col(EXTRA_FIELDS).isNotNull())
 
 
+def first_hour(times: Column) -> Column:
+    """The earliest of ``times`` (an aggregate), rounded down to the hour, as text.
+
+    Formatted in the session's time zone, as a SQL timestamp literal reads it back.
+    """
+    return F.date_format(F.min(times), "yyyy-MM-dd HH:00:00")
+
+
 def batch_contents(parsed: DataFrame) -> DataFrame:
     """One row: how many rows of ``parsed`` are valid, invalid, and valid with undeclared fields.
 
-    A micro-batch's writes that would be empty are then skipped, on one Spark job.
+    A micro-batch's writes that would be empty are then skipped, on one Spark job,
+    which also finds the valid events' first hour (``first_valid_hour``, null if
+    none): the bound of the batch's MERGE into the 1-minute windows.
     """
     valid = F.col("reason").isNull()
     return parsed.agg(
         F.count_if(valid).alias("valid"),
         F.count_if(~valid).alias("invalid"),
         F.count_if(valid & F.col(EXTRA_FIELDS).isNotNull()).alias("drifted"),
+        first_hour(F.when(valid, F.col("event_time"))).alias("first_valid_hour"),
     )
 
 
