@@ -33,6 +33,7 @@ their own Spark application: see ``processor.realtime_app``.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -296,6 +297,60 @@ def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     )  # fmt: skip
 
 
+def write_silver_batch(
+    batch: DataFrame, batch_id: int, query_id: str, settings: ProcessorSettings, tables: Tables
+) -> None:
+    """Write one hot micro-batch (``silver_frame``'s rows) exactly once.
+
+    Its minutes go to ``gold/device_1m`` first (a MERGE), then its rows to silver,
+    quarantine and ``ops/schema_drift``, whichever it has rows for.
+
+    Args:
+        batch: The micro-batch, cached (it is read once per write).
+        batch_id: The micro-batch id.
+        query_id: The writing query's id (the commits' app id).
+        settings: Processor settings (the watermark).
+        tables: The lake's tables.
+    """
+    # One job (no LIMIT: see sinks.has_rows) says which writes the batch has rows for.
+    held = transforms.batch_contents(batch).collect()[0]
+    events = transforms.silver_rows(batch)
+    writes: list[Callable[[], None]] = []
+    if held.valid:
+        good = silver_out(batch)  # stamped now: processed_time is before gold's commit
+        # The minutes first: whoever reads a row of silver finds it in device_1m
+        # (device_status rolls the sliding windows up from there).
+        sinks.merge_batch(
+            transforms.device_minute_aggregates(events, settings.watermark),
+            tables.gold_device_1m,
+            KEYS["gold_device_1m"],
+            since="window_start",
+            bound=sinks.hour_bound(held.first_valid_hour),
+            update=transforms.combine_device_minutes(),
+            txn=(f"{query_id}:device_1m", batch_id),
+        )
+        writes.append(
+            lambda: sinks.idempotent_append(
+                good, tables.silver, f"{query_id}:silver", batch_id, nonempty=True
+            )
+        )
+    if held.invalid:
+        bad = quarantine_out(batch)
+        writes.append(
+            lambda: sinks.idempotent_append(
+                bad, tables.quarantine, f"{query_id}:quarantine", batch_id, nonempty=True
+            )
+        )
+    if held.drifted:
+        drifted = transforms.field_drift(events)
+        writes.append(
+            lambda: sinks.idempotent_append(
+                drifted, tables.schema_drift, f"{query_id}:drift", batch_id, nonempty=True
+            )
+        )
+    sinks.run_concurrently(batch.sparkSession, *writes)
+
+
 def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Source (or bronze) -> silver, quarantine and the 1-minute windows, exactly once.
 
@@ -311,45 +366,7 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     raw = sources.delta_stream(spark, t.bronze) if from_bronze else bronze_source(spark, s)
     frame = silver_frame(raw, sources.delta_table(spark, t.devices), s.watermark)
 
-    def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        # One job (no LIMIT: see sinks.has_rows) says which writes the batch has rows for.
-        held = transforms.batch_contents(batch).collect()[0]
-        events = transforms.silver_rows(batch)
-        writes: list[Callable[[], None]] = []
-        if held.valid:
-            good = silver_out(batch)  # stamped now: processed_time is before gold's commit
-            # The minutes first: whoever reads a row of silver finds it in device_1m
-            # (device_status rolls the sliding windows up from there).
-            sinks.merge_batch(
-                transforms.device_minute_aggregates(events, s.watermark),
-                t.gold_device_1m,
-                KEYS["gold_device_1m"],
-                since="window_start",
-                bound=sinks.hour_bound(held.first_valid_hour),
-                update=transforms.combine_device_minutes(),
-                txn=(f"{query_id}:device_1m", batch_id),
-            )
-            writes.append(
-                lambda: sinks.idempotent_append(
-                    good, t.silver, f"{query_id}:silver", batch_id, nonempty=True
-                )
-            )
-        if held.invalid:
-            bad = quarantine_out(batch)
-            writes.append(
-                lambda: sinks.idempotent_append(
-                    bad, t.quarantine, f"{query_id}:quarantine", batch_id, nonempty=True
-                )
-            )
-        if held.drifted:
-            drifted = transforms.field_drift(events)
-            writes.append(
-                lambda: sinks.idempotent_append(
-                    drifted, t.schema_drift, f"{query_id}:drift", batch_id, nonempty=True
-                )
-            )
-        sinks.run_concurrently(batch.sparkSession, *writes)
-
+    write = functools.partial(write_silver_batch, settings=s, tables=t)
     return sinks.foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
 
 

@@ -1,0 +1,149 @@
+"""What one hot micro-batch's writes cost, with nothing else running.
+
+Silver's query writes each micro-batch with ``processor.pipeline.write_silver_batch``:
+a MERGE that adds the batch's minutes to ``gold/device_1m``, then appends to silver
+(and quarantine, when the batch has invalid records). This bench calls that function
+on ``--batches`` consecutive batches of ``--batch-rows`` readings each, the fleet's
+readings at 200 events/s of event time (700 rows: a 3.5 s micro-batch), in one Spark
+session with the processor's settings (``local[2]``), no stream, no Kafka, no other
+query. Each batch is built as the stream builds it (Kafka-shaped records through
+``silver_frame``, cached), so the timed call includes parsing it.
+
+Printed per batch, over the second half of the batches (the JVM warmed up): wall
+time and the CPU the driver's JVM and Python process used. This is the floor of a
+hot micro-batch's cost on the machine: the streaming query adds planning, offsets,
+the deduplication's state store and the other queries' contention on top. At the
+end the bench checks its output: ``gold/device_1m`` must equal the 1-minute
+aggregates computed from silver, and silver must hold every valid reading once.
+
+Usage: ``python bench/silver_writes.py [--batches 120] [--batch-rows 700]``. The last
+line printed is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+# Run as a script, this folder comes first on sys.path and its producer.py would
+# shadow the producer package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from common.fleet import build_fleet  # noqa: E402
+from common.settings import LakeSettings  # noqa: E402
+from infra.jars import ensure_jars  # noqa: E402
+from processor import pipeline, transforms  # noqa: E402
+from processor.session import build_session  # noqa: E402
+from processor.settings import ProcessorSettings  # noqa: E402
+from producer.simulation import generate, simulated_clock  # noqa: E402
+
+FLEET, SEED, RATE = 200, 5, 200.0
+KEYS = ["device_id", "window_start", "events", "last_seq", "last_event_time"]
+
+
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", flush=True)
+
+
+def kafka_rows(n: int, start: datetime) -> list[tuple]:
+    """``n`` readings as Kafka records (``pipeline.KAFKA_SOURCE_SCHEMA``), 2 partitions."""
+    stream = generate(build_fleet(FLEET, SEED), SEED, simulated_clock(start, RATE))
+    now = datetime.now(UTC)
+    rows = []
+    for i in range(n):
+        e = next(stream)
+        key, value = str(e["device_id"]).encode(), json.dumps(e).encode()
+        rows.append((key, value, "bench", i % 2, i // 2, now, 0))
+    return rows
+
+
+def jvm_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def python_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def check(
+    spark: SparkSession, tables: pipeline.Tables, settings: ProcessorSettings, valid: int
+) -> None:
+    """Fail unless device_1m equals silver's 1-minute aggregates and silver holds ``valid`` rows."""
+    silver = spark.read.format("delta").load(tables.silver)
+    if (n := silver.count()) != valid or silver.select("event_id").distinct().count() != valid:
+        raise SystemExit(f"[bench] silver holds {n:,} rows, {valid:,} valid readings were sent")
+    expected = transforms.device_minute_aggregates(silver, settings.watermark).select(*KEYS)
+    got = spark.read.format("delta").load(tables.gold_device_1m).select(*KEYS)
+    missing, extra = expected.exceptAll(got).count(), got.exceptAll(expected).count()
+    if missing or extra:
+        raise SystemExit(f"[bench] device_1m differs from silver: {missing} missing, {extra} extra")
+    say(f"checked: silver holds {valid:,} readings once; device_1m equals their aggregates")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, default=120, help="micro-batches written")
+    ap.add_argument("--batch-rows", type=int, default=700, help="readings per micro-batch")
+    ap.add_argument("--work", type=Path, help="keep the lake here (default: temp)")
+    args = ap.parse_args()
+    jars = ensure_jars("spark")[0].parent
+    with tempfile.TemporaryDirectory(prefix="bench-silver-writes-") as tmp:
+        work = args.work or Path(tmp)
+        settings = ProcessorSettings(
+            lake=LakeSettings(root=str(work / "lake")), jars_dir=str(jars),
+            fleet_size=FLEET, seed=SEED,
+        )  # fmt: skip
+        spark = build_session(settings, "bench-silver-writes")
+        tables = pipeline.Tables.under(settings.lake)
+        pipeline.ensure_tables(spark, settings, tables)
+        devices = spark.read.format("delta").load(tables.devices)
+        jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+        records = kafka_rows(args.batches * args.batch_rows, datetime.now(UTC))
+        say(f"{args.batches} batches of {args.batch_rows} readings, fleet of {FLEET}")
+        walls, cpus, valid = [], [], 0
+        for b in range(args.batches):
+            chunk = records[b * args.batch_rows : (b + 1) * args.batch_rows]
+            raw = spark.createDataFrame(chunk, pipeline.KAFKA_SOURCE_SCHEMA)
+            batch = pipeline.silver_frame(transforms.to_bronze(raw), devices, settings.watermark)
+            batch.persist()
+            t0, c0 = time.monotonic(), jvm_cpu_s(jvm) + python_cpu_s()
+            pipeline.write_silver_batch(batch, b, "bench-silver", settings, tables)
+            walls.append(time.monotonic() - t0)
+            cpus.append(jvm_cpu_s(jvm) + python_cpu_s() - c0)
+            valid += transforms.silver_rows(batch).count()
+            batch.unpersist()
+            if (b + 1) % 20 == 0:
+                say(
+                    f"batch {b + 1}: last 20 took {statistics.mean(walls[-20:]):.2f} s and "
+                    f"{statistics.mean(cpus[-20:]):.2f} CPU-s each"
+                )
+        check(spark, tables, settings, valid)
+        spark.stop()
+    half = len(walls) // 2
+    wall, cpu = statistics.mean(walls[half:]), statistics.mean(cpus[half:])
+    say(
+        f"per batch of {args.batch_rows} readings (batches {half + 1}-{len(walls)}): "
+        f"{wall:.2f} s, {cpu:.2f} CPU-s (JVM and Python); at one batch every 3 s "
+        f"that is {cpu / 3:.2f} cores"
+    )
+    print(json.dumps({
+        "batch_rows": args.batch_rows, "batches": args.batches,
+        "wall_s_per_batch": round(wall, 3), "cpu_s_per_batch": round(cpu, 3),
+        "wall_s_per_batch_median": round(statistics.median(walls[half:]), 3),
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
