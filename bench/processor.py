@@ -65,7 +65,7 @@ from common.lake import Query  # noqa: E402
 from common.stats import percentiles  # noqa: E402
 from infra import broker  # noqa: E402
 from infra.jars import ensure_jars  # noqa: E402
-from loadtest.machine import cpu_stamp  # noqa: E402
+from loadtest.machine import cpu_stamp, process_cpu_s  # noqa: E402
 from producer.simulation import generate, simulated_clock, wall_clock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,14 +179,13 @@ def session_pids(session: int) -> list[int]:
 
 def group_cpu_s(session: int) -> float:
     """CPU seconds (user + system) used so far by every live process of a session."""
-    total = 0
+    total = 0.0
     for pid in session_pids(session):
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += process_cpu_s(pid)
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime: counted after the name
-    return total / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def java_pid(session: int) -> int | None:

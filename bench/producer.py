@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from common.report import ProducerReport  # noqa: E402
 from infra import broker  # noqa: E402
+from loadtest.machine import process_cpu_s  # noqa: E402
 
 BATCH = 4096  # messages per send_batch in the client baseline (the producer's default batch)
 TARGET = 200_000  # events/s the producer must reach at full realism with 2 workers
@@ -224,12 +225,6 @@ def run_client(
     return len(lines) / seconds, sum(r[3] for r in results)
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a running process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def children_cpu_s() -> float:
     """CPU seconds of this process's finished (waited-for) children."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -333,9 +328,9 @@ def main() -> None:
             order = ["producer", "kcat", "client"]
             for side in order if r % 2 == 0 else order[::-1]:
                 settle()
-                broker0 = cpu_s(info.pid)
+                broker0 = process_cpu_s(info.pid)
                 rates[side].append(sides[side]())
-                broker_cpu[side].append(cpu_s(info.pid) - broker0)
+                broker_cpu[side].append(process_cpu_s(info.pid) - broker0)
             print(
                 f"round {r}: producer {rates['producer'][-1]:,.0f}/s, "
                 f"kcat {rates['kcat'][-1]:,.0f}/s, client alone {rates['client'][-1]:,.0f}/s "

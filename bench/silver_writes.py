@@ -47,6 +47,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from common.fleet import build_fleet  # noqa: E402
 from common.settings import LakeSettings  # noqa: E402
 from infra.jars import ensure_jars  # noqa: E402
+from loadtest.machine import process_cpu_s  # noqa: E402
 from processor import pipeline, transforms  # noqa: E402
 from processor.session import build_session  # noqa: E402
 from processor.settings import ProcessorSettings  # noqa: E402
@@ -70,18 +71,6 @@ def kafka_rows(n: int, start: datetime) -> list[tuple]:
         key, value = str(e["device_id"]).encode(), json.dumps(e).encode()
         rows.append((key, value, "bench", i % 2, i // 2, now, 0))
     return rows
-
-
-def jvm_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) the process ``pid`` has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def python_cpu_s() -> float:
-    """CPU seconds (user + system) this Python process has used."""
-    t = os.times()
-    return t.user + t.system
 
 
 def check(
@@ -132,10 +121,10 @@ def main() -> None:
             raw = spark.createDataFrame(chunk, pipeline.KAFKA_SOURCE_SCHEMA)
             batch = pipeline.silver_frame(transforms.to_bronze(raw), devices, settings.watermark)
             batch.persist()
-            t0, c0 = time.monotonic(), jvm_cpu_s(jvm) + python_cpu_s()
+            t0, c0 = time.monotonic(), process_cpu_s(jvm) + process_cpu_s(os.getpid())
             pipeline.write_silver_batch(batch, b, "bench-silver", settings, tables)
             walls.append(time.monotonic() - t0)
-            cpus.append(jvm_cpu_s(jvm) + python_cpu_s() - c0)
+            cpus.append(process_cpu_s(jvm) + process_cpu_s(os.getpid()) - c0)
             batch.unpersist()
             if (b + 1) % 20 == 0:
                 say(

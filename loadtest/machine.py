@@ -9,7 +9,9 @@ only when their stamps are close.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 # The fixed work: summing this many integers in the interpreter.
 STAMP_WORK = 10_000_000
@@ -26,3 +28,14 @@ def cpu_stamp(repeats: int = 3) -> float:
         sum(range(STAMP_WORK))
         best = min(best, time.perf_counter() - t0)
     return round(best, 3)
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the running process ``pid`` has used so far.
+
+    Raises:
+        OSError: the process is gone.
+    """
+    # utime and stime, counted after the process name (which may hold spaces).
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
