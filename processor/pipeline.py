@@ -320,14 +320,15 @@ def write_silver_batch(
         good = silver_out(batch)  # stamped now: processed_time is before gold's commit
         # The minutes first: whoever reads a row of silver finds it in device_1m
         # (device_status rolls the sliding windows up from there).
-        sinks.merge_batch(
-            transforms.device_minute_aggregates(events, settings.watermark),
+        sinks.merge_rows(
+            batch.sparkSession,
+            transforms.device_minute_aggregates(events, settings.watermark).toArrow(),
             tables.gold_device_1m,
             KEYS["gold_device_1m"],
-            since="window_start",
-            bound=sinks.hour_bound(held.first_valid_hour),
             update=transforms.combine_device_minutes(),
             txn=(f"{query_id}:device_1m", batch_id),
+            since="window_start",
+            storage_options=settings.lake.storage_options(),
         )
         writes.append(
             lambda: sinks.idempotent_append(

@@ -343,16 +343,13 @@ def first_hour(times: Column) -> Column:
 def batch_contents(parsed: DataFrame) -> DataFrame:
     """One row: how many rows of ``parsed`` are valid, invalid, and valid with undeclared fields.
 
-    A micro-batch's writes that would be empty are then skipped, on one Spark job,
-    which also finds the valid events' first hour (``first_valid_hour``, null if
-    none): the bound of the batch's MERGE into the 1-minute windows.
+    A micro-batch's writes that would be empty are then skipped, on one Spark job.
     """
     valid = F.col("reason").isNull()
     return parsed.agg(
         F.count_if(valid).alias("valid"),
         F.count_if(~valid).alias("invalid"),
         F.count_if(valid & F.col(EXTRA_FIELDS).isNotNull()).alias("drifted"),
-        first_hour(F.when(valid, F.col("event_time"))).alias("first_valid_hour"),
     )
 
 
@@ -547,43 +544,45 @@ def device_minute_aggregates(silver: DataFrame, watermark: str) -> DataFrame:
     )
 
 
-def combine_device_minutes(old: str = "t", new: str = "s") -> dict[str, Column]:
+def combine_device_minutes(old: str = "t", new: str = "s") -> dict[str, str]:
     """How a stored 1-minute row absorbs a later partial row of the same device and window.
 
     Counts add, minima and maxima keep the extreme, averages are weighted by their
     counts: the result equals ``device_minute_aggregates`` over both rows' events. A
     stored row from before a metric was added (its columns null) counts as none of it.
+    The expressions are SQL for delta-rs's MERGE (DataFusion's dialect).
 
     Args:
         old: Alias of the stored row (the MERGE target).
         new: Alias of the partial row (the MERGE source).
 
     Returns:
-        The value of every column that changes, for ``whenMatchedUpdate(set=...)``.
+        The value of every column that changes, for a MERGE's matched-row update.
     """
 
-    def o(c: str) -> Column:
-        return F.col(f"{old}.{c}")
+    def o(c: str) -> str:
+        return f"{old}.{c}"
 
-    def n(c: str) -> Column:
-        return F.col(f"{new}.{c}")
+    def n(c: str) -> str:
+        return f"{new}.{c}"
 
-    out = {"events": o("events") + n("events")}
+    out = {"events": f"{o('events')} + {n('events')}"}
     for m in METRIC_NAMES:
         # A row stored before the metric was in the contract has a null count.
-        count = F.coalesce(o(f"{m}_count"), F.lit(0)) + n(f"{m}_count")
-        total = F.coalesce(o(f"{m}_avg") * o(f"{m}_count"), F.lit(0.0)) + F.coalesce(
-            n(f"{m}_avg") * n(f"{m}_count"), F.lit(0.0)
+        count = f"(coalesce({o(m + '_count')}, 0) + {n(m + '_count')})"
+        total = (
+            f"(coalesce({o(m + '_avg')} * {o(m + '_count')}, 0.0)"
+            f" + coalesce({n(m + '_avg')} * {n(m + '_count')}, 0.0))"
         )
         out |= {
-            f"{m}_min": F.least(o(f"{m}_min"), n(f"{m}_min")),
-            f"{m}_avg": F.when(count > 0, total / count),
-            f"{m}_max": F.greatest(o(f"{m}_max"), n(f"{m}_max")),
+            f"{m}_min": f"least({o(m + '_min')}, {n(m + '_min')})",
+            f"{m}_avg": f"CASE WHEN {count} > 0 THEN {total} / {count} END",
+            f"{m}_max": f"greatest({o(m + '_max')}, {n(m + '_max')})",
             f"{m}_count": count,
         }
     out |= {
-        "last_event_time": F.greatest(o("last_event_time"), n("last_event_time")),
-        "last_seq": F.greatest(o("last_seq"), n("last_seq")),
+        "last_event_time": f"greatest({o('last_event_time')}, {n('last_event_time')})",
+        "last_seq": f"greatest({o('last_seq')}, {n('last_seq')})",
     }
     return out
 

@@ -163,15 +163,21 @@ def test_device_minutes_merged_batch_by_batch_equal_one_aggregation_once_each(sp
     sinks.ensure_table(spark, path, transforms.device_minute_aggregates(batch0, "1 minute"))
 
     def add(batch, batch_id: int) -> None:
-        sinks.merge_batch(
-            transforms.device_minute_aggregates(batch, "1 minute"), path, ("device_id", "window_start"),
-            since="window_start", update=transforms.combine_device_minutes(), txn=("q", batch_id),
+        sinks.merge_rows(
+            spark, transforms.device_minute_aggregates(batch, "1 minute").toArrow(), path,
+            ("device_id", "window_start"), update=transforms.combine_device_minutes(),
+            txn=("q", batch_id), since="window_start",
         )  # fmt: skip
 
     add(batch0, 0)
-    add(batch0, 0)  # a replayed batch: Delta skips the MERGE
+    add(batch0, 0)  # a replayed batch: skipped
+    add(batch1, 1)
+    sinks.LEDGER.clear()  # a new process: the history says batch 1 is in
     add(batch1, 1)
     assert _version(spark, path) == 2
+    assert [r.userMetadata for r in DeltaTable.forPath(spark, path).history(1).collect()] == [
+        sinks.commit_tag("q", 1)
+    ]
     gold = spark.read.format("delta").load(path)
     t = datetime(2026, 1, 1)
     cols = ["window_start", "device_id", "events", "temperature_c_min", "temperature_c_avg",
@@ -202,9 +208,10 @@ def test_a_window_stored_before_a_metric_existed_absorbs_its_later_readings(spar
     old.drop(*humidity).write.format("delta").save(path)
     assert sinks.ensure_table(spark, path, old) == sinks.TableChange(added=tuple(humidity))
     later = _silver(spark, [("d2", 30, 2, 12.0, 70.0)])
-    sinks.merge_batch(
-        transforms.device_minute_aggregates(later, "1 minute"), path, ("device_id", "window_start"),
-        since="window_start", update=transforms.combine_device_minutes(), txn=("q", 1),
+    sinks.merge_rows(
+        spark, transforms.device_minute_aggregates(later, "1 minute").toArrow(), path,
+        ("device_id", "window_start"), update=transforms.combine_device_minutes(), txn=("q", 1),
+        since="window_start",
     )  # fmt: skip
     cols = ["events", "temperature_c_avg", "temperature_c_count", *humidity]
     assertDataFrameEqual(
@@ -336,9 +343,8 @@ def test_device_minute_merges_reuse_their_generated_code_within_the_hour(
             sinks.ensure_table(spark, path, minutes)
         before = compilations()
         sinks.merge_batch(
-            minutes, path, ("device_id", "window_start"), since="window_start",
-            update=transforms.combine_device_minutes(), txn=("q", batch_id),
-        )  # fmt: skip
+            minutes, path, ("device_id", "window_start"), since="window_start", txn=("q", batch_id)
+        )
         return compilations() - before
 
     merge(70, 0)
@@ -497,3 +503,30 @@ def test_an_older_table_gains_the_new_columns_and_its_stream_resumes(spark, tmp_
     assert spark.read.format("delta").load(path).columns == ["id", "v", "w", "x"]
     with pytest.raises(sinks.TableSchemaError, match=r"v \(string -> bigint\)"):
         sinks.ensure_table(spark, path, spark.createDataFrame([], "id long, v long"))
+
+
+def test_a_delta_rs_merge_that_loses_to_a_concurrent_optimize_is_written_again(
+    spark, tmp_path, capsys
+):
+    """delta-rs refuses a MERGE whose files an OPTIMIZE compacted after it read them;
+    ``retry_conflicts`` knows that refusal for a conflict and writes again."""
+    import pyarrow as pa
+    from deltalake import DeltaTable as RustDeltaTable
+
+    path = str(tmp_path / "t")
+    for row in [(1, 10), (2, 20)]:  # two files
+        spark.createDataFrame([row], "id long, v long").write.format("delta").mode("append").save(
+            path
+        )
+    snapshots = [RustDeltaTable(path)]  # the first try's snapshot: two files
+    DeltaTable.forPath(spark, path).optimize().executeCompaction()
+    rows = pa.table({"id": pa.array([1], pa.int64()), "v": pa.array([11], pa.int64())})
+
+    def write() -> None:
+        table = snapshots.pop() if snapshots else RustDeltaTable(path)
+        merge = table.merge(rows, "t.id = s.id", source_alias="s", target_alias="t")
+        merge.when_matched_update_all().when_not_matched_insert_all().execute()
+
+    sinks.retry_conflicts(write, "test", backoff_s=0.0)
+    assert "test: a concurrent commit won (CommitFailedError)" in capsys.readouterr().err
+    assertDataFrameEqual(spark.read.format("delta").load(path), [Row(id=1, v=11), Row(id=2, v=20)])

@@ -216,7 +216,6 @@ def test_silver_frame_keeps_payloads_for_quarantine_only_and_flags_devices_befor
 
 
 def test_batch_contents_counts_valid_invalid_and_drifted_rows_in_one_row(spark):
-    """And the valid events' first hour: an invalid row's earlier time does not count."""
     t = datetime(2026, 3, 1, 10, 59, 59, tzinfo=UTC)
     rows = [(None, None, t), (None, '{"zone": "B"}', t + timedelta(seconds=1)),
             ("bad_json", None, t - timedelta(hours=3)), ("unknown_device", "{}", None),
@@ -224,11 +223,11 @@ def test_batch_contents_counts_valid_invalid_and_drifted_rows_in_one_row(spark):
     batch = spark.createDataFrame(rows, "reason string, extra_fields string, event_time timestamp")
     assertDataFrameEqual(
         transforms.batch_contents(batch),
-        [Row(valid=3, invalid=2, drifted=1, first_valid_hour="2026-03-01 10:00:00")],
+        [Row(valid=3, invalid=2, drifted=1)],
     )
     assertDataFrameEqual(
         transforms.batch_contents(batch.limit(0)),
-        [Row(valid=0, invalid=0, drifted=0, first_valid_hour=None)],
+        [Row(valid=0, invalid=0, drifted=0)],
     )
 
 
