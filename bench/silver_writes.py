@@ -1,7 +1,7 @@
 """What one hot micro-batch's writes cost, with nothing else running.
 
 Silver's query writes each micro-batch with ``processor.pipeline.write_silver_batch``:
-a MERGE that adds the batch's minutes to ``gold/device_1m``, then appends to silver
+delta-rs's MERGE of the batch's minutes into ``gold/device_1m``, then appends to silver
 (and quarantine, when the batch has invalid records). This bench calls that function
 on ``--batches`` consecutive batches of ``--batch-rows`` readings each, the fleet's
 readings at 200 events/s of event time (700 rows: a 3.5 s micro-batch), in one Spark

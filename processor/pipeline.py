@@ -6,8 +6,8 @@ Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``):
 query                  reads -> writes                             how
 =====================  ==========================================  =========================
 silver                 Kafka / files (or bronze) ->                foreachBatch: tagged appends,
-                       silver/events, silver/quarantine,           after a txn MERGE that adds
-                       gold/device_1m, ops/schema_drift            the batch to its windows
+                       silver/events, silver/quarantine,           after a txn MERGE (delta-rs)
+                       gold/device_1m, ops/schema_drift            that adds the batch's windows
 bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
 device_status          silver (+ gold/device_1m) ->                foreachBatch: txn MERGE, then
                        gold/device_status, gold/fleet_summary,     the summary of its rows, and
@@ -302,7 +302,7 @@ def write_silver_batch(
 ) -> None:
     """Write one hot micro-batch (``silver_frame``'s rows) exactly once.
 
-    Its minutes go to ``gold/device_1m`` first (a MERGE), then its rows to silver,
+    Its minutes go to ``gold/device_1m`` first (delta-rs's MERGE), then its rows to silver,
     quarantine and ``ops/schema_drift``, whichever it has rows for.
 
     Args:
@@ -356,7 +356,8 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     """Source (or bronze) -> silver, quarantine and the 1-minute windows, exactly once.
 
     The batch's valid events, aggregated per device and minute, are added to
-    ``gold/device_1m`` by a MERGE applied once per batch, then appended to silver.
+    ``gold/device_1m`` by a MERGE applied once per batch (``sinks.merge_rows``, delta-rs:
+    a few rows, where Spark's MERGE costs seconds of fixed cost), then appended to silver.
     A batch whose events carry undeclared fields also appends what it saw to
     ``ops/schema_drift`` (``transforms.field_drift``).
     """
