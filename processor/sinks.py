@@ -495,12 +495,12 @@ def merge_rows(
 ) -> None:
     """Add a few rows to a Delta table with delta-rs's MERGE, once per ``txn``.
 
-    For a micro-batch's handful of rows, such as its 1-minute windows: delta-rs
-    merges them in a tenth of a CPU-second, where Spark's MERGE plans and runs six
-    jobs, about two CPU-seconds (``bench/silver_writes.py``). Rows whose keys match
-    are updated with ``update``; new keys are inserted. The commit carries Delta's
-    ``txn`` action and the ``commit_tag``, so ``LEDGER`` and Delta's own check both
-    know it, as they do Spark's (``idempotent_dml``).
+    For a micro-batch's few hundred rows, such as its 1-minute windows: measured on
+    silver's batches, delta-rs merges them in about 0.1 CPU-seconds, where Spark's
+    MERGE planned and ran six jobs for 1.6-2.1 (README, "What the processor costs").
+    Rows whose keys match are updated with ``update``; new keys are inserted. The
+    commit carries Delta's ``txn`` action and the ``commit_tag``, so ``LEDGER`` and
+    Delta's own check both know it, as they do Spark's (``idempotent_dml``).
 
     Args:
         spark: The session whose ``LEDGER`` lookups read the table's history.
@@ -511,19 +511,23 @@ def merge_rows(
             that DataFusion reads (``transforms.combine_device_minutes``).
         txn: ``(app id, batch id)``; a batch already committed is skipped.
         since: A timestamp key column: only stored rows from the hour of the rows'
-            earliest value on can match, and Delta skips files older than that.
+            earliest value on can match (files older than that need not be read).
         storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
     """
     if rows.num_rows == 0:
         return
     earliest = pc.min(rows.column(since)).as_py()
     bound = earliest.replace(minute=0, second=0, microsecond=0).isoformat()
-    cond = " AND ".join(f"t.{k} = s.{k}" for k in keys) + f" AND t.{since} >= '{bound}'"
+    cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys) + f" AND t.`{since}` >= '{bound}'"
     app_id, batch_id = txn
 
-    def commit(unknown: bool) -> bool:
+    def commit(_unknown: bool) -> bool:
         table = RustDeltaTable(path, storage_options=dict(storage_options or {}) or None)
-        if unknown and (table.transaction_version(app_id) or -1) >= batch_id:
+        # delta-rs has the table's state loaded: its txn check costs nothing, so it
+        # always runs (the ledger covers older commits: Spark's MERGE wrote it only
+        # at its first commit after a start).
+        done_before = table.transaction_version(app_id)
+        if done_before is not None and done_before >= batch_id:
             return True
         done = CommitProperties(
             custom_metadata={"userMetadata": commit_tag(app_id, batch_id)},
@@ -542,6 +546,9 @@ CONFLICTS = frozenset({
     "DELTA_CONCURRENT_APPEND", "DELTA_CONCURRENT_DELETE_READ", "DELTA_CONCURRENT_DELETE_DELETE",
     "DELTA_CONCURRENT_TRANSACTION", "DELTA_CONCURRENT_WRITE",
 })  # fmt: skip
+# delta-rs's messages for the same: "Commit failed: a concurrent transaction deleted data
+# this operation read", "... added new data", "Metadata changed since last commit" ...
+_RUST_CONFLICT = re.compile(r"concurrent transaction|changed since last commit", re.IGNORECASE)
 CONFLICT_ATTEMPTS = 5
 # An error condition in brackets at the start of a message: ``[CLASS.SUBCLASS] ...``.
 _LEADING_CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
@@ -574,7 +581,8 @@ def error_condition(exc: BaseException) -> str | None:
 def is_conflict(exc: BaseException) -> bool:
     """Whether ``exc`` is Delta (Spark's or delta-rs's) refusing a commit for a concurrent one."""
     if isinstance(exc, CommitFailedError):
-        return True
+        # delta-rs raises it for any failed commit; conflicts say so in their message.
+        return _RUST_CONFLICT.search(str(exc)) is not None
     return (error_condition(exc) or "").split(".")[0] in CONFLICTS
 
 

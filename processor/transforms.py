@@ -561,10 +561,10 @@ def combine_device_minutes(old: str = "t", new: str = "s") -> dict[str, str]:
     """
 
     def o(c: str) -> str:
-        return f"{old}.{c}"
+        return f"{old}.`{c}`"
 
     def n(c: str) -> str:
-        return f"{new}.{c}"
+        return f"{new}.`{c}`"
 
     out = {"events": f"{o('events')} + {n('events')}"}
     for m in METRIC_NAMES:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
+from deltalake import DeltaTable as RustDeltaTable
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
@@ -178,6 +179,14 @@ def test_device_minutes_merged_batch_by_batch_equal_one_aggregation_once_each(sp
     assert [r.userMetadata for r in DeltaTable.forPath(spark, path).history(1).collect()] == [
         sinks.commit_tag("q", 1)
     ]
+    # A history with no tag of the writer's: Delta's txn action decides, batch 0 included.
+    sinks.LEDGER.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sinks.CommitLedger, "_from_history", classmethod(lambda *_: None))
+        add(batch0, 0)
+        add(batch1, 1)
+    assert _version(spark, path) == 2
+    assert RustDeltaTable(path).transaction_version("q") == 1
     gold = spark.read.format("delta").load(path)
     t = datetime(2026, 1, 1)
     cols = ["window_start", "device_id", "events", "temperature_c_min", "temperature_c_avg",
@@ -326,11 +335,12 @@ def test_no_streaming_write_runs_an_action_under_a_limit():
     assert found == []
 
 
-def test_device_minute_merges_reuse_their_generated_code_within_the_hour(
+def test_merges_bounded_by_the_hour_reuse_their_generated_code_within_it(
     spark, tmp_path, compilations
 ):
-    """The MERGE's time bound is a constant in generated code: rounded to the hour, a
-    batch of the next minute compiles nothing new; one of the next hour does (control)."""
+    """A Spark MERGE's time bound (``merge_batch``'s ``since``, as the sliding windows'
+    MERGE has) is a constant in generated code: rounded to the hour, a batch of the next
+    minute compiles nothing new; one of the next hour does (control)."""
     from processor import transforms
 
     path = str(tmp_path / "device_1m")
@@ -511,7 +521,7 @@ def test_a_delta_rs_merge_that_loses_to_a_concurrent_optimize_is_written_again(
     """delta-rs refuses a MERGE whose files an OPTIMIZE compacted after it read them;
     ``retry_conflicts`` knows that refusal for a conflict and writes again."""
     import pyarrow as pa
-    from deltalake import DeltaTable as RustDeltaTable
+    from deltalake.exceptions import CommitFailedError
 
     path = str(tmp_path / "t")
     for row in [(1, 10), (2, 20)]:  # two files
@@ -529,4 +539,6 @@ def test_a_delta_rs_merge_that_loses_to_a_concurrent_optimize_is_written_again(
 
     sinks.retry_conflicts(write, "test", backoff_s=0.0)
     assert "test: a concurrent commit won (CommitFailedError)" in capsys.readouterr().err
+    # delta-rs fails other commits with the same class: those are no conflict.
+    assert not sinks.is_conflict(CommitFailedError("Unsupported table features: deletionVectors"))
     assertDataFrameEqual(spark.read.format("delta").load(path), [Row(id=1, v=11), Row(id=2, v=20)])
