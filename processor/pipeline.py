@@ -9,14 +9,16 @@ silver                 Kafka / files (or bronze) ->                foreachBatch:
                        silver/events, silver/quarantine,           after a txn MERGE (delta-rs)
                        gold/device_1m, ops/schema_drift            that adds the batch's windows
 bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
-device_status          silver (+ gold/device_1m) ->                foreachBatch: txn MERGE, then
-                       gold/device_status, gold/fleet_summary,     the summary of its rows, and
-                       gold/site_type_10m                          the batch's sliding windows
-                                                                   rolled up from device_1m
+device_status          silver (+ gold/device_1m) ->                foreachBatch: txn MERGE
+                       gold/device_status, gold/fleet_summary,     (delta-rs), then the summary of
+                       gold/site_type_10m                          its rows, and the batch's sliding
+                                                                   windows rolled up from device_1m
+                                                                   (a MERGE, delta-rs)
 gold_device_sessions   silver -> gold/device_sessions              append (final sessions)
 alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, tagged appends
 alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, append
 alerts_rt              alerts topic -> gold/alerts_rt              foreachBatch: insert-only MERGE
+                                                                   (delta-rs)
 =====================  ==========================================  =========================
 
 The hot path is the silver query alone (``trigger_interval``): it reads the source
@@ -303,7 +305,9 @@ def write_silver_batch(
     """Write one hot micro-batch (``silver_frame``'s rows) exactly once.
 
     Its minutes go to ``gold/device_1m`` first (delta-rs's MERGE), then its rows to silver,
-    quarantine and ``ops/schema_drift``, whichever it has rows for.
+    quarantine and ``ops/schema_drift``, whichever it has rows for (silver's and
+    quarantine's through delta-rs too, unless the batch is a backlog's: see
+    ``sinks.idempotent_append``).
 
     Args:
         batch: The micro-batch, cached (it is read once per write).
@@ -316,6 +320,7 @@ def write_silver_batch(
     held = transforms.batch_contents(batch).collect()[0]
     events = transforms.silver_rows(batch)
     writes: list[Callable[[], None]] = []
+    store = settings.lake.storage_options()
     if held.valid:
         good = silver_out(batch)  # stamped now: processed_time is before gold's commit
         # The minutes first: whoever reads a row of silver finds it in device_1m
@@ -328,18 +333,28 @@ def write_silver_batch(
             update=transforms.combine_device_minutes(),
             txn=(f"{query_id}:device_1m", batch_id),
             since="window_start",
-            storage_options=settings.lake.storage_options(),
+            storage_options=store,
         )
         writes.append(
             lambda: sinks.idempotent_append(
-                good, tables.silver, f"{query_id}:silver", batch_id, nonempty=True
+                good,
+                tables.silver,
+                f"{query_id}:silver",
+                batch_id,
+                rows_at_most=held.valid,
+                storage_options=store,
             )
         )
     if held.invalid:
         bad = quarantine_out(batch)
         writes.append(
             lambda: sinks.idempotent_append(
-                bad, tables.quarantine, f"{query_id}:quarantine", batch_id, nonempty=True
+                bad,
+                tables.quarantine,
+                f"{query_id}:quarantine",
+                batch_id,
+                rows_at_most=held.invalid,
+                storage_options=store,
             )
         )
     if held.drifted:
@@ -379,16 +394,20 @@ def _silver(spark: SparkSession, t: Tables) -> DataFrame:
 def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Silver -> the newest reading per device, the fleet summary, the sliding windows.
 
-    One read of silver for three tables: the MERGE adds the batch to each device's row
-    (once per batch), then ``gold/fleet_summary`` is rewritten from ``device_status``'s
-    few rows per device (``transforms.fleet_summary``), and every sliding window the
-    batch's readings fall in is recomputed from ``gold/device_1m`` (``site_windows``).
+    One read of silver for three tables: delta-rs's MERGE adds the batch to each
+    device's row (once per batch: ``transforms.combine_device_status``), then
+    ``gold/fleet_summary`` is rewritten from ``device_status``'s few rows per device
+    (``transforms.fleet_summary``), and every sliding window the batch's readings fall
+    in is recomputed from ``gold/device_1m`` (``site_windows``).
     """
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        # Cache the few rows per device, not the batch: a minute of silver is wide and long.
-        with sinks.persisted(transforms.latest_status(batch)) as latest:
-            sinks.merge_latest(latest, t.device_status, txn=(f"{query_id}:status", batch_id))
+        latest = transforms.latest_status(batch).toArrow()  # a row per device
+        sinks.merge_rows(
+            batch.sparkSession, latest, t.device_status, KEYS["device_status"],
+            update=transforms.combine_device_status(latest.column_names),
+            txn=(f"{query_id}:status", batch_id), storage_options=s.lake.storage_options(),
+        )  # fmt: skip
         status = sources.delta_table(batch.sparkSession, t.device_status)
         summary = transforms.fleet_summary(status)
         sinks.idempotent_write(summary, t.fleet_summary, f"{query_id}:fleet", batch_id, "overwrite")
@@ -417,12 +436,11 @@ def site_windows(silver: DataFrame, s: ProcessorSettings, t: Tables) -> None:
         minutes = sources.delta_table(spark, t.gold_device_1m).where(f"window_start >= {since}")
         windows = transforms.site_type_windows(minutes, length, slide)
         touched = windows.join(keys, ["window_start", "site", "device_type"], "left_semi")
-        # Not cached: every MERGE into device_1m (silver's, each batch) would rebuild a
-        # cached plan over device_1m, Delta's file skipping and all. The MERGE reads
-        # its source once (Delta materializes it), and ``since`` bounds its windows too.
-        sinks.merge_batch(
-            touched, t.site_type_10m, KEYS["site_type_10m"], since="window_start", bound=since
-        )
+        # Each window is replaced whole: a replayed batch needs no txn.
+        sinks.merge_rows(
+            spark, touched.toArrow(), t.site_type_10m, KEYS["site_type_10m"],
+            since="window_start", storage_options=s.lake.storage_options(),
+        )  # fmt: skip
 
 
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
@@ -467,15 +485,16 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables)
 def start_alerts_rt(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Alerts topic -> ``gold/alerts_rt``: each alert id once (an insert-only MERGE).
 
-    The real-time query may send an alert twice (at-least-once); the MERGE keeps the
-    first copy that landed, so the table holds each alert once however often the
-    topic or this query replays it.
+    The real-time query may send an alert twice (at-least-once); the MERGE (delta-rs)
+    keeps the first copy that landed, so the table holds each alert once however often
+    the topic or this query replays it.
     """
 
     def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
-        sinks.merge_batch(
-            realtime.landed_alerts(batch), t.alerts_rt, ("alert_id",),
-            since="event_time", keep_existing=True,
+        sinks.merge_rows(
+            batch.sparkSession, realtime.landed_alerts(batch).toArrow(), t.alerts_rt,
+            ("alert_id",), since="event_time", keep_existing=True,
+            storage_options=s.lake.storage_options(),
         )  # fmt: skip
 
     name = Query.ALERTS_RT

@@ -60,7 +60,7 @@ def start_realtime_alerts(spark: SparkSession, settings: ProcessorSettings) -> S
     Delivery is at least once: a restart resends what the last unfinished epoch
     sent (epochs end every ``realtime_checkpoint_interval``), with the same alert ids.
     """
-    events = transforms.to_bronze(sources.kafka_stream(spark, settings, rate_limited=False))
+    events = transforms.to_bronze(sources.kafka_stream(spark, settings, micro_batch=False))
     alerts = realtime.threshold_alerts(events, devices_frame(spark, settings))
     name = Query.REALTIME_ALERTS
     return (

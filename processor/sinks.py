@@ -1,9 +1,9 @@
 """Where the processor writes: Delta tables, each write exactly-once.
 
-* Every query writes in ``foreachBatch``: appends and overwrites tagged with their
-  writer and batch (``CommitLedger``), MERGEs that add to what is there with Delta's
-  ``txnAppId``/``txnVersion``, or a MERGE on the table's keys that replaces rows
-  (upserts), so a replayed batch changes nothing.
+* Every query writes in ``foreachBatch``: appends and overwrites (Spark) tagged with
+  their writer and batch (``CommitLedger``), and MERGEs (delta-rs, ``merge_rows``) that
+  add to what is there with Delta's ``txn`` action and the same tag, or that replace
+  rows on the table's keys (upserts), so a replayed batch changes nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Literal, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 from delta.tables import DeltaTable
-from deltalake import CommitProperties, Transaction
+from deltalake import CommitProperties, Transaction, write_deltalake
 from deltalake import DeltaTable as RustDeltaTable
 from deltalake.exceptions import CommitFailedError
 from py4j.protocol import Py4JError, Py4JJavaError
@@ -363,72 +363,68 @@ def idempotent_write(
     _once(df.sparkSession, path, app_id, batch_id, commit)
 
 
+# A micro-batch of at most this many rows is appended by delta-rs, collected into the
+# driver as Arrow; a larger one (a backlog's) by Spark's writer, from the executors.
+RUST_APPEND_MAX_ROWS = 50_000
+
+
 def idempotent_append(
-    df: DataFrame, path: str, app_id: str, batch_id: int, nonempty: bool = False
+    df: DataFrame,
+    path: str,
+    app_id: str,
+    batch_id: int,
+    nonempty: bool = False,
+    rows_at_most: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> None:
-    """Append a micro-batch exactly once (see ``idempotent_write``)."""
-    idempotent_write(df, path, app_id, batch_id, nonempty=nonempty)
+    """Append a micro-batch exactly once (see ``idempotent_write``).
 
-
-# Delta's idempotent-DML session settings: a MERGE carrying an (app id, version)
-# that the table has already recorded is skipped.
-TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
-# A commit's ``userMetadata`` when the writer passes none (a MERGE cannot pass options).
-USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
-
-
-@contextmanager
-def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
-    """Set session settings for the DML run inside, then unset them.
-
-    Writes that pass their own options (``txnAppId``, ``userMetadata``, as
-    ``idempotent_write`` does) are unaffected: Delta prefers the writer's options.
-    """
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key in conf:
-            spark.conf.unset(key)
-
-
-def idempotent_dml(
-    spark: SparkSession, path: str, txn: tuple[str, int] | None, dml: Callable[[], None]
-) -> None:
-    """Run a DML on ``path`` (a MERGE) once per ``txn``: a batch already committed is skipped.
-
-    As ``idempotent_write`` does for appends: the commit is tagged (``commit_tag``, set
-    through the session's ``userMetadata``), and ``LEDGER`` tells what the writer has
-    committed; only when it knows nothing does Delta's own ``txnAppId``/``txnVersion``
-    check decide (it rebuilds the table's state from its log, a Spark job).
+    When the caller knows the batch is small (``rows_at_most``, up to
+    ``RUST_APPEND_MAX_ROWS``), delta-rs appends it: Spark's append of a few hundred
+    rows takes 0.4-0.5 s (planning, a job, a commit) whatever the rows, and through
+    delta-rs the processor used 0.06 cores less at 200 events/s (README, "What the
+    processor costs"). Its commit carries Delta's ``txn`` action and the ``commit_tag``,
+    as ``merge_rows``'s does, so a replayed batch is skipped whichever engine wrote it.
 
     Args:
-        spark: The session that runs the DML.
-        path: The Delta table it commits to.
-        txn: ``(app id, batch id)``; None runs the DML untagged, every time.
-        dml: Runs the DML.
+        df: The batch's rows.
+        path: The Delta table.
+        app_id: The writer's id (stable across restarts).
+        batch_id: The micro-batch id.
+        nonempty: The caller knows that ``df`` has rows (no Spark job to check).
+        rows_at_most: At least as many as ``df`` has, when the caller knows (0: none).
+        storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
     """
-    if txn is None:
-        dml()
+    if rows_at_most is None or rows_at_most > RUST_APPEND_MAX_ROWS:
+        idempotent_write(df, path, app_id, batch_id, nonempty=nonempty or bool(rows_at_most))
         return
-    app_id, batch_id = txn
+    if rows_at_most == 0:
+        return
 
-    def commit(unknown: bool) -> bool:
-        conf = {USER_METADATA_CONF: commit_tag(app_id, batch_id)}
-        if unknown:
-            conf |= {TXN_APP_ID_CONF: app_id, TXN_VERSION_CONF: str(batch_id)}
-        with _session_conf(spark, conf):
-            dml()
+    def commit(_unknown: bool) -> bool:
+        table = RustDeltaTable(path, storage_options=dict(storage_options or {}) or None)
+        done = _rust_commit(table, app_id, batch_id)
+        if done is not None:
+            write_deltalake(table, df.toArrow(), mode="append", commit_properties=done)
         return True
 
-    _once(spark, path, app_id, batch_id, commit)
+    _once(df.sparkSession, path, app_id, batch_id, commit)
 
 
-def hour_bound(hour: str | None) -> str | None:
-    """An hour from ``transforms.first_hour`` as a SQL timestamp literal (None stays None)."""
-    return None if hour is None else f"TIMESTAMP '{hour}'"
+def _rust_commit(table: RustDeltaTable, app_id: str, batch_id: int) -> CommitProperties | None:
+    """A batch's delta-rs commit: Delta's ``txn`` and the tag; None if the table has it.
+
+    delta-rs has the table's state loaded: its txn check costs nothing, so it always runs
+    (the ledger covers older commits: Spark's writers record a txn only at their first
+    commit after a start).
+    """
+    last = table.transaction_version(app_id)
+    if last is not None and last >= batch_id:
+        return None
+    return CommitProperties(
+        custom_metadata={"userMetadata": commit_tag(app_id, batch_id)},
+        app_transactions=[Transaction(app_id, batch_id)],
+    )
 
 
 def lowest_hour(df: DataFrame, column: str) -> str | None:
@@ -439,48 +435,8 @@ def lowest_hour(df: DataFrame, column: str) -> str | None:
     (Janino, then the JIT) every batch. None when ``df`` is empty.
     """
     # collect(), not first(): no LIMIT (see has_rows); a global aggregate is one row.
-    return hour_bound(df.agg(transforms.first_hour(F.col(column))).collect()[0][0])
-
-
-def merge_batch(
-    df: DataFrame,
-    path: str,
-    keys: Sequence[str],
-    since: str | None = None,
-    txn: tuple[str, int] | None = None,
-    keep_existing: bool = False,
-    bound: str | None = None,
-) -> None:
-    """Upsert a micro-batch on ``keys``: matching rows are updated, new rows inserted.
-
-    Args:
-        df: The rows to upsert, at most one per key.
-        path: The Delta table.
-        keys: Columns that identify a row.
-        since: A timestamp key column (e.g. a window start) whose batch minimum,
-            rounded down to the hour (``lowest_hour``), bounds the rows that can
-            match; the MERGE then reads only files that may hold values at or above
-            it (Delta skips the rest by their statistics).
-        txn: ``(app id, batch id)``: the MERGE runs once per batch
-            (``idempotent_dml``).
-        keep_existing: Leave matching rows as they are: insert new keys only.
-        bound: ``since``'s bound when the caller knows it, for a ``df`` it knows has
-            rows (``hour_bound``; at most ``lowest_hour(df, since)``): no Spark job
-            to find it.
-    """
-    cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-    if since is not None:
-        lowest = bound or lowest_hour(df, since)
-        if lowest is None:  # an empty batch
-            return
-        cond += f" AND t.`{since}` >= {lowest}"
-    elif not has_rows(df):
-        return
-    target = DeltaTable.forPath(df.sparkSession, path)
-    merge = target.alias("t").merge(df.alias("s"), cond)
-    if not keep_existing:
-        merge = merge.whenMatchedUpdateAll()
-    idempotent_dml(df.sparkSession, path, txn, merge.whenNotMatchedInsertAll().execute)
+    hour = df.agg(transforms.first_hour(F.col(column))).collect()[0][0]
+    return None if hour is None else f"TIMESTAMP '{hour}'"
 
 
 def merge_rows(
@@ -488,56 +444,63 @@ def merge_rows(
     rows: pa.Table,
     path: str,
     keys: Sequence[str],
-    update: Mapping[str, str],
-    txn: tuple[str, int],
-    since: str,
+    since: str | None = None,
+    update: Mapping[str, str] | None = None,
+    keep_existing: bool = False,
+    txn: tuple[str, int] | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> None:
-    """Add a few rows to a Delta table with delta-rs's MERGE, once per ``txn``.
+    """Upsert a few rows into a Delta table on ``keys`` with delta-rs's MERGE.
 
-    For a micro-batch's few hundred rows, such as its 1-minute windows: measured on
-    silver's batches, delta-rs merges them in about 0.1 CPU-seconds, where Spark's
-    MERGE planned and ran six jobs for 1.6-2.1 (README, "What the processor costs").
-    Rows whose keys match are updated with ``update``; new keys are inserted. The
-    commit carries Delta's ``txn`` action and the ``commit_tag``, so ``LEDGER`` and
-    Delta's own check both know it, as they do Spark's (``idempotent_dml``).
+    For a micro-batch's few hundred rows, such as its 1-minute windows or its newest
+    reading per device: measured on silver's batches, delta-rs merges them in about
+    0.1 CPU-seconds, where Spark's MERGE planned and ran six jobs for 1.6-2.1 (README,
+    "What the processor costs"). With ``txn`` the commit carries Delta's ``txn`` action
+    and the ``commit_tag``, so ``LEDGER`` and Delta's own check both know it, as they
+    know Spark's writes, and a batch already committed is skipped.
 
     Args:
         spark: The session whose ``LEDGER`` lookups read the table's history.
         rows: The rows, at most one per key, columns named as the table's.
         path: The Delta table.
         keys: Columns that identify a row.
+        since: A timestamp key column, if there is one: only stored rows from the hour
+            of the rows' earliest value on can match (files older than that need not
+            be read).
         update: A matched row's new values: SQL over ``t`` (stored) and ``s`` (new)
-            that DataFusion reads (``transforms.combine_device_minutes``).
-        txn: ``(app id, batch id)``; a batch already committed is skipped.
-        since: A timestamp key column: only stored rows from the hour of the rows'
-            earliest value on can match (files older than that need not be read).
+            that DataFusion reads (``transforms.combine_device_minutes``); None
+            replaces every column.
+        keep_existing: Leave matched rows as they are: insert new keys only.
+        txn: ``(app id, batch id)``: the MERGE runs once per batch (for a MERGE that
+            adds to what is stored); None runs it every time.
         storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
     """
     if rows.num_rows == 0:
         return
-    earliest = pc.min(rows.column(since)).as_py()
-    bound = earliest.replace(minute=0, second=0, microsecond=0).isoformat()
-    cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys) + f" AND t.`{since}` >= '{bound}'"
-    app_id, batch_id = txn
+    cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+    if since is not None:
+        hour = pc.min(rows.column(since)).as_py().replace(minute=0, second=0, microsecond=0)
+        cond += f" AND t.`{since}` >= '{hour.isoformat()}'"
 
-    def commit(_unknown: bool) -> bool:
+    def merge(_unknown: bool = True) -> bool:
         table = RustDeltaTable(path, storage_options=dict(storage_options or {}) or None)
-        # delta-rs has the table's state loaded: its txn check costs nothing, so it
-        # always runs (the ledger covers older commits: Spark's MERGE wrote it only
-        # at its first commit after a start).
-        done_before = table.transaction_version(app_id)
-        if done_before is not None and done_before >= batch_id:
-            return True
-        done = CommitProperties(
-            custom_metadata={"userMetadata": commit_tag(app_id, batch_id)},
-            app_transactions=[Transaction(app_id, batch_id)],
-        )
-        merge = table.merge(rows, cond, source_alias="s", target_alias="t", commit_properties=done)
-        merge.when_matched_update(dict(update)).when_not_matched_insert_all().execute()
+        done = None
+        if txn is not None:
+            done = _rust_commit(table, *txn)
+            if done is None:
+                return True
+        plan = table.merge(rows, cond, source_alias="s", target_alias="t", commit_properties=done)
+        if update is not None:
+            plan = plan.when_matched_update(dict(update))
+        elif not keep_existing:
+            plan = plan.when_matched_update_all()
+        plan.when_not_matched_insert_all().execute()
         return True
 
-    _once(spark, path, app_id, batch_id, commit)
+    if txn is None:
+        merge()
+    else:
+        _once(spark, path, *txn, merge)
 
 
 # Delta's errors for a commit that lost to a concurrent one (an OPTIMIZE that compacted
@@ -766,34 +729,3 @@ def table_stream(
     return foreach_batch_stream(
         df, write, checkpoint, name, settings, output_mode, tier, cache=False
     )
-
-
-def merge_latest(df: DataFrame, path: str, txn: tuple[str, int] | None = None) -> None:
-    """Upsert one row per device: the newer reading of old and new, the events of both.
-
-    ``events`` adds the batch's count to the stored one, so the MERGE runs once per
-    batch (``txn``, see ``idempotent_dml``). The reading's columns are replaced by a
-    newer reading only (a later event time, or the same time and a higher ``seq``);
-    ``updated_time``, when the row last changed, by every batch.
-    """
-    if not has_rows(df):
-        return
-    target = DeltaTable.forPath(df.sparkSession, path)
-    newer = (
-        "s.last_event_time > t.last_event_time"
-        " OR (s.last_event_time = t.last_event_time AND s.last_seq > t.last_seq)"
-    )
-    values = {
-        f"`{c}`": f"CASE WHEN {newer} THEN s.`{c}` ELSE t.`{c}` END"
-        for c in df.columns
-        if c not in ("device_id", "events", "updated_time")
-    } | {"events": "coalesce(t.events, 0) + s.events"}
-    if "updated_time" in df.columns:
-        values["updated_time"] = "s.updated_time"
-    merge = (
-        target.alias("t")
-        .merge(df.alias("s"), "t.device_id = s.device_id")
-        .whenMatchedUpdate(set=values)
-        .whenNotMatchedInsertAll()
-    )
-    idempotent_dml(df.sparkSession, path, txn, merge.execute)

@@ -8,7 +8,7 @@ stamp the processing time (``with_time`` and its callers), which take one micro-
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from pyspark.sql import Column, DataFrame
@@ -663,8 +663,9 @@ def device_sessions(silver: DataFrame, watermark: str, gap: str) -> DataFrame:
 def latest_status(silver: DataFrame, now: datetime | None = None) -> DataFrame:
     """The newest reading per device, with how many readings it has (``events``).
 
-    Over one micro-batch it is the row to upsert into device_status (``sinks.merge_latest``
-    adds the batch's ``events`` to the stored count); over all of silver it is the table.
+    Over one micro-batch it is the row to upsert into device_status (the MERGE adds
+    the batch's ``events`` to the stored count: ``combine_device_status``); over all
+    of silver it is the table.
 
     Args:
         silver: Silver rows (a static frame).
@@ -695,6 +696,38 @@ def latest_status(silver: DataFrame, now: datetime | None = None) -> DataFrame:
             "updated_time",
         )  # fmt: skip
     )
+
+
+def combine_device_status(columns: Sequence[str], old: str = "t", new: str = "s") -> dict[str, str]:
+    """How a stored ``device_status`` row absorbs a batch's row of the same device.
+
+    The reading's columns take the newer reading of the two (a later event time, or
+    the same time and a higher ``seq``); ``events`` adds the batch's count to the
+    stored one (so the MERGE must run once per batch); ``updated_time``, when the row
+    last changed, is the batch's. The expressions are SQL for delta-rs's MERGE
+    (DataFusion's dialect).
+
+    Args:
+        columns: The columns of the batch's rows (``latest_status``).
+        old: Alias of the stored row (the MERGE target).
+        new: Alias of the batch's row (the MERGE source).
+
+    Returns:
+        The value of every column that changes, for a MERGE's matched-row update.
+    """
+    newer = (
+        f"{new}.`last_event_time` > {old}.`last_event_time` OR ({new}.`last_event_time` = "
+        f"{old}.`last_event_time` AND {new}.`last_seq` > {old}.`last_seq`)"
+    )
+    out = {
+        c: f"CASE WHEN {newer} THEN {new}.`{c}` ELSE {old}.`{c}` END"
+        for c in columns
+        if c not in ("device_id", "events", "updated_time")
+    }
+    out["events"] = f"coalesce({old}.`events`, 0) + {new}.`events`"
+    if "updated_time" in columns:
+        out["updated_time"] = f"{new}.`updated_time`"
+    return out
 
 
 def fleet_summary(status: DataFrame) -> DataFrame:

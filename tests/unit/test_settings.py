@@ -129,7 +129,7 @@ def test_each_tier_triggers_on_its_own_interval(monkeypatch: pytest.MonkeyPatch)
             monkeypatch.delenv(key)
     s = ProcessorSettings(_env_file=None)
     assert [tier_interval(s, t) for t in ("hot", "bronze", "background")] == [
-        "1 second", "10 seconds", "1 minute"
+        "3 seconds", "10 seconds", "1 minute"
     ]  # fmt: skip
     from processor.pipeline import bronze_tier
 

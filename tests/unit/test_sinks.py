@@ -62,6 +62,40 @@ def test_idempotent_append_skips_a_replayed_batch_after_a_restart_from_the_histo
     assert spark.read.format("delta").load(path).count() == 5
 
 
+def _writer(path: str, version: int) -> str:
+    """Which engine made a commit: ``spark`` or ``delta-rs``."""
+    lines = (Path(path) / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+    info = next(json.loads(line)["commitInfo"] for line in lines if "commitInfo" in line)
+    return "delta-rs" if "clientVersion" in info else "spark"
+
+
+def test_a_small_batch_is_appended_by_delta_rs_once_and_a_backlog_by_spark(
+    spark, tmp_path, monkeypatch
+):
+    path = str(tmp_path / "t")
+    t0 = datetime(2026, 1, 1, 8, 30)
+    rows = spark.createDataFrame([(1, "a", t0), (2, None, t0)], "id long, v string, at timestamp")
+    sinks.idempotent_append(rows, path, "app", 0)  # size unknown: Spark's writer
+    sinks.idempotent_append(rows, path, "app", 1, rows_at_most=2)
+    sinks.idempotent_append(rows, path, "app", 1, rows_at_most=2)  # a replay: the ledger
+    sinks.LEDGER.clear()
+    with monkeypatch.context() as mp:  # a history with no tag: delta-rs's own txn check
+        mp.setattr(sinks.CommitLedger, "_from_history", classmethod(lambda *_: None))
+        sinks.idempotent_append(rows, path, "app", 1, rows_at_most=2)
+    sinks.idempotent_append(rows.limit(0), path, "app", 2, rows_at_most=0)  # nothing
+    monkeypatch.setattr(sinks, "RUST_APPEND_MAX_ROWS", 1)
+    sinks.idempotent_append(rows, path, "app", 3, rows_at_most=2)  # too many to collect
+    assert [_writer(path, v) for v in range(3)] == ["spark", "delta-rs", "spark"]
+    assert _version(spark, path) == 2
+    assert "txn" in _log_actions(path, 1)
+    tags = [r.userMetadata for r in DeltaTable.forPath(spark, path).history().collect()]
+    assert [sinks.commit_tag_of(t) for t in tags] == [("app", 3), ("app", 1), ("app", 0)]
+    assertDataFrameEqual(
+        spark.read.format("delta").load(path),
+        [Row(id=1, v="a", at=t0), Row(id=2, v=None, at=t0)] * 3,
+    )
+
+
 def test_a_table_written_before_the_ledger_is_still_written_exactly_once(spark, tmp_path):
     """Delta's own txn record decides when the history has no tag of the writer's."""
     path = str(tmp_path / "t")
@@ -101,7 +135,9 @@ def test_a_writer_with_only_empty_batches_reads_the_history_once(spark, tmp_path
     assert spark.read.format("delta").load(path).count() == 2
 
 
-def test_merge_latest_keeps_the_newer_reading_and_adds_the_events_once(spark, tmp_path):
+def test_device_status_keeps_the_newer_reading_and_adds_the_events_once(spark, tmp_path):
+    from processor import transforms
+
     path = str(tmp_path / "status")
     schema = (
         "device_id string, last_event_time timestamp, last_seq long, status string, events long"
@@ -112,14 +148,20 @@ def test_merge_latest_keeps_the_newer_reading_and_adds_the_events_once(spark, tm
     update = spark.createDataFrame(
         [("d1", t1, 4, "offline", 1), ("d2", t2, 2, "degraded", 1), ("d3", t1, 1, "online", 1)],
         schema,
-    )
-    sinks.merge_latest(update, path, txn=("q", 0))
-    sinks.merge_latest(update, path, txn=("q", 0))  # a replayed batch: skipped
+    ).toArrow()
+
+    def merge(rows, batch_id: int) -> None:
+        sinks.merge_rows(
+            spark, rows, path, ("device_id",),
+            update=transforms.combine_device_status(rows.column_names), txn=("q", batch_id),
+        )  # fmt: skip
+
+    merge(update, 0)
+    merge(update, 0)  # a replayed batch: skipped
     sinks.LEDGER.clear()  # a new process: the table's history says it was committed
-    sinks.merge_latest(update, path, txn=("q", 0))
-    sinks.merge_latest(update.limit(0), path, txn=("q", 1))  # empty: no commit
-    later = spark.createDataFrame([("d3", t2, 2, "offline", 2)], schema)
-    sinks.merge_latest(later, path, txn=("q", 2))
+    merge(update, 0)
+    merge(update.slice(0, 0), 1)  # empty: no commit
+    merge(spark.createDataFrame([("d3", t2, 2, "offline", 2)], schema).toArrow(), 2)
     assert _version(spark, path) == 2
     assertDataFrameEqual(
         spark.read.format("delta").load(path),
@@ -129,13 +171,35 @@ def test_merge_latest_keeps_the_newer_reading_and_adds_the_events_once(spark, tm
             Row(device_id="d3", last_event_time=t2, last_seq=2, status="offline", events=3),
         ],
     )
-    # Each MERGE's commit carries the tag that the ledger reads; Delta's own check (a txn
-    # action) ran only for the first, when the ledger knew nothing of the writer.
+    # Each MERGE's commit carries the tag that the ledger reads, and Delta's txn.
     history = DeltaTable.forPath(spark, path).history().select("version", "userMetadata")
     tags = {r.version: sinks.commit_tag_of(r.userMetadata) for r in history.collect()}
     assert tags == {0: None, 1: ("q", 0), 2: ("q", 2)}
-    assert "txn" in _log_actions(path, 1)
-    assert "txn" not in _log_actions(path, 2)
+    assert RustDeltaTable(path).transaction_version("q") == 2
+
+
+def test_a_merge_without_a_txn_replaces_or_keeps_matched_rows_and_inserts_new_ones(spark, tmp_path):
+    """Site windows replace theirs whole, every time; landed alerts keep the first copy."""
+    import pyarrow as pa
+
+    path = str(tmp_path / "t")
+    t0 = datetime(2026, 1, 1, 5, 10)
+    spark.createDataFrame(
+        [("a", t0, 1), ("b", t0.replace(hour=4), 2)], "id string, at timestamp, v long"
+    ).write.format("delta").save(path)
+    utc = pa.timestamp("us", tz="UTC")
+    rows = pa.table({
+        "id": ["a", "c"],
+        "at": pa.array([t0.replace(minute=30), t0], utc),
+        "v": pa.array([10, 30], pa.int64()),
+    })  # fmt: skip
+    sinks.merge_rows(spark, rows, path, ("id",), since="at", keep_existing=True)
+    expected = {("a", t0, 1), ("b", t0.replace(hour=4), 2), ("c", t0, 30)}
+    assert {tuple(r) for r in spark.read.format("delta").load(path).collect()} == expected
+    sinks.merge_rows(spark, rows, path, ("id",), since="at")
+    sinks.merge_rows(spark, rows, path, ("id",), since="at")  # the same again: no change
+    expected = {("a", t0.replace(minute=30), 10), ("b", t0.replace(hour=4), 2), ("c", t0, 30)}
+    assert {tuple(r) for r in spark.read.format("delta").load(path).collect()} == expected
 
 
 def _silver(spark, rows):
@@ -333,35 +397,6 @@ def test_no_streaming_write_runs_an_action_under_a_limit():
             if limited.search(code) and not prose and not known:
                 found.append(f"{path.name}: {line.strip()}")
     assert found == []
-
-
-def test_merges_bounded_by_the_hour_reuse_their_generated_code_within_it(
-    spark, tmp_path, compilations
-):
-    """A Spark MERGE's time bound (``merge_batch``'s ``since``, as the sliding windows'
-    MERGE has) is a constant in generated code: rounded to the hour, a batch of the next
-    minute compiles nothing new; one of the next hour does (control)."""
-    from processor import transforms
-
-    path = str(tmp_path / "device_1m")
-
-    def merge(secs: int, batch_id: int) -> int:
-        batch = _silver(spark, [("d1", secs, batch_id + 1, 20.0, None),
-                                ("d1", secs - 60, batch_id + 100, 21.0, None)])  # fmt: skip
-        minutes = transforms.device_minute_aggregates(batch, "1 minute")
-        if batch_id == 0:
-            sinks.ensure_table(spark, path, minutes)
-        before = compilations()
-        sinks.merge_batch(
-            minutes, path, ("device_id", "window_start"), since="window_start", txn=("q", batch_id)
-        )
-        return compilations() - before
-
-    merge(70, 0)
-    merge(130, 1)  # warms the path where rows match
-    assert merge(190, 2) == 0
-    assert merge(3670, 3) > 0  # 01:01:10, its bound 01:00
-    assert spark.read.format("delta").load(path).count() == 6
 
 
 def _gated(spark, rows: list[tuple[int, int]], entered: Path, go: Path):
