@@ -5,9 +5,11 @@ Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``):
 =====================  ==========================================  =========================
 query                  reads -> writes                             how
 =====================  ==========================================  =========================
-silver                 Kafka / files (or bronze) ->                foreachBatch: tagged appends,
-                       silver/events, silver/quarantine,           after a txn MERGE (delta-rs)
-                       gold/device_1m, ops/schema_drift            that adds the batch's windows
+silver                 Kafka / files (or bronze) ->                foreachBatch: tagged appends
+                       silver/events, silver/quarantine,           (silver's by delta-rs, with a
+                       gold/device_1m, ops/schema_drift            txn), after a txn MERGE
+                                                                   (delta-rs) that adds the
+                                                                   batch's windows
 bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
 device_status          silver (+ gold/device_1m) ->                foreachBatch: txn MERGE
                        gold/device_status, gold/fleet_summary,     (delta-rs), then the summary of
@@ -73,6 +75,9 @@ KAFKA_SOURCE_SCHEMA = StructType(
         StructField("timestampType", IntegerType()),
     ]
 )
+# alerts_rt's micro-batch is collected into the driver for delta-rs's MERGE: a first start
+# or a rebuild reads the topic in batches of at most this many alerts (a few hundred bytes each).
+ALERTS_RT_MAX_OFFSETS = 100_000
 KEYS = {
     "gold_device_1m": ("device_id", "window_start"),
     "site_type_10m": ("site", "device_type", "window_start"),
@@ -305,9 +310,8 @@ def write_silver_batch(
     """Write one hot micro-batch (``silver_frame``'s rows) exactly once.
 
     Its minutes go to ``gold/device_1m`` first (delta-rs's MERGE), then its rows to silver,
-    quarantine and ``ops/schema_drift``, whichever it has rows for (silver's and
-    quarantine's through delta-rs too, unless the batch is a backlog's: see
-    ``sinks.idempotent_append``).
+    quarantine and ``ops/schema_drift``, whichever it has rows for (silver's through
+    delta-rs too, unless the batch is a backlog's: see ``sinks.idempotent_append``).
 
     Args:
         batch: The micro-batch, cached (it is read once per write).
@@ -348,13 +352,9 @@ def write_silver_batch(
     if held.invalid:
         bad = quarantine_out(batch)
         writes.append(
+            # Spark's writer: a quarantined record may be as large as Kafka allows.
             lambda: sinks.idempotent_append(
-                bad,
-                tables.quarantine,
-                f"{query_id}:quarantine",
-                batch_id,
-                rows_at_most=held.invalid,
-                storage_options=store,
+                bad, tables.quarantine, f"{query_id}:quarantine", batch_id, nonempty=True
             )
         )
     if held.drifted:
@@ -498,7 +498,9 @@ def start_alerts_rt(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Str
         )  # fmt: skip
 
     name = Query.ALERTS_RT
-    records = sources.kafka_stream(spark, s, topic=s.kafka.alerts_topic)
+    records = sources.kafka_stream(
+        spark, s, topic=s.kafka.alerts_topic, max_offsets=ALERTS_RT_MAX_OFFSETS
+    )
     return sinks.foreach_batch_stream(
         records, write, s.lake.checkpoint(name), name, s, tier="background"
     )

@@ -206,8 +206,8 @@ def build_session(
         # Delta collects min/max statistics on a table's first 32 columns at every write;
         # the keys and times lead each table, so new tables index only their first 6.
         "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "6",
-        # Spark's own default, said in the table: delta-rs, which commits silver's MERGE
-        # into gold/device_1m, would otherwise write a checkpoint every 100 commits.
+        # Spark's own default, said in the table: delta-rs, which commits the MERGEs and
+        # silver's small appends, would otherwise write a checkpoint every 100 commits.
         "spark.databricks.delta.properties.defaults.checkpointInterval": "10",
         # Micro-batches are cached for one batch only: skip compressing the cache.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",

@@ -1,9 +1,10 @@
 """Where the processor writes: Delta tables, each write exactly-once.
 
-* Every query writes in ``foreachBatch``: appends and overwrites (Spark) tagged with
-  their writer and batch (``CommitLedger``), and MERGEs (delta-rs, ``merge_rows``) that
-  add to what is there with Delta's ``txn`` action and the same tag, or that replace
-  rows on the table's keys (upserts), so a replayed batch changes nothing.
+* Every query writes in ``foreachBatch``: appends and overwrites tagged with their
+  writer and batch (``CommitLedger``; Spark's writer, or delta-rs for a small batch of
+  silver's, with Delta's ``txn`` action as well), and MERGEs (delta-rs, ``merge_rows``)
+  that add to what is there with Delta's ``txn`` action and the same tag, or that
+  replace rows on the table's keys (upserts), so a replayed batch changes nothing.
 """
 
 from __future__ import annotations
@@ -312,8 +313,9 @@ def _once(
     """Run ``commit`` unless ``LEDGER`` says the writer has committed ``batch_id`` to ``path``.
 
     ``commit(unknown)`` writes the batch, with Delta's ``txnAppId``/``txnVersion`` check
-    when ``unknown`` (the ledger knows nothing of the writer), and says whether it
-    committed; the ledger then records the batch, or forgets the writer if it failed.
+    when ``unknown`` (the ledger knows nothing of the writer; delta-rs's writers check
+    always), and says whether it committed; the ledger then records the batch, or
+    forgets the writer if it failed.
     """
     last = LEDGER.last(spark, path, app_id)
     if last is not None and batch_id <= last:
@@ -405,10 +407,26 @@ def idempotent_append(
         table = RustDeltaTable(path, storage_options=dict(storage_options or {}) or None)
         done = _rust_commit(table, app_id, batch_id)
         if done is not None:
-            write_deltalake(table, df.toArrow(), mode="append", commit_properties=done)
+            rows = _as_table_rows(table, df.toArrow())
+            write_deltalake(table, rows, mode="append", commit_properties=done)
         return True
 
     _once(df.sparkSession, path, app_id, batch_id, commit)
+
+
+def _as_table_rows(table: RustDeltaTable, rows: pa.Table) -> pa.Table:
+    """``rows`` with the table's columns in its order: those it lacks are null.
+
+    A column the contract no longer has stays in the table (``ensure_table``), and new
+    rows leave it null: Spark's writer does that itself, delta-rs refuses rows that
+    lack a column of the table.
+    """
+    schema = pa.schema(table.schema().to_arrow())
+    columns = [
+        rows.column(f.name) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, names=schema.names)
 
 
 def _rust_commit(table: RustDeltaTable, app_id: str, batch_id: int) -> CommitProperties | None:
@@ -464,13 +482,14 @@ def merge_rows(
         rows: The rows, at most one per key, columns named as the table's.
         path: The Delta table.
         keys: Columns that identify a row.
-        since: A timestamp key column, if there is one: only stored rows from the hour
-            of the rows' earliest value on can match (files older than that need not
-            be read).
+        since: A timestamp column that a stored row shares with its match (a key, or a
+            time every copy of the row has): only stored rows from the hour of the
+            rows' earliest value on can match (files older than that need not be read).
         update: A matched row's new values: SQL over ``t`` (stored) and ``s`` (new)
             that DataFusion reads (``transforms.combine_device_minutes``); None
-            replaces every column.
-        keep_existing: Leave matched rows as they are: insert new keys only.
+            replaces every column, unless ``keep_existing``.
+        keep_existing: Without ``update``: leave matched rows as they are, insert new
+            keys only.
         txn: ``(app id, batch id)``: the MERGE runs once per batch (for a MERGE that
             adds to what is stored); None runs it every time.
         storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
@@ -478,8 +497,9 @@ def merge_rows(
     if rows.num_rows == 0:
         return
     cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-    if since is not None:
-        hour = pc.min(rows.column(since)).as_py().replace(minute=0, second=0, microsecond=0)
+    earliest = None if since is None else pc.min(rows.column(since)).as_py()
+    if earliest is not None:
+        hour = earliest.replace(minute=0, second=0, microsecond=0)
         cond += f" AND t.`{since}` >= '{hour.isoformat()}'"
 
     def merge(_unknown: bool = True) -> bool:
@@ -489,7 +509,8 @@ def merge_rows(
             done = _rust_commit(table, *txn)
             if done is None:
                 return True
-        plan = table.merge(rows, cond, source_alias="s", target_alias="t", commit_properties=done)
+        source = _as_table_rows(table, rows)
+        plan = table.merge(source, cond, source_alias="s", target_alias="t", commit_properties=done)
         if update is not None:
             plan = plan.when_matched_update(dict(update))
         elif not keep_existing:

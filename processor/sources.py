@@ -19,6 +19,7 @@ def kafka_stream(
     settings: ProcessorSettings,
     topic: str | None = None,
     micro_batch: bool = True,
+    max_offsets: int | None = None,
 ) -> DataFrame:
     """Subscribe to a topic (local Kafka or Event Hubs, per the settings).
 
@@ -29,6 +30,8 @@ def kafka_stream(
         micro_batch: For a micro-batch query: ``max_offsets_per_trigger`` and a short
             fetch wait (``MICRO_BATCH_FETCH_MAX_WAIT_MS``). Real-time mode takes neither:
             its tasks poll without end, where the broker's wait saves empty fetches.
+        max_offsets: The most records a micro-batch reads, whatever
+            ``max_offsets_per_trigger`` allows (the smaller limit holds).
     """
     reader = (
         spark.readStream.format("kafka")
@@ -40,8 +43,9 @@ def kafka_stream(
     if not micro_batch:
         return reader.load()
     reader = reader.option("kafka.fetch.max.wait.ms", MICRO_BATCH_FETCH_MAX_WAIT_MS)
-    if settings.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+    limits = [n for n in (settings.max_offsets_per_trigger, max_offsets) if n]
+    if limits:
+        reader = reader.option("maxOffsetsPerTrigger", min(limits))
     return reader.load()
 
 

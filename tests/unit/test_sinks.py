@@ -72,10 +72,13 @@ def _writer(path: str, version: int) -> str:
 def test_a_small_batch_is_appended_by_delta_rs_once_and_a_backlog_by_spark(
     spark, tmp_path, monkeypatch
 ):
+    from pyspark.sql import functions as F
+
     path = str(tmp_path / "t")
     t0 = datetime(2026, 1, 1, 8, 30)
     rows = spark.createDataFrame([(1, "a", t0), (2, None, t0)], "id long, v string, at timestamp")
-    sinks.idempotent_append(rows, path, "app", 0)  # size unknown: Spark's writer
+    sinks.idempotent_append(rows.withColumn("old", F.lit(0.5)), path, "app", 0)  # Spark's
+    # The table's column ``old`` is no longer written: delta-rs's rows leave it null.
     sinks.idempotent_append(rows, path, "app", 1, rows_at_most=2)
     sinks.idempotent_append(rows, path, "app", 1, rows_at_most=2)  # a replay: the ledger
     sinks.LEDGER.clear()
@@ -92,7 +95,8 @@ def test_a_small_batch_is_appended_by_delta_rs_once_and_a_backlog_by_spark(
     assert [sinks.commit_tag_of(t) for t in tags] == [("app", 3), ("app", 1), ("app", 0)]
     assertDataFrameEqual(
         spark.read.format("delta").load(path),
-        [Row(id=1, v="a", at=t0), Row(id=2, v=None, at=t0)] * 3,
+        [Row(id=1, v="a", at=t0, old=0.5), Row(id=2, v=None, at=t0, old=0.5)]
+        + [Row(id=1, v="a", at=t0, old=None), Row(id=2, v=None, at=t0, old=None)] * 2,
     )
 
 
@@ -179,27 +183,42 @@ def test_device_status_keeps_the_newer_reading_and_adds_the_events_once(spark, t
 
 
 def test_a_merge_without_a_txn_replaces_or_keeps_matched_rows_and_inserts_new_ones(spark, tmp_path):
-    """Site windows replace theirs whole, every time; landed alerts keep the first copy."""
+    """Site windows replace theirs whole, every time; landed alerts keep the first copy.
+
+    Only stored rows from the hour of the batch's earliest ``since`` on can match; a
+    column the batch does not write (a metric dropped from the contract) is left null.
+    """
     import pyarrow as pa
 
     path = str(tmp_path / "t")
     t0 = datetime(2026, 1, 1, 5, 10)
+    early = t0.replace(hour=4)
     spark.createDataFrame(
-        [("a", t0, 1), ("b", t0.replace(hour=4), 2)], "id string, at timestamp, v long"
+        [("a", t0, 1, 0.5), ("b", early, 2, 0.5)], "id string, at timestamp, v long, old double"
     ).write.format("delta").save(path)
     utc = pa.timestamp("us", tz="UTC")
     rows = pa.table({
-        "id": ["a", "c"],
-        "at": pa.array([t0.replace(minute=30), t0], utc),
-        "v": pa.array([10, 30], pa.int64()),
+        "id": ["a", "b", "c"],
+        "at": pa.array([t0.replace(minute=30), t0, t0], utc),
+        "v": pa.array([10, 20, 30], pa.int64()),
     })  # fmt: skip
+
+    def stored() -> list[tuple]:
+        return sorted(tuple(r) for r in spark.read.format("delta").load(path).collect())
+
     sinks.merge_rows(spark, rows, path, ("id",), since="at", keep_existing=True)
-    expected = {("a", t0, 1), ("b", t0.replace(hour=4), 2), ("c", t0, 30)}
-    assert {tuple(r) for r in spark.read.format("delta").load(path).collect()} == expected
+    # b's stored row is from 04:10, before the batch's hour: not matched, so inserted.
+    kept = [("a", t0, 1, 0.5), ("b", early, 2, 0.5), ("b", t0, 20, None), ("c", t0, 30, None)]
+    assert stored() == kept
     sinks.merge_rows(spark, rows, path, ("id",), since="at")
     sinks.merge_rows(spark, rows, path, ("id",), since="at")  # the same again: no change
-    expected = {("a", t0.replace(minute=30), 10), ("b", t0.replace(hour=4), 2), ("c", t0, 30)}
-    assert {tuple(r) for r in spark.read.format("delta").load(path).collect()} == expected
+    replaced = [("a", t0.replace(minute=30), 10, None), ("b", early, 2, 0.5),
+                ("b", t0, 20, None), ("c", t0, 30, None)]  # fmt: skip
+    assert stored() == replaced
+    # A batch whose ``since`` is all null has no bound: it still merges.
+    none = pa.table({"id": ["d"], "at": pa.array([None], utc), "v": pa.array([40], pa.int64())})
+    sinks.merge_rows(spark, none, path, ("id",), since="at", keep_existing=True)
+    assert stored() == [*replaced, ("d", None, 40, None)]
 
 
 def _silver(spark, rows):

@@ -21,6 +21,10 @@ def test_micro_batch_kafka_reads_wait_briefly_for_fetches_and_real_time_reads_do
     assert micro["kafka.fetch.max.wait.ms"] == "20"
     assert micro["maxOffsetsPerTrigger"] == "7"
     assert micro["subscribe"] == "events"
+    bounded = _source_options(sources.kafka_stream(spark, settings, max_offsets=5))
+    assert bounded["maxOffsetsPerTrigger"] == "5"  # the smaller limit
+    wider = _source_options(sources.kafka_stream(spark, settings, max_offsets=50))
+    assert wider["maxOffsetsPerTrigger"] == "7"
     real_time = _source_options(sources.kafka_stream(spark, settings, micro_batch=False))
     assert "kafka.fetch.max.wait.ms" not in real_time
     assert "maxOffsetsPerTrigger" not in real_time
