@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from common.contract import METRIC_NAMES
+from common.delta_table import open_delta_table
 
 METRIC_AVGS: tuple[str, ...] = tuple(f"{m}_avg" for m in METRIC_NAMES)
 
@@ -130,7 +131,7 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
             and keys); polars' reads of the snapshot use them too.
     """
     try:
-        return DeltaTable(uri, storage_options=dict(storage_options) if storage_options else None)
+        return open_delta_table(uri, storage_options)
     except TableNotFoundError:
         return None
 

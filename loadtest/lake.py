@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
-from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from common.lake import Table
+from common.delta_table import open_delta_table
+from common.lake import Table, table_location
 from loadtest.truth import Truth, truth_from_manifest
 from loadtest.verify import LakeFrames
 from producer.manifest import read_manifest
@@ -32,15 +32,6 @@ class LakeReadError(RuntimeError):
     """A table or the manifest could not be read."""
 
 
-def table_uri(root: str, name: str) -> str:
-    """Location of table ``name`` under the lake root (as ``LakeSettings.table``)."""
-    return f"{root.rstrip('/')}/{name}"
-
-
-def _open(uri: str, storage_options: Mapping[str, str] | None) -> DeltaTable:
-    return DeltaTable(uri, storage_options=dict(storage_options) if storage_options else None)
-
-
 def read_table(
     root: str,
     name: str,
@@ -60,9 +51,9 @@ def read_table(
         LakeReadError: The table is missing (and required), cannot be read, or lacks a
             column.
     """
-    uri = table_uri(root, name)
+    uri = table_location(root, name)
     try:
-        table = _open(uri, storage_options)
+        table = open_delta_table(uri, storage_options)
     except TableNotFoundError as exc:
         if not required:
             return pl.DataFrame(schema={c: pl.Null for c in COLUMNS[name]})
@@ -123,7 +114,7 @@ def commit_times(
         storage_options: How to reach the lake (``LakeSettings.storage_options``).
     """
     try:
-        history = _open(table_uri(root, name), storage_options).history()
+        history = open_delta_table(table_location(root, name), storage_options).history()
     except (TableNotFoundError, OSError):
         history = []
     stamps = sorted(

@@ -33,16 +33,16 @@ from typing import Any
 
 import orjson
 import polars as pl
-from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from common.child import Child
-from common.lake import Query, Table, checkpoint_location
+from common.delta_table import open_delta_table
+from common.lake import Query, Table, checkpoint_location, table_location
 from common.paths import state_dir
 from common.report import ProducerReport, ReportUnreadableError
 from common.settings import KafkaSettings, LakeSettings
 from loadtest import report as pages
-from loadtest.lake import read_lake, read_truth, table_uri
+from loadtest.lake import read_lake, read_truth
 from loadtest.settings import LoadtestSettings
 from loadtest.verify import VerifyConfig, VerifyResult, interval_seconds, verify
 from processor.settings import ProcessorSettings
@@ -89,7 +89,8 @@ def child_env(base: dict[str, str], kafka: KafkaSettings, **extra: str) -> dict[
 
 def _rows(root: str, name: str, columns: list[str]) -> pl.DataFrame | None:
     try:
-        return pl.from_arrow(DeltaTable(table_uri(root, name)).to_pyarrow_table(columns=columns))  # type: ignore[return-value]
+        table = open_delta_table(table_location(root, name))
+        return pl.from_arrow(table.to_pyarrow_table(columns=columns))  # type: ignore[return-value]
     except (TableNotFoundError, OSError):
         return None
 
@@ -97,7 +98,7 @@ def _rows(root: str, name: str, columns: list[str]) -> pl.DataFrame | None:
 def _last_commit(root: str, name: str) -> datetime | None:
     """Time of the table's last commit that added rows (None: none yet)."""
     try:
-        history = DeltaTable(table_uri(root, name)).history(50)
+        history = open_delta_table(table_location(root, name)).history(50)
     except (TableNotFoundError, OSError):
         return None
     for commit in history:

@@ -36,6 +36,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.util import inheritable_thread_target
 
 from common.cli import local_path
+from common.delta_table import open_delta_table
 from processor import transforms
 from processor.settings import ProcessorSettings
 
@@ -404,7 +405,7 @@ def idempotent_append(
         return
 
     def commit(_unknown: bool) -> bool:
-        table = _rust_table(path, storage_options)
+        table = open_delta_table(path, storage_options)
         done = _rust_commit(table, app_id, batch_id)
         if done is not None:
             rows = _as_table_rows(table, df.toArrow())
@@ -412,11 +413,6 @@ def idempotent_append(
         return True
 
     _once(df.sparkSession, path, app_id, batch_id, commit)
-
-
-def _rust_table(path: str, storage_options: Mapping[str, str] | None) -> RustDeltaTable:
-    """The Delta table at ``path`` as delta-rs loads it, at its newest version."""
-    return RustDeltaTable(path, storage_options=dict(storage_options or {}) or None)
 
 
 def _as_table_rows(table: RustDeltaTable, rows: pa.Table) -> pa.Table:
@@ -508,7 +504,7 @@ def merge_rows(
         cond += f" AND t.`{since}` >= '{hour.isoformat()}'"
 
     def merge(_unknown: bool = True) -> bool:
-        table = _rust_table(path, storage_options)
+        table = open_delta_table(path, storage_options)
         done = None
         if txn is not None:
             done = _rust_commit(table, *txn)
