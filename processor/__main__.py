@@ -180,10 +180,10 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
     spark = _session(settings)
     stop.install()  # again: the SparkContext replaced the SIGINT handler
     listener = MetricsListener(
-        spark,
         Tables.under(settings.lake).pipeline_metrics,
         settings.metrics_flush_s,
         log=settings.log_progress,
+        storage_options=settings.lake.storage_options(),
     )
     spark.streams.addListener(listener)
     if settings.trigger == "available_now":

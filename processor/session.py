@@ -207,7 +207,8 @@ def build_session(
         # the keys and times lead each table, so new tables index only their first 6.
         "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "6",
         # Spark's own default, said in the table: delta-rs, which commits the MERGEs and
-        # silver's small appends, would otherwise write a checkpoint every 100 commits.
+        # silver's small appends and the pipeline metrics, would otherwise write a
+        # checkpoint every 100 commits.
         "spark.databricks.delta.properties.defaults.checkpointInterval": "10",
         # Micro-batches are cached for one batch only: skip compressing the cache.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",

@@ -69,7 +69,7 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
         kafka={"bootstrap_servers": kafka_broker.plaintext, "topic": TOPIC},
         lake={"root": str(lake_root / "semantics")},
     )  # fmt: skip
-    listener = MetricsListener(spark, Tables.under(settings.lake).pipeline_metrics, flush_s=3600)
+    listener = MetricsListener(Tables.under(settings.lake).pipeline_metrics, flush_s=3600)
     spark.streams.addListener(listener)
     run_available_now(spark, settings)
     # Max event time is 5:00, so the watermark is now 4:00.

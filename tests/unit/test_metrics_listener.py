@@ -1,66 +1,118 @@
-"""processor.metrics.MetricsListener without Spark: a failed write is one line, and close waits."""
+"""processor.metrics.MetricsListener: rows from real progress events, a failed write is one
+line, and close waits for a write in progress."""
 
 from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
-from processor.metrics import MetricsListener
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from processor import metrics
+from processor.metrics import METRICS_SCHEMA, MetricsListener
 
 
-class _Spark:
-    """Stands in for the session: each write takes ``write_s``, then fails or is kept."""
+class _Writes:
+    """Stands in for ``append_metrics``: each write takes ``write_s``, then fails or is kept."""
 
     def __init__(self, write_s: float = 0.0, error: Exception | None = None) -> None:
         self.write_s, self.error = write_s, error
         self.written: list[list[dict]] = []
         self.started = threading.Event()
 
-    def createDataFrame(self, rows, schema):  # noqa: N802 (SparkSession's name)
+    def __call__(self, rows: list[dict], _path: str, _storage_options: object = None) -> None:
         self.started.set()
         time.sleep(self.write_s)
         if self.error is not None:
             raise self.error
-        return _Frame(self, rows)
+        self.written.append(rows)
 
 
-class _Frame:
-    def __init__(self, spark: _Spark, rows: list[dict]) -> None:
-        self.spark, self.rows, self.write = spark, rows, self
-
-    def format(self, _name: str) -> _Frame:
-        return self
-
-    def mode(self, _name: str) -> _Frame:
-        return self
-
-    def save(self, _path: str) -> None:
-        self.spark.written.append(self.rows)
-
-
-def test_a_failed_write_is_one_line_and_the_stream_goes_on(capsys) -> None:
-    error = RuntimeError(
-        "An error occurred while calling o3913.save.\n: org.apache.spark.SparkException: "
-        "Job 4 cancelled because SparkContext was shut down\n\tat org.apache.spark.X(X.scala:1)"
+def test_a_failed_write_is_one_line_and_the_stream_goes_on(capsys, monkeypatch) -> None:
+    error = OSError(
+        "Generic S3 error: Error performing put request\n: caused by\n\tat reqwest::X (x.rs:1)"
     )
-    spark = _Spark(error=error)
-    listener = MetricsListener(spark, "/lake/ops/pipeline_metrics", flush_s=0.05)  # type: ignore[arg-type]
+    writes = _Writes(error=error)
+    monkeypatch.setattr(metrics, "append_metrics", writes)
+    listener = MetricsListener("/lake/ops/pipeline_metrics", flush_s=0.05)
     listener._rows.append({"query_name": "silver"})
-    assert spark.started.wait(5)
+    assert writes.started.wait(5)
     time.sleep(0.2)
     listener._stop.set()
     out = capsys.readouterr().err.splitlines()
     assert out and out[0].startswith(
-        "[processor] could not write pipeline metrics: An error occurred while calling o3913.save. ("
+        "[processor] could not write pipeline metrics: Generic S3 error: Error performing put "
+        "request ("
     ), out
     assert not any(line.startswith((":", "\tat")) for line in out), out
 
 
-def test_close_lets_a_write_in_progress_end_before_it_returns() -> None:
-    spark = _Spark(write_s=6.0)  # longer than the 5 s that close used to wait
-    listener = MetricsListener(spark, "/lake/ops/pipeline_metrics", flush_s=0.05)  # type: ignore[arg-type]
+def test_close_lets_a_write_in_progress_end_before_it_returns(monkeypatch) -> None:
+    writes = _Writes(write_s=6.0)  # longer than the 5 s that close used to wait
+    monkeypatch.setattr(metrics, "append_metrics", writes)
+    listener = MetricsListener("/lake/ops/pipeline_metrics", flush_s=0.05)
     listener._rows.append({"query_name": "silver"})
-    assert spark.started.wait(5)
+    assert writes.started.wait(5)
     listener.close()
-    assert spark.written == [[{"query_name": "silver"}]]
+    assert writes.written == [[{"query_name": "silver"}]]
     assert not listener._thread.is_alive()
+
+
+def test_each_batch_of_a_query_is_one_row_written_by_delta_rs(
+    spark, tmp_path: Path, monkeypatch
+) -> None:
+    """Spark's events reach ``record`` as JSON, not through PySpark's field-by-field copy."""
+    from pyspark.sql.streaming import listener as pyspark_listener
+
+    def refused(*_args: object) -> None:
+        raise AssertionError("PySpark's adaptor built the event")
+
+    monkeypatch.setattr(pyspark_listener.QueryProgressEvent, "fromJObject", refused)
+    table = str(tmp_path / "pipeline_metrics")
+    spark.createDataFrame([], METRICS_SCHEMA).write.format("delta").save(table)
+    listener = MetricsListener(table, flush_s=3600)
+    spark.streams.addListener(listener)
+    try:
+        source = str(tmp_path / "source")
+        for n in (7, 3):  # two files, a micro-batch each
+            spark.range(n).coalesce(1).write.mode("append").parquet(source)
+        query = (
+            spark.readStream.schema("id long")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(source)
+            .writeStream.format("noop")
+            .queryName("metrics_probe")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        deadline = time.monotonic() + 30  # the listener bus delivers after the batch ends
+        while len(listener._rows) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        spark.streams.removeListener(listener)
+        listener.close()
+    got = DeltaTable(table).to_pyarrow_table().to_pylist()
+    assert sorted(r["batch_id"] for r in got) == [0, 1]
+    assert sorted((r["query_name"], r["num_input_rows"]) for r in got) == [
+        ("metrics_probe", 3),
+        ("metrics_probe", 7),
+    ]
+
+
+def test_append_metrics_keeps_utc_times(tmp_path: Path) -> None:
+    table = str(tmp_path / "m")
+    schema = pa.schema([("query_name", pa.string()), ("timestamp", pa.timestamp("us", "UTC"))])
+    write_deltalake(table, schema.empty_table())
+    row = metrics.progress_row(
+        {"name": "silver", "timestamp": "2026-11-27T10:00:01.500Z", "batchId": 4}
+    )
+    metrics.append_metrics([{k: row[k] for k in schema.names}], table)
+    got = DeltaTable(table).to_pyarrow_table().to_pylist()
+    assert got == [
+        {"query_name": "silver", "timestamp": datetime(2026, 11, 27, 10, 0, 1, 500000, tzinfo=UTC)}
+    ]
