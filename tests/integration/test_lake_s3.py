@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from common.delta_table import open_delta_table
 from common.lake import Query, Table
 from common.settings import LakeSettings
 from dashboard import lake as dashboard_lake
@@ -112,6 +113,17 @@ def test_processor_writes_the_lake_on_s3_and_verify_and_dashboard_read_it(
         rows = dashboard_lake.read(gold, Table.GOLD_DEVICE_1M, ["device_id", "events"])
         assert rows["events"].sum() == COUNT
         assert rows["device_id"].n_unique() == FLEET
+
+        # The pipeline metrics reached S3 too (delta-rs appends them): a row per batch.
+        metrics_table = open_delta_table(
+            settings.table(Table.OPS_PIPELINE_METRICS), settings.storage_options()
+        )
+        batches = [
+            (r["query_name"], r["batch_id"], r["num_input_rows"])
+            for r in metrics_table.to_pyarrow_table().to_pylist()
+        ]
+        assert len({(q, b) for q, b, _ in batches}) == len(batches), batches
+        assert sum(n for q, _, n in batches if q == Query.SILVER) > 0, batches
 
         # The dashboard's overview page renders from the S3 lake (AppTest, its own process).
         metrics = overview_metrics(_env(logs, **lake), AS_OF, tmp_path / "no-report.json")
