@@ -3,7 +3,7 @@
 Spark hands each query's progress to a Python listener through py4j. PySpark's own
 adaptor (``StreamingQueryListener``'s default ``_jlistener``) copies the Java event into
 Python objects field by field before the listener sees it; ``processor.metrics``'s
-(``_ProgressAsJson``) hands over the progress's JSON in one call. This bench takes a
+(``_ProgressAsJson``) asks only for the progress's JSON. This bench takes a
 real progress (a Kafka-less query of the processor's session, with its jars), then
 delivers it ``--events`` times through each adaptor, as Spark's listener bus does
 (``PythonStreamingQueryListenerWrapper.onQueryProgress``), to the same
@@ -29,6 +29,7 @@ from pathlib import Path
 # shadow the producer package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from pyspark.java_gateway import ensure_callback_server_started  # noqa: E402
 from pyspark.sql.streaming.listener import JStreamingQueryListener  # noqa: E402
 
 from infra.jars import ensure_jars  # noqa: E402
@@ -59,6 +60,8 @@ def main() -> None:
         query.stop()
         jvm = spark._jvm
         assert jvm is not None
+        # As addListener does: Spark's listener bus calls back on its own connection.
+        ensure_callback_server_started(spark.sparkContext._gateway)
         jprogress = query._jsq.lastProgress()
         event_class = "StreamingQueryListener$QueryProgressEvent"
         jevent = getattr(jvm.org.apache.spark.sql.streaming, event_class)(jprogress)

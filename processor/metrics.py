@@ -117,13 +117,21 @@ def append_metrics(
     write_deltalake(table, pa.Table.from_pylist(rows, schema=schema), mode="append")
 
 
-class _ProgressAsJson:
-    """The listener's Java side: hands each progress over as its JSON, in one py4j call.
+def _say_failure(what: str, exc: Exception) -> None:
+    """One line on the console (the trace goes to the log): the pipeline goes on."""
+    log.error(what, exc_info=exc)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    say(f"{what}: {one_line(first)} ({full_trace_hint()})")
 
-    PySpark's own adaptor builds Python objects from the Java event field by field, some
-    40 py4j calls per event; each Java map it copies ends in an exception that PySpark
-    converts by looking classes up across every jar. At 200 events/s that was 0.03 cores
-    of the JVM's listener thread alone (README, "What the processor costs").
+
+class _ProgressAsJson:
+    """The listener's Java side: hands each progress over as its JSON.
+
+    Spark's callback costs two py4j calls back (the progress, its JSON). PySpark's own
+    adaptor builds Python objects from the Java event field by field, some 40 py4j calls
+    per event; each Java map it copies ends in an exception that PySpark converts by
+    looking classes up across every jar. At 200 events/s that was 0.036 cores of the
+    JVM's listener thread alone (README, "What the processor costs").
     """
 
     def __init__(self, on_progress: Callable[[str], None]) -> None:
@@ -133,8 +141,11 @@ class _ProgressAsJson:
         """Nothing to record."""
 
     def onQueryProgress(self, jevent: JavaObject) -> None:  # noqa: N802
-        """Pass the progress's JSON on."""
-        self._on_progress(jevent.progress().json())
+        """Pass the progress's JSON on (a failure is one line, not a trace per event)."""
+        try:
+            self._on_progress(jevent.progress().json())
+        except Exception as exc:
+            _say_failure("could not record a query's progress", exc)
 
     def onQueryIdle(self, _jevent: JavaObject) -> None:  # noqa: N802
         """Nothing to record."""
@@ -183,7 +194,8 @@ class MetricsListener(StreamingQueryListener):
         # PySpark's addListener and removeListener register what this property returns.
         if not hasattr(self, "_jlistenerobj"):
             jvm = SparkContext._jvm
-            assert jvm is not None, "start the SparkSession before adding the listener"
+            if jvm is None:
+                raise RuntimeError("start the SparkSession before adding the listener")
             adaptor = _ProgressAsJson(self.record)
             wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
             self._jlistenerobj = wrapper(adaptor)
@@ -225,9 +237,7 @@ class MetricsListener(StreamingQueryListener):
             try:
                 self.flush()
             except Exception as exc:  # keep the pipeline running; say what failed
-                log.error("could not write pipeline metrics", exc_info=exc)
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                say(f"could not write pipeline metrics: {one_line(first)} ({full_trace_hint()})")
+                _say_failure("could not write pipeline metrics", exc)
 
     def close(self) -> None:
         """Stop the thread, let a write in progress end, and write what is left."""
@@ -235,4 +245,7 @@ class MetricsListener(StreamingQueryListener):
         # A write in progress ends first, so the last rows follow it: on a busy machine or
         # a remote lake a write takes seconds.
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
-        self.flush()
+        try:
+            self.flush()
+        except Exception as exc:  # the processor still stops Spark and says why it stopped
+            _say_failure("could not write the last pipeline metrics", exc)

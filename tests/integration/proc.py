@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+
+from common.delta_table import open_delta_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,7 +143,7 @@ def table_rows(
 ) -> list[dict]:
     """Rows of a Delta table (a folder or a URI), or [] while it does not exist."""
     try:
-        table = DeltaTable(str(path), storage_options=storage_options)
+        table = open_delta_table(str(path), storage_options)
         return table.to_pyarrow_table(columns=columns).to_pylist()
     except TableNotFoundError:
         return []

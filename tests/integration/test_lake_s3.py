@@ -124,6 +124,7 @@ def test_processor_writes_the_lake_on_s3_and_verify_and_dashboard_read_it(
         ]
         assert len({(q, b) for q, b, _ in batches}) == len(batches), batches
         assert sum(n for q, _, n in batches if q == Query.SILVER) > 0, batches
+        assert "could not write" not in (tmp_path / "processor.log").read_text()
 
         # The dashboard's overview page renders from the S3 lake (AppTest, its own process).
         metrics = overview_metrics(_env(logs, **lake), AS_OF, tmp_path / "no-report.json")

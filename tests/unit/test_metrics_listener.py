@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -61,6 +61,19 @@ def test_close_lets_a_write_in_progress_end_before_it_returns(monkeypatch) -> No
     assert not listener._thread.is_alive()
 
 
+def test_a_failed_last_write_is_one_line_and_close_returns(capsys, monkeypatch) -> None:
+    writes = _Writes(error=OSError("Generic S3 error: the bucket is gone\n\tat reqwest::X"))
+    monkeypatch.setattr(metrics, "append_metrics", writes)
+    listener = MetricsListener("/lake/ops/pipeline_metrics", flush_s=3600)
+    listener._rows.append({"query_name": "silver"})
+    listener.close()  # does not raise: the processor still stops Spark
+    out = capsys.readouterr().err.splitlines()
+    assert len(out) == 1 and out[0].startswith(
+        "[processor] could not write the last pipeline metrics: Generic S3 error: the bucket "
+        "is gone ("
+    ), out
+
+
 def test_each_batch_of_a_query_is_one_row_written_by_delta_rs(
     spark, tmp_path: Path, monkeypatch
 ) -> None:
@@ -98,6 +111,10 @@ def test_each_batch_of_a_query_is_one_row_written_by_delta_rs(
         listener.close()
     got = DeltaTable(table).to_pyarrow_table().to_pylist()
     assert sorted(r["batch_id"] for r in got) == [0, 1]
+    # Progress times are UTC: the rows' are this minute's, whatever the machine's zone.
+    for r in got:
+        assert abs(r["timestamp"] - datetime.now(UTC)) < timedelta(minutes=5), r
+        assert r["watermark"] is None, r  # the query has none
     assert sorted((r["query_name"], r["num_input_rows"]) for r in got) == [
         ("metrics_probe", 3),
         ("metrics_probe", 7),
