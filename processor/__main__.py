@@ -15,7 +15,7 @@ from common.settings import add_settings_arguments, load_settings
 from processor import realtime_app
 from processor.evolution import REBUILDS
 from processor.lifecycle import ChildApp, StopSignal, say, wait_for_stop
-from processor.metrics import MetricsListener
+from processor.metrics import DRAIN_TIMEOUT_S, MetricsListener
 from processor.pipeline import (
     Tables,
     bronze_tier,
@@ -226,9 +226,18 @@ def _rebuild(settings: ProcessorSettings, queries: list[str], stop: StopSignal) 
 
 
 def _close(spark: SparkSession, queries: list[StreamingQuery], listener: MetricsListener) -> None:
-    """Stop the queries, then the listener (no callbacks during shutdown), then Spark."""
+    """Stop the queries, then the listener (no callbacks during shutdown), then Spark.
+
+    The listener is removed once it has every stopped query's last progress
+    (``MetricsListener.drain``): removed at once, it lost the last micro-batches' rows.
+    """
     quiet_console(spark)
     stop_queries(spark, queries)
+    if not listener.drain():
+        say(
+            f"the last micro-batches' metrics had not arrived {DRAIN_TIMEOUT_S:.0f} s after "
+            "the queries stopped: ops/pipeline_metrics lacks them"
+        )
     spark.streams.removeListener(listener)
     listener.close()
     spark.stop()

@@ -29,6 +29,8 @@ from processor.lifecycle import say
 log = logging.getLogger("iot_pulse.processor")
 # How long closing waits for a metrics write in progress (before its own last write).
 CLOSE_TIMEOUT_S = 120.0
+# How long the processor waits, once its queries stopped, for their last progress events.
+DRAIN_TIMEOUT_S = 30.0
 
 METRICS_SCHEMA = (
     "query_name string, query_id string, run_id string, batch_id long, timestamp timestamp, "
@@ -131,30 +133,49 @@ class _ProgressAsJson:
     adaptor builds Python objects from the Java event field by field, some 40 py4j calls
     per event; each Java map it copies ends in an exception that PySpark converts by
     looking classes up across every jar. At 200 events/s that was 0.036 cores of the
-    JVM's listener thread alone (README, "What the processor costs").
+    JVM's listener thread alone (README, "What the processor costs"). A query's start
+    and end pass on its run id (``MetricsListener.drain``).
     """
 
-    def __init__(self, on_progress: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        on_progress: Callable[[str], None],
+        on_started: Callable[[str], None],
+        on_terminated: Callable[[str], None],
+    ) -> None:
         self._on_progress = on_progress
+        self._on_started = on_started
+        self._on_terminated = on_terminated
 
-    def onQueryStarted(self, _jevent: JavaObject) -> None:  # noqa: N802 - Spark's API
-        """Nothing to record."""
+    def onQueryStarted(self, jevent: JavaObject) -> None:  # noqa: N802 - Spark's API
+        """Pass the run id on."""
+        _guarded("could not record a query's start", self._on_started, lambda: str(jevent.runId()))
 
     def onQueryProgress(self, jevent: JavaObject) -> None:  # noqa: N802
         """Pass the progress's JSON on (a failure is one line, not a trace per event)."""
-        try:
-            self._on_progress(jevent.progress().json())
-        except Exception as exc:
-            _say_failure("could not record a query's progress", exc)
+        _guarded(
+            "could not record a query's progress",
+            self._on_progress,
+            lambda: jevent.progress().json(),
+        )
 
     def onQueryIdle(self, _jevent: JavaObject) -> None:  # noqa: N802
         """Nothing to record."""
 
-    def onQueryTerminated(self, _jevent: JavaObject) -> None:  # noqa: N802
-        """Nothing to record."""
+    def onQueryTerminated(self, jevent: JavaObject) -> None:  # noqa: N802
+        """Pass the run id on."""
+        _guarded("could not record a query's end", self._on_terminated, lambda: str(jevent.runId()))
 
     class Java:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+def _guarded(what: str, handle: Callable[[str], None], read: Callable[[], str]) -> None:
+    """``handle(read())``; a failure is one line (a trace per event would flood the log)."""
+    try:
+        handle(read())
+    except Exception as exc:
+        _say_failure(what, exc)
 
 
 class MetricsListener(StreamingQueryListener):
@@ -184,6 +205,9 @@ class MetricsListener(StreamingQueryListener):
         self._storage_options = dict(storage_options or {})
         self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        # Run ids of the queries seen starting and not yet seen ending.
+        self._running: set[str] = set()
+        self._none_running = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._flush_s = flush_s
         self._thread = threading.Thread(target=self._loop, name="metrics-flush", daemon=True)
@@ -196,7 +220,7 @@ class MetricsListener(StreamingQueryListener):
             jvm = SparkContext._jvm
             if jvm is None:
                 raise RuntimeError("start the SparkSession before adding the listener")
-            adaptor = _ProgressAsJson(self.record)
+            adaptor = _ProgressAsJson(self.record, self.query_started, self.query_ended)
             wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
             self._jlistenerobj = wrapper(adaptor)
         return self._jlistenerobj
@@ -210,8 +234,31 @@ class MetricsListener(StreamingQueryListener):
         with self._lock:
             self._rows.append(row)
 
+    def query_started(self, run_id: str) -> None:
+        """Note a query run that ``drain`` waits for."""
+        with self._lock:
+            self._running.add(run_id)
+
+    def query_ended(self, run_id: str) -> None:
+        """Note a query run's end: Spark delivers it after the run's last progress."""
+        with self._lock:
+            self._running.discard(run_id)
+            self._none_running.notify_all()
+
+    def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
+        """Wait until every query seen starting has been seen ending; say whether it was.
+
+        Spark delivers listener events on a thread of its own, after the queries moved
+        on, and a query's end after its last progress: once it has arrived, every
+        progress of the run is queued. A listener removed before then loses the last
+        micro-batches' rows.
+        """
+        with self._none_running:
+            return self._none_running.wait_for(lambda: not self._running, timeout_s)
+
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
-        """Nothing to record."""
+        """Note the run (PySpark's event, when called directly)."""
+        self.query_started(str(event.runId))
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
         """Queue the progress as a row (PySpark's event, when called directly)."""
@@ -221,7 +268,8 @@ class MetricsListener(StreamingQueryListener):
         """Nothing to record."""
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-        """Nothing to record."""
+        """Note the run's end (PySpark's event, when called directly)."""
+        self.query_ended(str(event.runId))
 
     def flush(self) -> int:
         """Append the queued rows now; return how many were written."""

@@ -140,8 +140,9 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
     for k, (n, mx, avg) in want.items():
         assert got[k][0] == n and got[k][1] == mx and abs(got[k][2] - avg) < 1e-9, k
 
-    listener.close()
+    assert listener.drain(30)  # every batch's progress is queued
     spark.streams.removeListener(listener)
+    listener.close()
     dropped = sum(
         r["rows_dropped_by_watermark"]
         for r in DeltaTable(tables.pipeline_metrics).to_pyarrow_table().to_pylist()

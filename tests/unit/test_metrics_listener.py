@@ -77,13 +77,21 @@ def test_a_failed_last_write_is_one_line_and_close_returns(capsys, monkeypatch) 
 def test_each_batch_of_a_query_is_one_row_written_by_delta_rs(
     spark, tmp_path: Path, monkeypatch
 ) -> None:
-    """Spark's events reach ``record`` as JSON, not through PySpark's field-by-field copy."""
+    """Spark's events reach ``record`` as JSON, not through PySpark's field-by-field copy,
+    and ``drain`` waits for the last of them, however late the listener bus delivers it."""
     from pyspark.sql.streaming import listener as pyspark_listener
 
     def refused(*_args: object) -> None:
         raise AssertionError("PySpark's adaptor built the event")
 
     monkeypatch.setattr(pyspark_listener.QueryProgressEvent, "fromJObject", refused)
+    record = MetricsListener.record
+
+    def slow_record(self: MetricsListener, progress_json: str) -> None:
+        time.sleep(1.0)  # a busy driver: the events arrive after the query has ended
+        record(self, progress_json)
+
+    monkeypatch.setattr(MetricsListener, "record", slow_record)
     table = str(tmp_path / "pipeline_metrics")
     spark.createDataFrame([], METRICS_SCHEMA).write.format("delta").save(table)
     listener = MetricsListener(table, flush_s=3600)
@@ -103,9 +111,7 @@ def test_each_batch_of_a_query_is_one_row_written_by_delta_rs(
             .start()
         )
         query.awaitTermination(120)
-        deadline = time.monotonic() + 30  # the listener bus delivers after the batch ends
-        while len(listener._rows) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        assert listener.drain(30)
     finally:
         spark.streams.removeListener(listener)
         listener.close()
