@@ -27,9 +27,13 @@ def kafka_stream(
         spark: The session.
         settings: Processor settings.
         topic: The topic; default the events topic.
-        micro_batch: For a micro-batch query: ``max_offsets_per_trigger`` and a short
-            fetch wait (``MICRO_BATCH_FETCH_MAX_WAIT_MS``). Real-time mode takes neither:
-            its tasks poll without end, where the broker's wait saves empty fetches.
+        micro_batch: For a micro-batch query: ``max_offsets_per_trigger``, a short
+            fetch wait (``MICRO_BATCH_FETCH_MAX_WAIT_MS``), and at most
+            ``shuffle_partitions`` tasks (about the cores in use) to read a micro-batch,
+            however many partitions the topic has: a task per partition costs its fixed
+            part (the plan's deserialization, projections generated anew) per partition,
+            every micro-batch. Real-time mode takes none of these: its tasks poll without
+            end, where the broker's wait saves empty fetches.
         max_offsets: The most records a micro-batch reads, whatever
             ``max_offsets_per_trigger`` allows (the smaller limit holds).
     """
@@ -46,7 +50,7 @@ def kafka_stream(
     limits = [n for n in (settings.max_offsets_per_trigger, max_offsets) if n]
     if limits:
         reader = reader.option("maxOffsetsPerTrigger", min(limits))
-    return reader.load()
+    return reader.load().coalesce(settings.shuffle_partitions)
 
 
 def delta_stream(spark: SparkSession, path: str) -> DataFrame:

@@ -50,3 +50,28 @@ def test_latest_skips_what_was_there_and_batches_hold_at_most_max_offsets(
         if h["operation"] == "WRITE" and h.get("userMetadata")
     ]
     assert sorted(appends) == [5, 10, 10]
+
+
+def test_a_micro_batch_reads_many_partitions_with_at_most_shuffle_partitions_tasks(
+    spark, kafka_broker, lake_root
+):
+    """Bronze's append writes a file per task: two, though the records span more partitions."""
+    topic = "source-tasks"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=4)
+    fleet = build_fleet(8, SEED)
+    for device in fleet:  # keyed by device: spread over the partitions
+        send_readings(kafka_broker.plaintext, topic, device.device_id, range(1, 4), T0)
+    settings = ProcessorSettings(
+        trigger="available_now", queries="bronze", fleet_size=8, seed=SEED,
+        shuffle_partitions=2,
+        kafka={"bootstrap_servers": kafka_broker.plaintext, "topic": topic},
+        lake={"root": str(lake_root / "source-tasks")},
+    )  # fmt: skip
+    run_available_now(spark, settings)
+
+    bronze = DeltaTable(Tables.under(settings.lake).bronze)
+    partitions = bronze.to_pyarrow_table(columns=["partition"]).column("partition").to_pylist()
+    assert len(partitions) == 24
+    assert len(set(partitions)) > 2  # more partitions than tasks
+    appends = [h for h in bronze.history() if h["operation"] == "WRITE" and h.get("userMetadata")]
+    assert [int(h["operationMetrics"]["numFiles"]) for h in appends] == [2]
