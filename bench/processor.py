@@ -178,11 +178,15 @@ def session_pids(session: int) -> list[int]:
 
 
 def group_cpu_s(session: int) -> float:
-    """CPU seconds (user + system) used so far by every live process of a session."""
+    """CPU seconds (user + system) used so far by a session's processes, ended ones included.
+
+    Each live process counts with its ended children (a Python worker that exits mid-window
+    is in its daemon's count): without them the figure lost every exiting process's CPU.
+    """
     total = 0.0
     for pid in session_pids(session):
         try:
-            total += process_cpu_s(pid)
+            total += process_cpu_s(pid, exited_children=True)
         except OSError:
             continue
     return total

@@ -30,12 +30,21 @@ def cpu_stamp(repeats: int = 3) -> float:
     return round(best, 3)
 
 
-def process_cpu_s(pid: int) -> float:
+def process_cpu_s(pid: int, exited_children: bool = False) -> float:
     """CPU seconds (user + system) the running process ``pid`` has used so far.
+
+    Args:
+        pid: The process.
+        exited_children: Add what its children that have ended used (once waited for,
+            with what their own ended children used): summed over a process tree's live
+            processes, this counts the processes that ended too.
 
     Raises:
         OSError: the process is gone.
     """
-    # utime and stime, counted after the process name (which may hold spaces).
+    # utime, stime, cutime and cstime, counted after the process name (which may hold spaces).
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    if exited_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")

@@ -20,6 +20,17 @@ def test_process_cpu_s_reads_what_times_reports() -> None:
     assert before.user + before.system - tick <= measured <= after.user + after.system + tick
 
 
+def test_exited_children_add_what_the_ended_children_used() -> None:
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    subprocess.run([sys.executable, "-c", "sum(range(20_000_000))"], check=True)  # waited for
+    times = os.times()
+    own = process_cpu_s(os.getpid())
+    with_children = process_cpu_s(os.getpid(), exited_children=True)
+    children = times.children_user + times.children_system
+    assert children > 0.1  # the child's loop
+    assert abs((with_children - own) - children) <= 2 * tick
+
+
 def test_a_process_that_is_gone_raises_oserror() -> None:
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)  # fmt: skip
