@@ -25,8 +25,11 @@ Two figures, each in its own fresh lake:
    are all in gold, or 120 s have passed; missing ones count as infinitely late).
    ``p95_latency_s_at_<rate>`` is the 95th percentile of (time seen in gold - event
    time); ``cores_at_<rate>`` the CPU the processor's processes (its JVM and Python
-   workers) used over the measured window, per second. Targets: 0.35 cores at 200/s,
-   1.0 at 2,000/s, p95 <= 5 s at both.
+   workers, ended ones included) used over the measured window, per second. Targets:
+   0.35 cores at 200/s, 1.0 at 2,000/s, p95 <= 5 s at both. Then the load stops and,
+   after ``--quiet-wait-s`` (default 150 s: the background queries' last turns, and the
+   empty batches that close their windows), ``cores_quiet_after_<rate>`` is the CPU per
+   second over ``--quiet-s`` (default 90 s; 0 skips it): what a quiet pipeline costs.
 
 The machine's speed moves the figures as much as the code does:
 ``cpu_stamp_s`` (``loadtest.machine``, before and after) says how fast it was.
@@ -290,8 +293,15 @@ def throughput(
 
 
 def latency(
-    info: broker.BrokerInfo, jars: Path, work: Path, seconds: float, rate: float, warm_s: float
+    info: broker.BrokerInfo,
+    jars: Path,
+    work: Path,
+    seconds: float,
+    rate: float,
+    warm_s: float,
+    quiet: tuple[float, float] = (0.0, 0.0),
 ) -> dict[str, float | None]:
+    """Latency and cores at ``rate``; then, with ``quiet`` (wait, seconds), cores without input."""
     topic = f"bench-latency-{rate:.0f}"
     broker.ensure_topic(info.plaintext, topic, partitions=4)
     lake = work / f"lake-latency-{rate:.0f}"
@@ -360,6 +370,7 @@ def latency(
             latencies += [float("inf")] * missing
         stop_flag.set()
         thread.join(30)
+        quiet_cores = quiet_cpu(proc, rate, *quiet) if quiet[1] > 0 else None
     finally:
         stop_flag.set()
         proc.stop(60)
@@ -369,7 +380,12 @@ def latency(
         f"p50 {pct['p50']:.2f} s, p95 {pct['p95']:.2f} s; the processor used {cores:.2f} cores"
     )
     at = f"_at_{rate:.0f}"
+    if quiet_cores is not None:
+        say(
+            f"with no input, after {rate:,.0f} events/s, the processor used {quiet_cores:.3f} cores"
+        )
     return {
+        f"cores_quiet_after_{rate:.0f}": None if quiet_cores is None else round(quiet_cores, 3),
         f"p50_latency_s{at}": round(pct["p50"], 3),
         f"p95_latency_s{at}": round(pct["p95"], 3),
         f"cores{at}": round(cores, 2),
@@ -377,6 +393,17 @@ def latency(
         f"latency_missing{at}": missing,
         f"jit_compile_s{at}": jit,
     }
+
+
+def quiet_cpu(proc: Child, rate: float, wait_s: float, seconds: float) -> float:
+    """The processor's cores over ``seconds``, ``wait_s`` after its input stopped."""
+    say(f"load stopped; {wait_s:.0f} s for the last batches, then {seconds:.0f} s measured")
+    time.sleep(wait_s)
+    if proc.proc.poll() is not None:
+        raise RuntimeError(f"the processor stopped after the {rate:,.0f} events/s run")
+    t0, cpu0 = time.time(), group_cpu_s(proc.proc.pid)
+    time.sleep(seconds)
+    return (group_cpu_s(proc.proc.pid) - cpu0) / (time.time() - t0)
 
 
 def main() -> None:
@@ -399,6 +426,14 @@ def main() -> None:
     ap.add_argument(
         "--work", type=Path, help="keep the logs and lakes in this folder (default: a temp dir)"
     )
+    ap.add_argument(
+        "--quiet-wait-s", type=float, default=150.0,
+        help="after each rate's window, seconds without input before the quiet cores are measured",
+    )  # fmt: skip
+    ap.add_argument(
+        "--quiet-s", type=float, default=90.0,
+        help="seconds the quiet cores are measured over, after each rate (0: skip)",
+    )  # fmt: skip
     ap.add_argument("--skip-latency", action="store_true", help="measure throughput only")
     ap.add_argument("--skip-throughput", action="store_true", help="measure latency and cost only")
     ap.add_argument(
@@ -434,7 +469,10 @@ def main() -> None:
                     info, jars, work, args.events, args.warmup_events, args.warm_backlogs
                 )
             for rate in [] if args.skip_latency else rates:
-                figures |= latency(info, jars, work, args.latency_s, rate, args.latency_warm_s)
+                figures |= latency(
+                    info, jars, work, args.latency_s, rate, args.latency_warm_s,
+                    quiet=(args.quiet_wait_s, args.quiet_s),
+                )  # fmt: skip
         finally:
             broker.stop(work / "broker")
     figures |= {
