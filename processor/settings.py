@@ -152,7 +152,8 @@ class ProcessorSettings(FleetSettings):
         ge=1,
         description=(
             "spark.sql.shuffle.partitions: also each stateful query's state partitions, "
-            "fixed when its checkpoint is created; about the cores in use"
+            "fixed when its checkpoint is created, and the most tasks a micro-batch reads "
+            "Kafka with; about the cores in use"
         ),
     )
     background_shuffle_partitions: int = Field(
