@@ -8,7 +8,16 @@ from processor.settings import ProcessorSettings
 
 def _source_options(df) -> dict[str, str]:
     """The options of a streaming DataFrame's source, as its logical plan holds them."""
-    return dict(df._jdf.queryExecution().analyzed().extraOptions().asCaseSensitiveMap())
+    node = df._jdf.queryExecution().analyzed()
+    while node.children().nonEmpty():  # down to the source, under the coalesce
+        node = node.children().head()
+    return dict(node.extraOptions().asCaseSensitiveMap())
+
+
+def _read_tasks(df) -> int | None:
+    """The most tasks the plan reads its source with (its coalesce), or None when unbounded."""
+    root = df._jdf.queryExecution().analyzed()
+    return root.numPartitions() if root.nodeName() == "Repartition" else None
 
 
 def test_micro_batch_kafka_reads_wait_briefly_for_fetches_and_real_time_reads_do_not(spark):
@@ -28,3 +37,11 @@ def test_micro_batch_kafka_reads_wait_briefly_for_fetches_and_real_time_reads_do
     real_time = _source_options(sources.kafka_stream(spark, settings, micro_batch=False))
     assert "kafka.fetch.max.wait.ms" not in real_time
     assert "maxOffsetsPerTrigger" not in real_time
+
+
+def test_micro_batch_kafka_reads_take_at_most_shuffle_partitions_tasks(spark):
+    settings = ProcessorSettings(
+        kafka={"bootstrap_servers": "localhost:9", "topic": "events"}, shuffle_partitions=3
+    )
+    assert _read_tasks(sources.kafka_stream(spark, settings)) == 3
+    assert _read_tasks(sources.kafka_stream(spark, settings, micro_batch=False)) is None
