@@ -148,6 +148,12 @@ def log_file() -> Path | None:
     return _log_file
 
 
+def first_line(exc: BaseException) -> str:
+    """An error's first line, for a one-line message (its class name if it has no text)."""
+    text = str(exc).strip()
+    return one_line(text.splitlines()[0]) if text else type(exc).__name__
+
+
 def full_trace_hint() -> str:
     """Where the user finds the details: the log file, if one is open."""
     return f"the full trace is in {_log_file}" if _log_file else "the full trace is above"

@@ -64,8 +64,7 @@ def first_stopped(queries: Sequence[StreamingQuery]) -> str | None:
         if exc is None:
             return f"query {q.name} stopped by itself"
         log.error("query %s failed:\n%s", q.name, exc)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"query {q.name} failed: {cli.one_line(first)} ({cli.full_trace_hint()})"
+        return f"query {q.name} failed: {cli.first_line(exc)} ({cli.full_trace_hint()})"
     return None
 
 

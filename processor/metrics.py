@@ -22,7 +22,7 @@ from py4j.java_gateway import JavaObject
 from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQueryListener
 
-from common.cli import full_trace_hint, one_line
+from common.cli import first_line, full_trace_hint
 from common.delta_table import open_delta_table
 from processor.lifecycle import say
 
@@ -122,8 +122,7 @@ def append_metrics(
 def _say_failure(what: str, exc: Exception) -> None:
     """One line on the console (the trace goes to the log): the pipeline goes on."""
     log.error(what, exc_info=exc)
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    say(f"{what}: {one_line(first)} ({full_trace_hint()})")
+    say(f"{what}: {first_line(exc)} ({full_trace_hint()})")
 
 
 class _ProgressAsJson:
