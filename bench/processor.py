@@ -183,8 +183,9 @@ def session_pids(session: int) -> list[int]:
 def group_cpu_s(session: int) -> float:
     """CPU seconds (user + system) used so far by a session's processes, ended ones included.
 
-    Each live process counts with its ended children (a Python worker that exits mid-window
-    is in its daemon's count): without them the figure lost every exiting process's CPU.
+    Each live process counts with its ended children: the JVM's include the shell commands
+    Hadoop's local file system runs per checkpoint file (``readlink``, ``chmod``), which
+    without them were not counted at all.
     """
     total = 0.0
     for pid in session_pids(session):
