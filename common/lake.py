@@ -52,6 +52,21 @@ class Query(StrEnum):
 
 CHECKPOINTS = "_checkpoints"  # one folder per streaming query below it
 S3_SCHEMES = ("s3a", "s3")  # Spark writes s3a:// (Hadoop's S3A); delta-rs reads both
+LOCAL_SCHEMES = ("", "file")
+# Spark on a lake on local disk. Without Hadoop's native library, which no registry
+# serves, Hadoop's FileContext runs `readlink` in a new process for each path it
+# renames (a file and its .crc, before and after: 4 per rename); the checkpoints and
+# Delta's default log store commit by FileContext renames, a dozen a second at 200
+# events/s. Both have a FileSystem-based twin that renames in Java, with the same
+# guarantees on a local disk: an existence check, then a rename (Delta's own
+# HDFSLogStore does the same there, under the same lock).
+LOCAL_DISK_SPARK_CONF = {
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
+    "spark.delta.logStore.file.impl": "io.delta.storage.LocalLogStore",
+}
 
 
 def lake_scheme(root: str) -> str:

@@ -37,6 +37,8 @@ from pydantic_settings import (
 )
 
 from common.lake import (
+    LOCAL_DISK_SPARK_CONF,
+    LOCAL_SCHEMES,
     S3_SCHEMES,
     Query,
     Table,
@@ -635,10 +637,14 @@ class LakeSettings(Settings):
         return lake_scheme(self.root) in S3_SCHEMES
 
     def spark_conf(self) -> dict[str, str]:
-        """Spark settings for the lake: S3A's endpoint, region, keys; none off S3.
+        """Spark settings for the lake: its file system's, and S3A's endpoint, region, keys.
 
-        Spark redacts the keys (``spark.redaction.regex``) in its UI and event logs.
+        On a local disk, checkpoints and Delta commits rename in Java
+        (``LOCAL_DISK_SPARK_CONF``). On S3, Spark redacts the keys
+        (``spark.redaction.regex``) in its UI and event logs.
         """
+        if lake_scheme(self.root) in LOCAL_SCHEMES:
+            return dict(LOCAL_DISK_SPARK_CONF)
         if not self.on_s3:
             return {}
         s3a = "spark.hadoop.fs.s3a."

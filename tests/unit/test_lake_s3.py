@@ -8,7 +8,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from common.lake import lake_scheme
+from common.lake import LOCAL_DISK_SPARK_CONF, lake_scheme
 from common.settings import LakeSettings, SettingsError, load_settings
 from infra.jars import MAVEN_DIR
 from processor import settings as processor_settings
@@ -31,8 +31,15 @@ def test_lake_scheme(root: str, scheme: str) -> None:
 def test_a_local_lake_has_no_s3_settings(clean_env: Path) -> None:
     lake = LakeSettings(root=str(clean_env / "lake"), s3_region="eu-west-1")
     assert not lake.on_s3
-    assert lake.spark_conf() == {}
+    assert lake.spark_conf() == LOCAL_DISK_SPARK_CONF
     assert lake.storage_options() == {}
+
+
+@pytest.mark.parametrize("root", ["/data/lake", "file:///data/lake", ".local/lake"])
+def test_only_a_lake_on_local_disk_renames_through_hadoops_file_system(root: str) -> None:
+    assert LakeSettings(root=root).spark_conf() == LOCAL_DISK_SPARK_CONF
+    abfss = LakeSettings(root="abfss://lake@account.dfs.core.windows.net/iot")
+    assert abfss.spark_conf() == {}
 
 
 def test_one_set_of_settings_gives_spark_and_delta_rs_the_same_store(clean_env, monkeypatch):
