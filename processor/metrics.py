@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import write_deltalake
+from deltalake.exceptions import TableNotFoundError
 from py4j.java_gateway import JavaObject
 from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQueryListener
@@ -105,18 +106,38 @@ def progress_line(progress: dict[str, Any]) -> str:
 
 
 def append_metrics(
-    rows: list[dict[str, Any]], path: str, storage_options: Mapping[str, str] | None = None
-) -> None:
+    rows: list[dict[str, Any]],
+    path: str,
+    storage_options: Mapping[str, str] | None = None,
+    schema: pa.Schema | None = None,
+) -> pa.Schema:
     """Append ``progress_row`` rows to ``ops/pipeline_metrics`` with delta-rs.
 
     Args:
         rows: The rows (``METRICS_SCHEMA``'s columns; times naive UTC).
         path: Location of the table (``ensure_tables`` created it).
         storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
+        schema: The table's schema from an earlier append: a table deleted since (to
+            clear the pipeline's history) is created anew with it.
+
+    Returns:
+        The table's schema, for the next append.
+
+    Raises:
+        deltalake.exceptions.TableNotFoundError: there is no table and no ``schema``.
     """
-    table = open_delta_table(path, storage_options)
+    storage = dict(storage_options) if storage_options else None
+    try:
+        table = open_delta_table(path, storage_options)
+    except TableNotFoundError:
+        if schema is None:
+            raise
+        write_deltalake(path, pa.Table.from_pylist(rows, schema=schema), storage_options=storage)
+        say(f"{path} was gone: created it anew with these rows")
+        return schema
     schema = pa.schema(table.schema().to_arrow())
     write_deltalake(table, pa.Table.from_pylist(rows, schema=schema), mode="append")
+    return schema
 
 
 def _say_failure(what: str, exc: Exception) -> None:
@@ -203,6 +224,7 @@ class MetricsListener(StreamingQueryListener):
         self._path = path
         self._storage_options = dict(storage_options or {})
         self._rows: list[dict[str, Any]] = []
+        self._schema: pa.Schema | None = None  # the table's, once an append read it
         self._lock = threading.Lock()
         # Run ids of the queries seen starting and not yet seen ending.
         self._running: set[str] = set()
@@ -276,7 +298,7 @@ class MetricsListener(StreamingQueryListener):
             rows, self._rows = self._rows, []
         if not rows:
             return 0
-        append_metrics(rows, self._path, self._storage_options)
+        self._schema = append_metrics(rows, self._path, self._storage_options, self._schema)
         return len(rows)
 
     def _loop(self) -> None:

@@ -3,6 +3,7 @@ line, and close waits for a write in progress."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -23,7 +24,7 @@ class _Writes:
         self.written: list[list[dict]] = []
         self.started = threading.Event()
 
-    def __call__(self, rows: list[dict], _path: str, _storage_options: object = None) -> None:
+    def __call__(self, rows: list[dict], _path: str, *_: object) -> None:
         self.started.set()
         time.sleep(self.write_s)
         if self.error is not None:
@@ -139,3 +140,22 @@ def test_append_metrics_keeps_utc_times(tmp_path: Path) -> None:
     assert got == [
         {"query_name": "silver", "timestamp": datetime(2026, 11, 27, 10, 0, 1, 500000, tzinfo=UTC)}
     ]
+
+
+def test_a_deleted_metrics_table_is_created_anew_at_the_next_append(tmp_path: Path, capsys) -> None:
+    table = tmp_path / "pipeline_metrics"
+    schema = pa.schema([("query_name", pa.string()), ("batch_id", pa.int64())])
+    write_deltalake(str(table), schema.empty_table())
+    listener = MetricsListener(str(table), flush_s=3600)
+    try:
+        listener._rows.append({"query_name": "silver", "batch_id": 1})
+        assert listener.flush() == 1
+        shutil.rmtree(table)  # the user clears the pipeline's history
+        listener._rows.append({"query_name": "silver", "batch_id": 2})
+        assert listener.flush() == 1
+    finally:
+        listener._stop.set()
+    got = DeltaTable(str(table)).to_pyarrow_table()
+    assert got.schema == schema
+    assert got.to_pylist() == [{"query_name": "silver", "batch_id": 2}]
+    assert f"{table} was gone: created it anew with these rows" in capsys.readouterr().err
