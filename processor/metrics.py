@@ -126,13 +126,13 @@ def append_metrics(
     Raises:
         deltalake.exceptions.TableNotFoundError: there is no table and no ``schema``.
     """
-    storage = dict(storage_options) if storage_options else None
     try:
         table = open_delta_table(path, storage_options)
     except TableNotFoundError:
         if schema is None:
             raise
-        write_deltalake(path, pa.Table.from_pylist(rows, schema=schema), storage_options=storage)
+        rows_table = pa.Table.from_pylist(rows, schema=schema)
+        write_deltalake(path, rows_table, storage_options=dict(storage_options or {}))
         say(f"{path} was gone: created it anew with these rows")
         return schema
     schema = pa.schema(table.schema().to_arrow())
