@@ -68,7 +68,7 @@ from common.lake import Query  # noqa: E402
 from common.stats import percentiles  # noqa: E402
 from infra import broker  # noqa: E402
 from infra.jars import ensure_jars  # noqa: E402
-from loadtest.machine import cpu_stamp, process_cpu_s  # noqa: E402
+from loadtest.machine import cpu_stamp, processes_cpu_s  # noqa: E402
 from producer.simulation import generate, simulated_clock, wall_clock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,13 +187,7 @@ def group_cpu_s(session: int) -> float:
     Hadoop's local file system runs per checkpoint file (``readlink``, ``chmod``), which
     without them were not counted at all.
     """
-    total = 0.0
-    for pid in session_pids(session):
-        try:
-            total += process_cpu_s(pid, exited_children=True)
-        except OSError:
-            continue
-    return total
+    return processes_cpu_s(session_pids(session))
 
 
 def java_pid(session: int) -> int | None:

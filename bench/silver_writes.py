@@ -48,7 +48,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from common.fleet import build_fleet  # noqa: E402
 from common.settings import LakeSettings  # noqa: E402
 from infra.jars import ensure_jars  # noqa: E402
-from loadtest.machine import process_cpu_s  # noqa: E402
+from loadtest.machine import processes_cpu_s  # noqa: E402
 from processor import pipeline, transforms  # noqa: E402
 from processor.session import build_session  # noqa: E402
 from processor.settings import ProcessorSettings  # noqa: E402
@@ -114,11 +114,6 @@ def main() -> None:
         pipeline.ensure_tables(spark, settings, tables)
         devices = spark.read.format("delta").load(tables.devices)
         jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
-
-        def cpu_s() -> float:
-            """The JVM's and this process's CPU, with their ended children's (Hadoop's chmods)."""
-            return sum(process_cpu_s(pid, exited_children=True) for pid in (jvm, os.getpid()))
-
         records = kafka_rows(args.batches * args.batch_rows, datetime.now(UTC))
         say(f"{args.batches} batches of {args.batch_rows} readings, fleet of {FLEET}")
         walls, cpus = [], []
@@ -127,10 +122,10 @@ def main() -> None:
             raw = spark.createDataFrame(chunk, pipeline.KAFKA_SOURCE_SCHEMA)
             batch = pipeline.silver_frame(transforms.to_bronze(raw), devices, settings.watermark)
             batch.persist()
-            t0, c0 = time.monotonic(), cpu_s()
+            t0, c0 = time.monotonic(), processes_cpu_s((jvm, os.getpid()))
             pipeline.write_silver_batch(batch, b, "bench-silver", settings, tables)
             walls.append(time.monotonic() - t0)
-            cpus.append(cpu_s() - c0)
+            cpus.append(processes_cpu_s((jvm, os.getpid())) - c0)
             batch.unpersist()
             if (b + 1) % 20 == 0:
                 say(

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from loadtest.machine import process_cpu_s
+from loadtest.machine import process_cpu_s, processes_cpu_s
 
 
 def test_process_cpu_s_reads_what_times_reports() -> None:
@@ -36,3 +36,16 @@ def test_a_process_that_is_gone_raises_oserror() -> None:
                            capture_output=True, text=True, check=True)  # fmt: skip
     with pytest.raises(OSError):
         process_cpu_s(int(child.stdout))
+
+
+def test_processes_cpu_s_counts_ended_children_and_nothing_for_a_gone_process() -> None:
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    subprocess.run([sys.executable, "-c", "sum(range(20_000_000))"], check=True)
+    before = os.times()
+    measured = processes_cpu_s([os.getpid(), int(gone.stdout)])
+    after = os.times()
+    low = before.user + before.system + before.children_user + before.children_system
+    high = after.user + after.system + after.children_user + after.children_system
+    assert low - tick <= measured <= high + tick
