@@ -52,7 +52,6 @@ class Query(StrEnum):
 
 CHECKPOINTS = "_checkpoints"  # one folder per streaming query below it
 S3_SCHEMES = ("s3a", "s3")  # Spark writes s3a:// (Hadoop's S3A); delta-rs reads both
-LOCAL_SCHEMES = ("", "file")
 # Spark on a lake on local disk. Without Hadoop's native library, which no registry
 # serves, Hadoop's FileContext runs `readlink` in a new process for each path it
 # renames (a file and its .crc, before and after: 4 per rename); the checkpoints and

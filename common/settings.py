@@ -36,9 +36,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from common.cli import local_path
 from common.lake import (
     LOCAL_DISK_SPARK_CONF,
-    LOCAL_SCHEMES,
     S3_SCHEMES,
     Query,
     Table,
@@ -643,7 +643,7 @@ class LakeSettings(Settings):
         (``LOCAL_DISK_SPARK_CONF``). On S3, Spark redacts the keys
         (``spark.redaction.regex``) in its UI and event logs.
         """
-        if lake_scheme(self.root) in LOCAL_SCHEMES:
+        if local_path(self.root) is not None:
             return dict(LOCAL_DISK_SPARK_CONF)
         if not self.on_s3:
             return {}
