@@ -153,7 +153,7 @@ class _ProgressAsJson:
     adaptor builds Python objects from the Java event field by field, some 40 py4j calls
     per event; each Java map it copies ends in an exception that PySpark converts by
     looking classes up across every jar. At 200 events/s that was 0.036 cores of the
-    JVM's listener thread alone (README, "What the processor costs"). A query's start
+    JVM's listener thread alone (docs/processor-costs.md). A query's start
     and end pass on its run id (``MetricsListener.drain``).
     """
 

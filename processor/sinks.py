@@ -473,8 +473,8 @@ def merge_rows(
 
     For a micro-batch's few hundred rows, such as its 1-minute windows or its newest
     reading per device: measured on silver's batches, delta-rs merges them in about
-    0.1 CPU-seconds, where Spark's MERGE planned and ran six jobs for 1.6-2.1 (README,
-    "What the processor costs"). With ``txn`` the commit carries Delta's ``txn`` action
+    0.1 CPU-seconds, where Spark's MERGE planned and ran six jobs for 1.6-2.1
+    (docs/processor-costs.md). With ``txn`` the commit carries Delta's ``txn`` action
     and the ``commit_tag``, so ``LEDGER`` and Delta's own check both know it, as they
     know Spark's writes, and a batch already committed is skipped.
 
