@@ -69,16 +69,23 @@ def test_a_broadcast_of_a_small_dimension_keeps_a_small_page(spark):
     """Each micro-batch broadcasts the device dimension; the driver keeps it until a GC.
 
     With the 32 MB pages Spark derives from a 2 GB driver, a broadcast hash map of a
-    few rows held 32 MB of the heap; with 1 MB pages it holds about 1 MB.
+    few rows held 32 MB of the heap; with 1 MB pages it holds about 1 MB. The blocks
+    are read one by one: the storage pool as a whole shrinks whenever Spark's cleaner
+    drops an earlier test's broadcast.
     """
-    memory = spark._jvm.org.apache.spark.SparkEnv.get().memoryManager()
+    jvm = spark._jvm
+    store = jvm.org.apache.spark.SparkEnv.get().blockManager().memoryStore()
+    first = spark.sparkContext.broadcast(0)._jbroadcast.id()
     devices = spark.createDataFrame([(f"dev-{i:03d}", i) for i in range(20)], "id string, n int")
     readings = spark.range(100).select(F.format_string("dev-%03d", F.col("id") % 20).alias("id"))
-    before = memory.storageMemoryUsed()
-    joined = readings.join(F.broadcast(devices), "id").count()
-    held = memory.storageMemoryUsed() - before
-    assert joined == 100
-    assert 0 < held < 2 * 1024 * 1024
+    joined = readings.join(F.broadcast(devices), "id")
+    assert len(joined.collect()) == 100  # `joined` keeps its plan, and so its broadcast, alive
+    blocks = [
+        jvm.org.apache.spark.storage.BroadcastBlockId(i, "") for i in range(first + 1, first + 9)
+    ]
+    sizes = [store.getSize(b) for b in blocks if store.contains(b)]
+    assert max(sizes) >= 1024 * 1024  # the hash map's one page
+    assert sum(sizes) < 2 * 1024 * 1024
 
 
 def test_the_status_store_keeps_only_the_recent_jobs_and_executions(spark):
