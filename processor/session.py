@@ -228,6 +228,11 @@ def build_session(
         **{f"spark.{key}": str(n) for key, n in STATUS_STORE_RETAINED.items()},
         # Delta rebuilds its snapshot with 50 tasks by default: far too many on 2 cores.
         "spark.databricks.delta.snapshotPartitions": "2",
+        # VACUUM lists a table's files with this many tasks, 10,000 by Spark's default:
+        # `maintain` took a minute per table on 2 cores, for a listing of a few files.
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
+            settings.shuffle_partitions
+        ),
         # Parquet tries a dictionary for every column it writes; the raw payloads and the
         # event ids are unique, so for them it is work for nothing (bronze took twice
         # as long). Low-cardinality columns (devices, sites, status) keep theirs.

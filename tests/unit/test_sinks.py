@@ -519,7 +519,11 @@ def test_maintain_compacts_each_table_and_keeps_its_rows(spark, tmp_path, capsys
     spark.createDataFrame([(9, "y")], "id long, v string").write.format("delta").save(
         tables.fleet_summary
     )
-    maintain(spark, settings)
+    spark.sparkContext.setJobGroup("maintain", "maintain")
+    try:
+        maintain(spark, settings)
+    finally:
+        spark.sparkContext.setJobGroup("", "")
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[maintain]")]
     assert lines == [
         "[maintain] bronze: compacted 3 files into 1",
@@ -529,6 +533,18 @@ def test_maintain_compacts_each_table_and_keeps_its_rows(spark, tmp_path, capsys
         spark.read.format("delta").load(tables.bronze), [Row(id=i, v="x") for i in range(3)]
     )
     assert DeltaTable.forPath(spark, tables.bronze).detail().first()["numFiles"] == 1
+    # VACUUM's listing ran as many tasks as the session's shuffle partitions, not 10,000.
+    assert _most_tasks_in_a_stage(spark, "maintain") == 2
+
+
+def _most_tasks_in_a_stage(spark, group: str) -> int:
+    tracker = spark.sparkContext.statusTracker()
+    stages = [
+        tracker.getStageInfo(stage)
+        for job in tracker.getJobIdsForGroup(group)
+        for stage in tracker.getJobInfo(job).stageIds
+    ]
+    return max(s.numTasks for s in stages if s is not None)
 
 
 def test_an_older_table_gains_the_new_columns_and_its_stream_resumes(spark, tmp_path, capsys):
