@@ -523,7 +523,7 @@ def test_maintain_compacts_each_table_and_keeps_its_rows(spark, tmp_path, capsys
     try:
         maintain(spark, settings)
     finally:
-        spark.sparkContext.setJobGroup("", "")
+        spark.sparkContext._jsc.clearJobGroup()  # PySpark has no clearJobGroup of its own
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[maintain]")]
     assert lines == [
         "[maintain] bronze: compacted 3 files into 1",
