@@ -63,6 +63,7 @@ def start_realtime_alerts(spark: SparkSession, settings: ProcessorSettings) -> S
     events = transforms.to_bronze(sources.kafka_stream(spark, settings, micro_batch=False))
     alerts = realtime.threshold_alerts(events, devices_frame(spark, settings))
     name = Query.REALTIME_ALERTS
+    sinks.clear_unlogged_first_batch(spark, settings.lake.checkpoint(name))
     return (
         realtime.alert_records(alerts)
         .writeStream.format("kafka")

@@ -163,6 +163,35 @@ def check_checkpoint_sources(checkpoint: str, name: str, expected: int) -> None:
         )
 
 
+def clear_unlogged_first_batch(spark: SparkSession, checkpoint: str) -> int:
+    """Delete what a process killed while logging a query's first batch left behind.
+
+    Spark writes each offsets file to a hidden temporary file (``.0.<uuid>.tmp``), then
+    renames it. A kill between the two leaves only the temporary file; Spark then has no
+    batch to resume, and refuses to start a new query in a folder that is not empty
+    (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``), as if it belonged to another query.
+    With no batch logged those files hold nothing, so they go. Any other file is left
+    for Spark's check. Works on any file system the lake can be on (Hadoop's API).
+
+    Returns:
+        How many files were deleted.
+    """
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    offsets = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/offsets")
+    fs = offsets.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())  # type: ignore[attr-defined]
+    if not fs.exists(offsets):
+        return 0
+    paths = [status.getPath() for status in fs.listStatus(offsets)]
+    if any(p.getName().isdigit() for p in paths):
+        return 0  # a batch is logged: Spark resumes from it and ignores the rest
+    unfinished = [p for p in paths if re.fullmatch(r"\.+\d+\..+\.tmp(\.crc)?", p.getName())]
+    for path in unfinished:
+        fs.delete(path, False)
+    if unfinished:
+        log.info("%s: deleted %d unfinished offsets files", checkpoint, len(unfinished))
+    return len(unfinished)
+
+
 @contextmanager
 def persisted(batch: DataFrame) -> Iterator[DataFrame]:
     """Cache a micro-batch while several writes read it."""
@@ -722,6 +751,7 @@ def foreach_batch_stream(
         .option("checkpointLocation", checkpoint)
         .queryName(str(name))  # an exact str: Spark refuses a subclass (common.lake.Query)
     )
+    clear_unlogged_first_batch(df.sparkSession, checkpoint)
     query = with_trigger(writer, settings, tier).start()
     qid.set(query.id)
     return query

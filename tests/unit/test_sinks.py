@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -612,3 +613,56 @@ def test_a_delta_rs_merge_that_loses_to_a_concurrent_optimize_is_written_again(
     # delta-rs fails other commits with the same class: those are no conflict.
     assert not sinks.is_conflict(CommitFailedError("Unsupported table features: deletionVectors"))
     assertDataFrameEqual(spark.read.format("delta").load(path), [Row(id=1, v=11), Row(id=2, v=20)])
+
+
+def _unfinished_offsets_file(spark, checkpoint: str) -> None:
+    """Leave ``offsets/0`` as a kill between writing and renaming it does.
+
+    Spark's own checkpoint file manager writes the file; it is never closed, so never
+    renamed into place: only its hidden temporary file (and checksum) exist.
+    """
+    jvm = spark._jvm
+    batch0 = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/offsets/0")
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    managers = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+    out = managers.create(batch0.getParent(), conf).createAtomic(batch0, False)
+    out.write(bytearray(b"v1\n"))
+    out.flush()
+
+
+def test_a_query_killed_while_logging_its_first_batch_starts_again(spark, tmp_path):
+    from processor.settings import ProcessorSettings
+
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string").write.format("delta").save(
+        source
+    )
+    checkpoint = str(tmp_path / "checkpoint")
+    _unfinished_offsets_file(spark, checkpoint)
+    left = sorted(p.name for p in (tmp_path / "checkpoint" / "offsets").iterdir())
+    assert [re.sub(r"[0-9a-f-]{36}", "U", name) for name in left] == ["..0.U.tmp.crc", ".0.U.tmp"]
+
+    # What Spark does with that folder on its own: no batch to resume, and not empty.
+    plain = (
+        spark.readStream.format("delta").load(source).writeStream.format("noop")
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    )  # fmt: skip
+    with pytest.raises(Exception, match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
+        plain.awaitTermination(120)
+
+    query = sinks.table_stream(
+        spark.readStream.format("delta").load(source), target, checkpoint, "killed_first",
+        ProcessorSettings(trigger="available_now"),
+    )  # fmt: skip
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assertDataFrameEqual(
+        spark.read.format("delta").load(target), [Row(id=1, v="a"), Row(id=2, v="b")]
+    )
+    assert sorted(p.name for p in (tmp_path / "checkpoint" / "offsets").iterdir()) == [
+        ".0.crc",
+        "0",
+    ]
+    # A logged batch is never touched again: the clearing only runs before batch 0.
+    (tmp_path / "checkpoint" / "offsets" / ".1.0000.tmp").write_text("v1\n")
+    assert sinks.clear_unlogged_first_batch(spark, checkpoint) == 0
