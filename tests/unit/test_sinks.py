@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from delta.tables import DeltaTable
 from deltalake import DeltaTable as RustDeltaTable
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
@@ -647,7 +648,7 @@ def test_a_query_killed_while_logging_its_first_batch_starts_again(spark, tmp_pa
         spark.readStream.format("delta").load(source).writeStream.format("noop")
         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     )  # fmt: skip
-    with pytest.raises(Exception, match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
+    with pytest.raises(StreamingQueryException, match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
         plain.awaitTermination(120)
 
     query = sinks.table_stream(
@@ -664,5 +665,7 @@ def test_a_query_killed_while_logging_its_first_batch_starts_again(spark, tmp_pa
         "0",
     ]
     # A logged batch is never touched again: the clearing only runs before batch 0.
-    (tmp_path / "checkpoint" / "offsets" / ".1.0000.tmp").write_text("v1\n")
+    unfinished = tmp_path / "checkpoint" / "offsets" / ".1.0000.tmp"
+    unfinished.write_text("v1\n")
     assert sinks.clear_unlogged_first_batch(spark, checkpoint) == 0
+    assert unfinished.read_text() == "v1\n"
