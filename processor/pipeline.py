@@ -59,6 +59,7 @@ from common.lake import Query, Table
 from common.settings import LakeSettings
 from processor import evolution, realtime, sinks, sources, transforms
 from processor.detector import DetectorConfig
+from processor.device_dimension import CachedDimension
 from processor.metrics import METRICS_SCHEMA
 from processor.schema import DEVICE_SCHEMA
 from processor.session import BACKGROUND_POOL, HOT_POOL
@@ -374,17 +375,25 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     ``gold/device_1m`` by a MERGE applied once per batch (``sinks.merge_rows``, delta-rs:
     a few rows, where Spark's MERGE costs seconds of fixed cost), then appended to silver.
     A batch whose events carry undeclared fields also appends what it saw to
-    ``ops/schema_drift`` (``transforms.field_drift``).
+    ``ops/schema_drift`` (``transforms.field_drift``). The device dimension is joined
+    from a cached copy, read again when the table changes (``CachedDimension``).
     """
     from_bronze = silver_reads_bronze(s)
     # Silver read its source twice before it read it once: such a checkpoint cannot resume.
     name = Query.SILVER
     sinks.check_checkpoint_sources(s.lake.checkpoint(name), name, expected=1)
     raw = sources.delta_stream(spark, t.bronze) if from_bronze else bronze_source(spark, s)
-    frame = silver_frame(raw, sources.delta_table(spark, t.devices), s.watermark)
+    devices = CachedDimension(spark, t.devices, s.lake.storage_options())
+    frame = silver_frame(raw, devices.frame, s.watermark)
 
     write = functools.partial(write_silver_batch, settings=s, tables=t)
-    return sinks.foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
+    try:
+        query = sinks.foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
+    except BaseException:
+        devices.frame.unpersist()
+        raise
+    devices.follow(query)
+    return query
 
 
 def _silver(spark: SparkSession, t: Tables) -> DataFrame:

@@ -416,7 +416,7 @@ def flag_unknown_devices(events: DataFrame, devices: DataFrame) -> DataFrame:
 
     Args:
         events: Parsed events; a row that already has a ``reason`` keeps it.
-        devices: The device dimension (static; re-read by Spark every micro-batch).
+        devices: The device dimension (static; silver joins a cached copy, ``CachedDimension``).
     """
     known = devices.select(F.col("device_id").alias("_known_id"))
     joined = events.join(F.broadcast(known), events["device_id"] == known["_known_id"], "left")
@@ -428,7 +428,7 @@ def enrich(events: DataFrame, devices: DataFrame) -> DataFrame:
 
     Args:
         events: Deduplicated events; a row that already has a ``reason`` keeps it.
-        devices: The device dimension (static; re-read by Spark every micro-batch).
+        devices: The device dimension (static; silver joins a cached copy, ``CachedDimension``).
     """
     dims = devices.withColumnRenamed("device_id", "_dim_device_id")
     joined = events.join(F.broadcast(dims), events["device_id"] == dims["_dim_device_id"], "left")

@@ -1,8 +1,8 @@
-"""A running silver stream sees a rewritten device dimension at its next micro-batch.
+"""A running silver stream sees a rewritten device dimension about a second after its commit.
 
-The stream-static join reads ``dim/devices`` as a Delta table, whose latest version
-Spark resolves for every micro-batch: ``python -m processor devices`` (or any
-overwrite of the table) needs no restart of the processor.
+Silver's joins read a cached copy of ``dim/devices`` (``processor.device_dimension``),
+read again when the table's version changes: ``python -m processor devices`` (or any
+writer, another process included) needs no restart of the processor.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from deltalake import write_deltalake
 from pyspark.sql import functions as F
 
 from common.fleet import build_fleet
@@ -39,6 +40,11 @@ def _wait(path: str, n: int, queries: list) -> dict[int, str]:
     return sites
 
 
+def _plan(query) -> str:
+    """The physical plan of the query's last micro-batch (what ``query.explain()`` prints)."""
+    return query._jsq.explainInternal(False)
+
+
 def test_a_running_stream_joins_with_the_rewritten_dimension(spark, kafka_broker, lake_root):
     ensure_topic(kafka_broker.plaintext, TOPIC, partitions=1)
     device = build_fleet(FLEET, SEED)[0]
@@ -53,6 +59,8 @@ def test_a_running_stream_joins_with_the_rewritten_dimension(spark, kafka_broker
     try:
         send_readings(kafka_broker.plaintext, TOPIC, device.device_id, range(1, 6), T0)
         assert _wait(tables.silver, 5, queries) == dict.fromkeys(range(1, 6), device.site)
+        # Both joins (the unknown-device check and the enrichment) scan the cached copy.
+        assert _plan(queries[0]).count("InMemoryTableScan") == 2
 
         moved = devices_frame(spark, settings).withColumn(
             "site",
@@ -60,13 +68,28 @@ def test_a_running_stream_joins_with_the_rewritten_dimension(spark, kafka_broker
                 F.col("site")
             ),
         )
-        moved.write.format("delta").mode("overwrite").save(tables.devices)
-        send_readings(kafka_broker.plaintext, TOPIC, device.device_id, range(6, 9), T0)
-        sites = _wait(tables.silver, 8, queries)
+        # Written by delta-rs, as another process would: this session's Spark never sees it.
+        write_deltalake(tables.devices, moved.toArrow(), mode="overwrite")
+        committed = time.monotonic()
+        seq = 5
+        while "Relocated" not in _sites(tables.silver).values():
+            assert all(q.isActive for q in queries), [str(q.exception()) for q in queries]
+            assert time.monotonic() - committed < 60, "silver never joined the new dimension"
+            seq += 1
+            send_readings(kafka_broker.plaintext, TOPIC, device.device_id, [seq], T0)
+            time.sleep(0.5)
+        switched_s = time.monotonic() - committed
+        sites = _wait(tables.silver, seq, queries)
+        assert _plan(queries[0]).count("InMemoryTableScan") == 2
     finally:
         for q in queries:
             q.stop()
-    assert sites == dict.fromkeys(range(1, 6), device.site) | dict.fromkeys(
-        range(6, 9), "Relocated"
+    first = min(n for n, site in sites.items() if site == "Relocated")
+    # One switch, at one micro-batch: the old site before it, the new one from it on.
+    assert sites == dict.fromkeys(range(1, first), device.site) | dict.fromkeys(
+        range(first, seq + 1), "Relocated"
     )
+    assert first > 5
     assert device.site != "Relocated"
+    # A check a second and a 1-second trigger: seconds, not a restart (slow machines too).
+    assert switched_s < 30, switched_s

@@ -1,0 +1,103 @@
+"""Silver's device dimension: a cached copy that plans without Delta and follows the table."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from deltalake import write_deltalake
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from processor import sources
+from processor.device_dimension import CachedDimension
+
+SCHEMA = "device_id string, site string"
+
+
+def _write(spark, path: str, rows: list[tuple[str, str]], mode: str = "overwrite") -> None:
+    """Rewrite the table as another process would: delta-rs, not this session's Spark."""
+    write_deltalake(path, spark.createDataFrame(rows, SCHEMA).toArrow(), mode=mode)
+
+
+def _plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+class _Query:
+    """What ``follow`` asks of a streaming query: whether it is still active."""
+
+    isActive = True  # noqa: N815 - StreamingQuery's name
+
+
+@pytest.fixture
+def table(spark, tmp_path) -> str:
+    path = str(tmp_path / "devices")
+    _write(spark, path, [("dev-1", "Harbor")], mode="error")
+    return path
+
+
+def test_a_read_of_the_table_plans_over_the_copy_not_over_delta(spark, table):
+    dims = CachedDimension(spark, table, {})
+    try:
+        joined = spark.createDataFrame([("dev-1", 7)], "device_id string, seq int").join(
+            sources.delta_table(spark, table), "device_id"
+        )
+        plan = _plan(joined)
+        # The scan the join reads is the cached copy; Delta only appears under it.
+        assert "InMemoryTableScan" in plan
+        assertDataFrameEqual(joined, [Row(device_id="dev-1", seq=7, site="Harbor")])
+    finally:
+        dims.frame.unpersist()
+
+
+def test_the_copy_is_read_again_only_when_the_version_changes(spark, table):
+    dims = CachedDimension(spark, table, {})
+    try:
+        assertDataFrameEqual(dims.frame, [Row(device_id="dev-1", site="Harbor")])
+        assert dims.refresh_if_changed() is False
+
+        _write(spark, table, [("dev-1", "Relocated"), ("dev-2", "Harbor")])
+        # The copy is what the joins see until the version is checked.
+        assertDataFrameEqual(
+            sources.delta_table(spark, table), [Row(device_id="dev-1", site="Harbor")]
+        )
+        assert dims.refresh_if_changed() is True
+        assert dims.version == 1
+        assertDataFrameEqual(
+            sources.delta_table(spark, table),
+            [Row(device_id="dev-1", site="Relocated"), Row(device_id="dev-2", site="Harbor")],
+        )
+        assert "InMemoryTableScan" in _plan(sources.delta_table(spark, table))
+        assert dims.refresh_if_changed() is False
+    finally:
+        dims.frame.unpersist()
+
+
+def test_a_copy_left_by_an_earlier_query_is_not_reused_stale(spark, table):
+    first = CachedDimension(spark, table, {})
+    assertDataFrameEqual(first.frame, [Row(device_id="dev-1", site="Harbor")])
+    _write(spark, table, [("dev-1", "Relocated")])  # never seen by ``first``
+    second = CachedDimension(spark, table, {})
+    try:
+        assertDataFrameEqual(second.frame, [Row(device_id="dev-1", site="Relocated")])
+    finally:
+        second.frame.unpersist()
+
+
+def test_follow_keeps_the_copy_current_then_drops_it_when_the_query_ends(spark, table):
+    dims = CachedDimension(spark, table, {})
+    query = _Query()
+    thread = dims.follow(query, interval_s=0.05)  # type: ignore[arg-type]
+    _write(spark, table, [("dev-1", "Relocated")])
+    deadline = time.monotonic() + 30
+    while dims.version != 1:
+        assert time.monotonic() < deadline, "the new version was never read"
+        time.sleep(0.05)
+    assertDataFrameEqual(dims.frame, [Row(device_id="dev-1", site="Relocated")])
+    assert dims.frame.storageLevel.useMemory
+
+    query.isActive = False
+    thread.join(30)
+    assert not thread.is_alive()
+    assert not dims.frame.storageLevel.useMemory  # no longer cached
