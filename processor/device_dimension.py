@@ -31,6 +31,11 @@ log = logging.getLogger("iot_pulse.processor")
 # How often the table's version is checked: a rewrite reaches silver about this late.
 POLL_INTERVAL_S = 1.0
 
+# The newest copy of each table: a copy is one cache entry per table (Spark matches the
+# plan), so a query that ends drops it only if no query started after it took it over.
+_newest: dict[str, CachedDimension] = {}
+_newest_lock = threading.Lock()
+
 
 class CachedDimension:
     """The device dimension's Delta table, cached, and the version the copy was read at.
@@ -50,6 +55,8 @@ class CachedDimension:
         self.frame: DataFrame = sources.delta_table(spark, path).cache()
         # A copy an earlier query of this session left would be reused as it was.
         spark.catalog.refreshByPath(path)
+        with _newest_lock:
+            _newest[path] = self
 
     def refresh_if_changed(self) -> bool:
         """Read the table again if its version changed since the copy was read.
@@ -90,9 +97,17 @@ class CachedDimension:
                     self.refresh_if_changed()
                 except Exception:  # noqa: BLE001 - the stream must outlive a lake hiccup
                     log.warning("device dimension: version check failed", exc_info=True)
-            with contextlib.suppress(Exception):  # the session may be stopping too
-                self.frame.unpersist()
+            self.release()
 
         thread = threading.Thread(target=run, name="device-dimension", daemon=True)
         thread.start()
         return thread
+
+    def release(self) -> None:
+        """Drop the copy, unless a newer ``CachedDimension`` of the table has taken it over."""
+        with _newest_lock:
+            if _newest.get(self._path) is not self:
+                return
+            del _newest[self._path]
+        with contextlib.suppress(Exception):  # the session may be stopping too
+            self.frame.unpersist()

@@ -390,7 +390,7 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     try:
         query = sinks.foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
     except BaseException:
-        devices.frame.unpersist()
+        devices.release()
         raise
     devices.follow(query)
     return query

@@ -48,7 +48,7 @@ def test_a_read_of_the_table_plans_over_the_copy_not_over_delta(spark, table):
         assert "InMemoryTableScan" in plan
         assertDataFrameEqual(joined, [Row(device_id="dev-1", seq=7, site="Harbor")])
     finally:
-        dims.frame.unpersist()
+        dims.release()
 
 
 def test_the_copy_is_read_again_only_when_the_version_changes(spark, table):
@@ -71,18 +71,22 @@ def test_the_copy_is_read_again_only_when_the_version_changes(spark, table):
         assert "InMemoryTableScan" in _plan(sources.delta_table(spark, table))
         assert dims.refresh_if_changed() is False
     finally:
-        dims.frame.unpersist()
+        dims.release()
 
 
-def test_a_copy_left_by_an_earlier_query_is_not_reused_stale(spark, table):
+def test_a_copy_left_by_an_earlier_query_is_not_reused_stale_nor_dropped_by_it(spark, table):
     first = CachedDimension(spark, table, {})
     assertDataFrameEqual(first.frame, [Row(device_id="dev-1", site="Harbor")])
     _write(spark, table, [("dev-1", "Relocated")])  # never seen by ``first``
     second = CachedDimension(spark, table, {})
     try:
         assertDataFrameEqual(second.frame, [Row(device_id="dev-1", site="Relocated")])
+        first.release()  # the earlier query ends after the later one started
+        assert second.frame.storageLevel.useMemory
+        assert "InMemoryTableScan" in _plan(sources.delta_table(spark, table))
     finally:
-        second.frame.unpersist()
+        second.release()
+    assert not second.frame.storageLevel.useMemory
 
 
 def test_follow_keeps_the_copy_current_then_drops_it_when_the_query_ends(spark, table):
