@@ -3,14 +3,17 @@
 Read as a plain Delta table, the dimension costs every one of silver's micro-batches a
 snapshot update and a Spark job that lists the table's files, while the batch is
 planned: at 200 events/s, planning took 336 ms of each 1.7 s batch, and caching the
-table took the processor from 0.91 to 0.73 cores (``docs/processor-costs.md``).
+table took the processor from 0.91 to 0.69-0.73 cores (``docs/processor-costs.md``).
 
 Cached, the table's scan is replaced by the in-memory copy in each micro-batch's plan
 (Spark's cache manager matches the plan). A thread checks the table's version every
-``POLL_INTERVAL_S`` (delta-rs reads the log: under a millisecond of CPU) and, when it
-has changed, has Spark read the table again (``Catalog.refreshByPath``). A rewritten
-dimension (``python -m processor devices``, or any writer) so reaches silver's joins
-about a second after its commit, without a restart.
+``POLL_INTERVAL_S`` (delta-rs reads the log: under a millisecond of CPU, and one
+listing of ``_delta_log`` on a cloud lake) and, when it has changed, has Spark read the
+table again (``Catalog.refreshByPath``). A rewritten dimension (``python -m processor
+devices``, or any writer) so reaches silver's joins at the first micro-batch after the
+next check, without a restart: up to ``POLL_INTERVAL_S`` later than a plain read would.
+A batch planned while the copy is read again reads the table itself (the new version),
+and one planned just before reads the old copy's files: either way one version, whole.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import threading
 import time
 
+from pyspark import InheritableThread
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -28,7 +32,7 @@ from processor import sources
 
 log = logging.getLogger("iot_pulse.processor")
 
-# How often the table's version is checked: a rewrite reaches silver about this late.
+# How often the table's version is checked: a rewrite reaches silver up to this much later.
 POLL_INTERVAL_S = 1.0
 
 # The newest copy of each table: a copy is one cache entry per table (Spark matches the
@@ -52,14 +56,17 @@ class CachedDimension:
         self._table = open_delta_table(path, storage_options)
         # Read before the copy: a commit between the two is seen as a change, not missed.
         self.version = self._table.version()
-        self.frame: DataFrame = sources.delta_table(spark, path).cache()
-        # A copy an earlier query of this session left would be reused as it was.
-        spark.catalog.refreshByPath(path)
         with _newest_lock:
+            self.frame: DataFrame = sources.delta_table(spark, path).cache()
+            # A copy an earlier query of this session left would be reused as it was.
+            spark.catalog.refreshByPath(path)
             _newest[path] = self
 
     def refresh_if_changed(self) -> bool:
         """Read the table again if its version changed since the copy was read.
+
+        A failed read leaves the version as it was, so the next call tries again, and
+        the copy registered (Spark drops it before reading the table again).
 
         Returns:
             Whether it had changed.
@@ -68,38 +75,58 @@ class CachedDimension:
         version = self._table.version()
         if version == self.version:
             return False
+        try:
+            self._spark.catalog.refreshByPath(self._path)
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.frame.cache()  # a no-op if the entry is still there
+            raise
         self.version = version
-        self._spark.catalog.refreshByPath(self._path)
         log.info("device dimension: version %d cached (%s)", version, self._path)
         return True
 
     def follow(
         self, query: StreamingQuery, interval_s: float = POLL_INTERVAL_S
     ) -> threading.Thread:
-        """Keep the copy current while ``query`` runs, then drop it.
+        """Keep the copy current while ``query`` runs, then drop it (``release``).
 
-        A failed check (the lake unreachable for a moment) is logged and tried again at
-        the next interval; the joins keep the copy they have.
+        A failed check (the lake unreachable for a moment) is logged once, with its
+        trace, and tried again every interval until it succeeds; the joins keep the copy
+        they have meanwhile. The thread inherits the caller's Spark job properties (its
+        scheduler pool), so call this where the query was started.
+
+        Args:
+            query: The query that joins the copy.
+            interval_s: Seconds between two checks of the table's version.
 
         Returns:
             The (daemon) thread doing it.
         """
 
         def run() -> None:
+            failing = False
             while True:
                 time.sleep(interval_s)
                 try:
-                    if not query.isActive:
-                        break
-                except Exception:  # noqa: BLE001 - the session has stopped: nothing to keep
+                    active = query.isActive
+                except Exception:
+                    log.info("device dimension: the session stopped; no longer followed")
                     return
+                if not active:
+                    break
                 try:
                     self.refresh_if_changed()
-                except Exception:  # noqa: BLE001 - the stream must outlive a lake hiccup
-                    log.warning("device dimension: version check failed", exc_info=True)
+                except Exception:
+                    if not failing:
+                        log.warning("device dimension: version check failed", exc_info=True)
+                    failing = True
+                    continue
+                if failing:
+                    log.info("device dimension: version checks work again")
+                failing = False
             self.release()
 
-        thread = threading.Thread(target=run, name="device-dimension", daemon=True)
+        thread = InheritableThread(target=run, name="device-dimension", daemon=True)
         thread.start()
         return thread
 
@@ -109,5 +136,5 @@ class CachedDimension:
             if _newest.get(self._path) is not self:
                 return
             del _newest[self._path]
-        with contextlib.suppress(Exception):  # the session may be stopping too
-            self.frame.unpersist()
+            with contextlib.suppress(Exception):  # the session may be stopping too
+                self.frame.unpersist()

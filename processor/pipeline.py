@@ -139,7 +139,10 @@ def devices_frame(spark: SparkSession, settings: ProcessorSettings) -> DataFrame
 
 
 def write_devices(spark: SparkSession, settings: ProcessorSettings, path: str) -> None:
-    """(Re)write the device dimension; running streams see it at their next batch."""
+    """(Re)write the device dimension; a running silver stream sees it a second or so later.
+
+    See ``processor.device_dimension``.
+    """
     devices_frame(spark, settings).write.format("delta").mode("overwrite").option(
         "overwriteSchema", "true"
     ).save(path)
@@ -383,11 +386,10 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     name = Query.SILVER
     sinks.check_checkpoint_sources(s.lake.checkpoint(name), name, expected=1)
     raw = sources.delta_stream(spark, t.bronze) if from_bronze else bronze_source(spark, s)
-    devices = CachedDimension(spark, t.devices, s.lake.storage_options())
-    frame = silver_frame(raw, devices.frame, s.watermark)
-
     write = functools.partial(write_silver_batch, settings=s, tables=t)
+    devices = CachedDimension(spark, t.devices, s.lake.storage_options())
     try:
+        frame = silver_frame(raw, devices.frame, s.watermark)
         query = sinks.foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
     except BaseException:
         devices.release()

@@ -59,7 +59,11 @@ def delta_stream(spark: SparkSession, path: str) -> DataFrame:
 
 
 def delta_table(spark: SparkSession, path: str) -> DataFrame:
-    """Read a Delta table as a static DataFrame (re-resolved in every micro-batch)."""
+    """Read a Delta table as a static DataFrame (re-resolved in every micro-batch, unless cached).
+
+    While silver runs, a read of the device dimension in its session gets silver's
+    cached copy (``processor.device_dimension``).
+    """
     return spark.read.format("delta").load(path)
 
 

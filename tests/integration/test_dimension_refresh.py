@@ -1,4 +1,4 @@
-"""A running silver stream sees a rewritten device dimension about a second after its commit.
+"""A running silver stream sees a rewritten device dimension within seconds of its commit.
 
 Silver's joins read a cached copy of ``dim/devices`` (``processor.device_dimension``),
 read again when the table's version changes: ``python -m processor devices`` (or any
@@ -91,5 +91,5 @@ def test_a_running_stream_joins_with_the_rewritten_dimension(spark, kafka_broker
     )
     assert first > 5
     assert device.site != "Relocated"
-    # A check a second and a 1-second trigger: seconds, not a restart (slow machines too).
-    assert switched_s < 30, switched_s
+    # A check a second, a 1-second trigger and a batch: seconds, not a restart.
+    assert switched_s < 15, switched_s

@@ -7,6 +7,7 @@ import time
 import pytest
 from deltalake import write_deltalake
 from pyspark.sql import Row
+from pyspark.sql.catalog import Catalog
 from pyspark.testing import assertDataFrameEqual
 
 from processor import sources
@@ -43,9 +44,8 @@ def test_a_read_of_the_table_plans_over_the_copy_not_over_delta(spark, table):
         joined = spark.createDataFrame([("dev-1", 7)], "device_id string, seq int").join(
             sources.delta_table(spark, table), "device_id"
         )
-        plan = _plan(joined)
-        # The scan the join reads is the cached copy; Delta only appears under it.
-        assert "InMemoryTableScan" in plan
+        # The join's one scan of the table is the cached copy's.
+        assert _plan(joined).count("InMemoryTableScan") == 1
         assertDataFrameEqual(joined, [Row(device_id="dev-1", seq=7, site="Harbor")])
     finally:
         dims.release()
@@ -89,19 +89,47 @@ def test_a_copy_left_by_an_earlier_query_is_not_reused_stale_nor_dropped_by_it(s
     assert not second.frame.storageLevel.useMemory
 
 
+def test_a_failed_read_keeps_the_copy_and_is_tried_again(spark, table, monkeypatch):
+    dims = CachedDimension(spark, table, {})
+    try:
+        _write(spark, table, [("dev-1", "Relocated")])
+        real = Catalog.refreshByPath
+
+        def lost_then_failed(self, path: str) -> None:
+            # As when Spark has dropped the entry and then fails to read the table again.
+            sources.delta_table(spark, path).unpersist()
+            raise OSError("the lake did not answer")
+
+        monkeypatch.setattr(Catalog, "refreshByPath", lost_then_failed)
+        with pytest.raises(OSError, match="did not answer"):
+            dims.refresh_if_changed()
+        assert dims.version == 0  # not counted as read
+        assert "InMemoryTableScan" in _plan(sources.delta_table(spark, table))
+
+        monkeypatch.setattr(Catalog, "refreshByPath", real)
+        assert dims.refresh_if_changed() is True
+        assert dims.version == 1
+        assertDataFrameEqual(
+            sources.delta_table(spark, table), [Row(device_id="dev-1", site="Relocated")]
+        )
+    finally:
+        dims.release()
+
+
 def test_follow_keeps_the_copy_current_then_drops_it_when_the_query_ends(spark, table):
     dims = CachedDimension(spark, table, {})
     query = _Query()
     thread = dims.follow(query, interval_s=0.05)  # type: ignore[arg-type]
-    _write(spark, table, [("dev-1", "Relocated")])
-    deadline = time.monotonic() + 30
-    while dims.version != 1:
-        assert time.monotonic() < deadline, "the new version was never read"
-        time.sleep(0.05)
-    assertDataFrameEqual(dims.frame, [Row(device_id="dev-1", site="Relocated")])
-    assert dims.frame.storageLevel.useMemory
-
-    query.isActive = False
-    thread.join(30)
+    try:
+        _write(spark, table, [("dev-1", "Relocated")])
+        deadline = time.monotonic() + 30
+        while dims.version != 1:  # set once the copy has been read again
+            assert time.monotonic() < deadline, "the new version was never read"
+            time.sleep(0.05)
+        assertDataFrameEqual(dims.frame, [Row(device_id="dev-1", site="Relocated")])
+        assert dims.frame.storageLevel.useMemory
+    finally:
+        query.isActive = False
+        thread.join(30)
     assert not thread.is_alive()
     assert not dims.frame.storageLevel.useMemory  # no longer cached
