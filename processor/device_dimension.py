@@ -118,7 +118,12 @@ class CachedDimension:
                     self.refresh_if_changed()
                 except Exception:
                     if not failing:
-                        log.warning("device dimension: version check failed", exc_info=True)
+                        log.warning(
+                            "device dimension: version check failed; silver keeps its copy "
+                            "and the check runs again every %g s",
+                            interval_s,
+                            exc_info=True,
+                        )
                     failing = True
                     continue
                 if failing:
