@@ -53,6 +53,11 @@ STATUS_STORE_RETAINED = {
     "ui.retainedTasks": 1000,
     "sql.ui.retainedExecutions": 50,
 }
+# Spark's settings that capture each DataFrame call's call site (PySpark's and the JVM's).
+CALL_SITE_CAPTURE = (
+    "spark.python.sql.dataFrameDebugging.enabled",
+    "spark.sql.dataFrameQueryContext.enabled",
+)
 # The JIT's second compiler (C2) waits for 10 times the calls its defaults ask for.
 # Spark's and Delta's driver code (analysis, planning, commits) is huge and runs a few
 # times per micro-batch: with the defaults, C2 was still compiling about 25 methods a
@@ -226,6 +231,12 @@ def build_session(
         # dozens a minute, and pruning so large a store took ~7 % of the driver's CPU.
         # Nothing here reads it (metrics come from the queries' progress).
         **{f"spark.{key}": str(n) for key, n in STATUS_STORE_RETAINED.items()},
+        # PySpark records the Python call site of every DataFrame and Column call, for
+        # error messages (the "DataFrame query context"): py4j round trips around each
+        # call (Column.alias: 11 instead of 1) and a JVM stack trace. Silver's writer made
+        # ~1,900 round trips per micro-batch (1,100 without), and building its DataFrames
+        # took 540-680 ms of CPU (370-405 without). Errors keep their message and trace.
+        **{key: "false" for key in CALL_SITE_CAPTURE},
         # Delta rebuilds its snapshot with 50 tasks by default: far too many on 2 cores.
         "spark.databricks.delta.snapshotPartitions": "2",
         # VACUUM lists a table's files with this many tasks, 10,000 by Spark's default:
