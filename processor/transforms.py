@@ -8,6 +8,7 @@ stamp the processing time (``with_time`` and its callers), which take one micro-
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
@@ -471,11 +472,6 @@ def with_time(rows: DataFrame, name: str, now: datetime | None = None) -> DataFr
     return rows.crossJoin(F.broadcast(stamp))
 
 
-def _ingest_filled(columns: list[str], now: Column) -> list[Column | str]:
-    """``columns``, with a null ``ingest_time`` filled with ``now``."""
-    return [F.coalesce("ingest_time", now).alias(c) if c == "ingest_time" else c for c in columns]
-
-
 def stamp_ingest(rows: DataFrame, now: datetime | None = None) -> DataFrame:
     """Fill a null ``ingest_time`` (rows read straight from the source) with the time now.
 
@@ -483,7 +479,8 @@ def stamp_ingest(rows: DataFrame, now: datetime | None = None) -> DataFrame:
         rows: One micro-batch with an ``ingest_time`` column (a static frame).
         now: The time to stamp (UTC-aware); default: the current time.
     """
-    return with_time(rows, "_now", now).select(*_ingest_filled(rows.columns, F.col("_now")))
+    stamped = with_time(rows, "_now", now)
+    return stamped.withColumn("ingest_time", F.coalesce("ingest_time", "_now")).drop("_now")
 
 
 def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
@@ -502,13 +499,14 @@ def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
         ValueError: ``events`` is a stream, or ``now`` has no time zone (``with_time``).
     """
     processed = F.col("processed_time")
-    timed = with_time(events, "processed_time", now)
-    return timed.select(
-        *_ingest_filled(events.columns, processed),
-        "processed_time",
-        _seconds_between(F.col("kafka_timestamp"), F.col("event_time")).alias("ingest_latency_s"),
-        _seconds_between(processed, F.col("event_time")).alias("process_latency_s"),
-        _seconds_between(processed, F.col("kafka_timestamp")).alias("pipeline_latency_s"),
+    # withColumns, not a select of every column: each column named costs py4j calls.
+    return with_time(events, "processed_time", now).withColumns(
+        {
+            "ingest_time": F.coalesce("ingest_time", processed),
+            "ingest_latency_s": _seconds_between(F.col("kafka_timestamp"), F.col("event_time")),
+            "process_latency_s": _seconds_between(processed, F.col("event_time")),
+            "pipeline_latency_s": _seconds_between(processed, F.col("kafka_timestamp")),
+        }
     )
 
 
@@ -522,6 +520,24 @@ def device_minute_aggregates(silver: DataFrame, watermark: str) -> DataFrame:
         silver: Silver events (``event_time``, ``device_id``, metrics, dimension columns).
         watermark: Event-time watermark delay, e.g. ``"2 minutes"`` (streams only).
     """
+    keys, aggregates, output = _minute_columns()
+    return (
+        silver.withWatermark("event_time", watermark)
+        .groupBy(*keys)
+        .agg(*aggregates)
+        .select(*output)
+    )
+
+
+@functools.cache
+def _minute_columns() -> tuple[list[Column], list[Column], list[Column]]:
+    """``device_minute_aggregates``' grouping keys, aggregates and output columns.
+
+    Built once and reused: silver's writer runs the aggregate on every micro-batch,
+    and building its 47 columns took 428 py4j calls each time (a Column is a few
+    calls to build and one to free). A Column is an unresolved expression, valid in
+    any plan and any session of the process.
+    """
     aggs = {"events": F.count(F.lit(1))}
     for m in METRIC_NAMES:
         aggs |= {
@@ -529,19 +545,15 @@ def device_minute_aggregates(silver: DataFrame, watermark: str) -> DataFrame:
             f"{m}_count": F.count(m),
         }  # fmt: skip
     aggs |= {"last_event_time": F.max("event_time"), "last_seq": F.max("seq")}
-    return (
-        silver.withWatermark("event_time", watermark)
-        .groupBy(F.window("event_time", "1 minute"), "device_id", "device_type", "site")
-        .agg(*[col.alias(name) for name, col in aggs.items()])
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "device_id",
-            "device_type",
-            "site",
-            *aggs,
-        )
-    )
+    dimensions = [F.col(c) for c in ("device_id", "device_type", "site")]
+    keys = [F.window("event_time", "1 minute"), *dimensions]
+    output = [
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        *dimensions,
+        *[F.col(name) for name in aggs],
+    ]
+    return keys, [col.alias(name) for name, col in aggs.items()], output
 
 
 def combine_device_minutes(old: str = "t", new: str = "s") -> dict[str, str]:

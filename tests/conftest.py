@@ -97,6 +97,35 @@ def spark(lake_root: Path) -> Iterator[object]:
 
 
 @pytest.fixture
+def py4j_calls(spark: object, monkeypatch: pytest.MonkeyPatch) -> Callable[..., int]:
+    """How many py4j commands a call sends to the JVM: ``py4j_calls(build) -> int``.
+
+    Each is a round trip over the gateway's socket, paid in CPU on both sides. Only the
+    calling thread's are counted: py4j's finalizer thread frees the JVM's side of
+    dropped Python objects (a command each) on a schedule of its own.
+    """
+    import threading
+
+    import py4j.clientserver
+
+    send = py4j.clientserver.ClientServerConnection.send_command
+
+    def count(build: Callable[[], object]) -> int:
+        sent, caller = [0], threading.get_ident()
+
+        def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            sent[0] += threading.get_ident() == caller
+            return send(self, *args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(py4j.clientserver.ClientServerConnection, "send_command", counting)
+            build()
+        return sent[0]
+
+    return count
+
+
+@pytest.fixture
 def compilations(spark: object) -> Callable[[], int]:
     """How many classes Spark's code generator has compiled (Janino) in this JVM so far.
 
