@@ -530,13 +530,14 @@ def device_minute_aggregates(silver: DataFrame, watermark: str) -> DataFrame:
 
 
 @functools.cache
-def _minute_columns() -> tuple[list[Column], list[Column], list[Column]]:
+def _minute_columns() -> tuple[tuple[Column, ...], tuple[Column, ...], tuple[Column, ...]]:
     """``device_minute_aggregates``' grouping keys, aggregates and output columns.
 
-    Built once and reused: silver's writer runs the aggregate on every micro-batch,
-    and building its 47 columns took 428 py4j calls each time (a Column is a few
-    calls to build and one to free). A Column is an unresolved expression, valid in
-    any plan and any session of the process.
+    Built once and reused: silver's writer runs the aggregate on every micro-batch, and
+    building these columns (four aggregates a metric, more than 60 columns in all)
+    took 428 py4j calls each time (a Column is a few calls to build and one to free).
+    A Column is an unresolved expression, valid in any plan and any session of the
+    process (PySpark keeps one JVM per process).
     """
     aggs = {"events": F.count(F.lit(1))}
     for m in METRIC_NAMES:
@@ -545,15 +546,15 @@ def _minute_columns() -> tuple[list[Column], list[Column], list[Column]]:
             f"{m}_count": F.count(m),
         }  # fmt: skip
     aggs |= {"last_event_time": F.max("event_time"), "last_seq": F.max("seq")}
-    dimensions = [F.col(c) for c in ("device_id", "device_type", "site")]
-    keys = [F.window("event_time", "1 minute"), *dimensions]
-    output = [
+    dimensions = tuple(F.col(c) for c in ("device_id", "device_type", "site"))
+    keys = (F.window("event_time", "1 minute"), *dimensions)
+    output = (
         F.col("window.start").alias("window_start"),
         F.col("window.end").alias("window_end"),
         *dimensions,
-        *[F.col(name) for name in aggs],
-    ]
-    return keys, [col.alias(name) for name, col in aggs.items()], output
+        *(F.col(name) for name in aggs),
+    )
+    return keys, tuple(col.alias(name) for name, col in aggs.items()), output
 
 
 def combine_device_minutes(old: str = "t", new: str = "s") -> dict[str, str]:

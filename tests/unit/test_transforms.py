@@ -388,7 +388,7 @@ def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
 def test_silver_writer_builds_its_frames_in_few_py4j_calls(spark, py4j_calls):
     """Silver's writer builds these frames for every micro-batch; each py4j call costs CPU.
 
-    The minute aggregates reuse their 47 columns (building them anew took 428 calls,
+    The minute aggregates reuse their columns (building them anew took 428 calls,
     now 86), and the audit and ingest columns are added by name: a select of every
     column took 305 calls for silver's rows (now 131) and 247 to stamp a batch (now 63).
     """
@@ -399,9 +399,9 @@ def test_silver_writer_builds_its_frames_in_few_py4j_calls(spark, py4j_calls):
     batch = silver_frame(_bronze(spark, [json.dumps(_event())]), devices, "1 minute")
     events = transforms.silver_rows(batch)
     transforms.device_minute_aggregates(events, "1 minute")  # the first call builds the columns
-    assert py4j_calls(lambda: transforms.device_minute_aggregates(events, "1 minute")) <= 110
-    assert py4j_calls(lambda: silver_out(batch)) <= 160
-    assert py4j_calls(lambda: transforms.stamp_ingest(batch)) <= 90
+    assert 0 < py4j_calls(lambda: transforms.device_minute_aggregates(events, "1 minute")) <= 110
+    assert 0 < py4j_calls(lambda: silver_out(batch)) <= 160
+    assert 0 < py4j_calls(lambda: transforms.stamp_ingest(batch)) <= 90
 
 
 def _generated_code(df) -> list[str]:
