@@ -472,6 +472,11 @@ def with_time(rows: DataFrame, name: str, now: datetime | None = None) -> DataFr
     return rows.crossJoin(F.broadcast(stamp))
 
 
+def _ingest_filled(now: Column) -> Column:
+    """``ingest_time``, or ``now`` where it is null (rows read straight from the source)."""
+    return F.coalesce("ingest_time", now)
+
+
 def stamp_ingest(rows: DataFrame, now: datetime | None = None) -> DataFrame:
     """Fill a null ``ingest_time`` (rows read straight from the source) with the time now.
 
@@ -480,7 +485,7 @@ def stamp_ingest(rows: DataFrame, now: datetime | None = None) -> DataFrame:
         now: The time to stamp (UTC-aware); default: the current time.
     """
     stamped = with_time(rows, "_now", now)
-    return stamped.withColumn("ingest_time", F.coalesce("ingest_time", "_now")).drop("_now")
+    return stamped.withColumn("ingest_time", _ingest_filled(F.col("_now"))).drop("_now")
 
 
 def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
@@ -502,7 +507,7 @@ def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
     # withColumns, not a select of every column: each column named costs py4j calls.
     return with_time(events, "processed_time", now).withColumns(
         {
-            "ingest_time": F.coalesce("ingest_time", processed),
+            "ingest_time": _ingest_filled(processed),
             "ingest_latency_s": _seconds_between(F.col("kafka_timestamp"), F.col("event_time")),
             "process_latency_s": _seconds_between(processed, F.col("event_time")),
             "pipeline_latency_s": _seconds_between(processed, F.col("kafka_timestamp")),

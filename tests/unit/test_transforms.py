@@ -10,7 +10,8 @@ from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
 from processor import sources, transforms
-from processor.pipeline import KAFKA_SOURCE_SCHEMA
+from processor.pipeline import KAFKA_SOURCE_SCHEMA, silver_frame, silver_out
+from processor.schema import DEVICE_SCHEMA
 
 T0 = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
 
@@ -392,9 +393,6 @@ def test_silver_writer_builds_its_frames_in_few_py4j_calls(spark, py4j_calls):
     now 86), and the audit and ingest columns are added by name: a select of every
     column took 305 calls for silver's rows (now 131) and 247 to stamp a batch (now 63).
     """
-    from processor.pipeline import silver_frame, silver_out
-    from processor.schema import DEVICE_SCHEMA
-
     devices = spark.createDataFrame([], DEVICE_SCHEMA)
     batch = silver_frame(_bronze(spark, [json.dumps(_event())]), devices, "1 minute")
     events = transforms.silver_rows(batch)
