@@ -308,6 +308,19 @@ def test_the_demo_environment_is_read_back_by_each_service(monkeypatch, tmp_path
     assert "IOT_PROCESSOR_TRIGGER_INTERVAL" not in env
 
 
+def test_the_demos_trigger_interval_reaches_the_processor(monkeypatch, tmp_path):
+    from demo.run import _parse, demo_env
+    from processor.settings import ProcessorSettings
+
+    args = _parse(["--trigger-interval", "6 seconds"])
+    env = demo_env(args, tmp_path, "127.0.0.1:9999", tmp_path / "jars")
+    for name in [n for n in os.environ if n.startswith("IOT_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert ProcessorSettings(_env_file=None).trigger_interval == "6 seconds"
+
+
 def test_a_child_app_gets_the_flags_that_were_given_and_only_those(clean_env):
     from common import cli
     from common.settings import add_settings_arguments
