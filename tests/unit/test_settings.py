@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from enum import Enum
 from typing import ClassVar, Literal
 
@@ -121,12 +120,9 @@ def test_queries_must_be_known_and_select_the_stages(clean_env):
     assert names(ProcessorSettings(queries=" alerts,silver ")) == [["silver"], ["alerts"]]
 
 
-def test_each_tier_triggers_on_its_own_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_tier_triggers_on_its_own_interval(clean_env, monkeypatch: pytest.MonkeyPatch) -> None:
     from processor.sinks import tier_interval
 
-    for key in list(os.environ):
-        if key.startswith("IOT_PROCESSOR_"):
-            monkeypatch.delenv(key)
     s = ProcessorSettings(_env_file=None)
     assert [tier_interval(s, t) for t in ("hot", "bronze", "background")] == [
         "3 seconds", "10 seconds", "1 minute"
@@ -285,7 +281,7 @@ def test_the_fleet_is_one_model_named_by_each_service(monkeypatch):
     }  # fmt: skip
 
 
-def test_the_demo_environment_is_read_back_by_each_service(monkeypatch, tmp_path):
+def test_the_demo_environment_is_read_back_by_each_service(monkeypatch, clean_env):
     from demo.run import demo_env
     from processor.settings import ProcessorSettings
     from producer.settings import ProducerSettings
@@ -293,29 +289,25 @@ def test_the_demo_environment_is_read_back_by_each_service(monkeypatch, tmp_path
     args = argparse.Namespace(
         topic="demo-t", rate=200.0, fleet_size=50, scenario="realistic", trigger_interval=None
     )
-    env = demo_env(args, tmp_path, "127.0.0.1:9999", tmp_path / "jars")
-    for name in [n for n in os.environ if n.startswith("IOT_")]:
-        monkeypatch.delenv(name)
+    env = demo_env(args, clean_env, "127.0.0.1:9999", clean_env / "jars")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     producer = ProducerSettings(_env_file=None)
     processor = ProcessorSettings(_env_file=None)
     assert (producer.kafka.bootstrap_servers, producer.kafka.topic) == ("127.0.0.1:9999", "demo-t")
     assert (producer.scenario, producer.rate, producer.fleet_size) == ("realistic", 200.0, 50)
-    assert producer.report_path == tmp_path / "producer-report.json"
-    assert processor.lake.root == str(tmp_path / "lake")
+    assert producer.report_path == clean_env / "producer-report.json"
+    assert processor.lake.root == str(clean_env / "lake")
     assert processor.fail_on_data_loss is False and processor.fleet_size == 50
     assert "IOT_PROCESSOR_TRIGGER_INTERVAL" not in env
 
 
-def test_the_demos_trigger_interval_reaches_the_processor(monkeypatch, tmp_path):
+def test_the_demos_trigger_interval_reaches_the_processor(monkeypatch, clean_env):
     from demo.run import _parse, demo_env
     from processor.settings import ProcessorSettings
 
     args = _parse(["--trigger-interval", "6 seconds"])
-    env = demo_env(args, tmp_path, "127.0.0.1:9999", tmp_path / "jars")
-    for name in [n for n in os.environ if n.startswith("IOT_")]:
-        monkeypatch.delenv(name)
+    env = demo_env(args, clean_env, "127.0.0.1:9999", clean_env / "jars")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert ProcessorSettings(_env_file=None).trigger_interval == "6 seconds"

@@ -16,7 +16,6 @@ serves, so it cannot run here. What runs instead:
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -275,15 +274,6 @@ def render(heredoc: str) -> str:
         out = out.replace(ref, value)
     assert "${" not in out
     return out
-
-
-@pytest.fixture
-def clean_env(monkeypatch, tmp_path):
-    for key in list(os.environ):
-        if key.startswith("IOT_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def test_dotenv_output_configures_connection_string_auth(tf, clean_env):
