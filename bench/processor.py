@@ -30,6 +30,10 @@ Two figures, each in its own fresh lake:
    after ``--quiet-wait-s`` (default 150 s: the background queries' last turns, and the
    empty batches that close their windows), ``cores_quiet_after_<rate>`` is the CPU per
    second over ``--quiet-s`` (default 90 s; 0 skips it): what a quiet pipeline costs.
+   There is no alerts topic, so the real-time alert app (``bench/alerts.py``) does not
+   run; ``--realtime-alerts`` gives it one, as ``make demo`` does, and its CPU counts.
+
+``--java-home DIR`` runs the processor on another Java (the broker keeps this shell's).
 
 The machine's speed moves the figures as much as the code does:
 ``cpu_stamp_s`` (``loadtest.machine``, before and after) says how fast it was.
@@ -92,13 +96,15 @@ def processor(env: dict[str, str], log: Path) -> Child:
 
 
 SETTINGS: dict[str, str] = {}  # --setting NAME=VALUE, passed as IOT_PROCESSOR_<NAME>
+REALTIME_ALERTS = False  # --realtime-alerts: the latency runs start the real-time alert app too
+JAVA: dict[str, str] = {}  # --java-home: the processor's JAVA_HOME (the broker keeps its own)
 
 
 def env_for(
     info: broker.BrokerInfo, topic: str, lake: Path, jars: Path, **extra: str
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
-    env |= {f"IOT_PROCESSOR_{k.upper()}": v for k, v in SETTINGS.items()}
+    env |= {f"IOT_PROCESSOR_{k.upper()}": v for k, v in SETTINGS.items()} | JAVA
     return env | {
         "IOT_KAFKA_BOOTSTRAP_SERVERS": info.plaintext, "IOT_KAFKA_TOPIC": topic,
         "IOT_LAKE_ROOT": str(lake), "IOT_PROCESSOR_JARS_DIR": str(jars),
@@ -301,7 +307,12 @@ def latency(
     broker.ensure_topic(info.plaintext, topic, partitions=4)
     lake = work / f"lake-latency-{rate:.0f}"
     log = work / f"latency-{rate:.0f}.log"
-    proc = processor(env_for(info, topic, lake, jars), log)
+    extra = {}
+    if REALTIME_ALERTS:
+        # With an alerts topic, a run of every query starts the real-time alert app too.
+        broker.ensure_topic(info.plaintext, f"{topic}-alerts", partitions=1)
+        extra = {"IOT_KAFKA_ALERTS_TOPIC": f"{topic}-alerts"}
+    proc = processor(env_for(info, topic, lake, jars, **extra), log)
     sent: dict[str, list[tuple[int, float]]] = {}
     stop_flag = threading.Event()
 
@@ -435,7 +446,23 @@ def main() -> None:
         "--setting", action="append", default=[], metavar="NAME=VALUE",
         help="a processor setting for both runs, e.g. trigger_interval='2 seconds' (repeatable)",
     )  # fmt: skip
+    ap.add_argument(
+        "--java-home", type=Path, metavar="DIR",
+        help="the Java the processor runs on, e.g. /usr/lib/jvm/temurin-25-jdk-amd64 "
+        "(default: this shell's JAVA_HOME, else java on PATH; the broker keeps that one)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--realtime-alerts", action="store_true",
+        help="give the latency runs an alerts topic, so the processor also runs the real-time "
+        "alert app (as make demo does); its CPU counts in cores_at_<rate>",
+    )  # fmt: skip
     args = ap.parse_args()
+    global REALTIME_ALERTS
+    REALTIME_ALERTS = args.realtime_alerts
+    if args.java_home:
+        if not (args.java_home / "bin" / "java").is_file():
+            ap.error(f"--java-home {args.java_home}: no bin/java there")
+        JAVA["JAVA_HOME"] = str(args.java_home)
     if args.warm_backlogs < 0:
         ap.error("--warm-backlogs must be 0 or more")
     try:
