@@ -96,7 +96,6 @@ def processor(env: dict[str, str], log: Path) -> Child:
 
 
 SETTINGS: dict[str, str] = {}  # --setting NAME=VALUE, passed as IOT_PROCESSOR_<NAME>
-REALTIME_ALERTS = False  # --realtime-alerts: the latency runs start the real-time alert app too
 JAVA: dict[str, str] = {}  # --java-home: the processor's JAVA_HOME (the broker keeps its own)
 
 
@@ -301,15 +300,18 @@ def latency(
     rate: float,
     warm_s: float,
     quiet: tuple[float, float] = (0.0, 0.0),
+    realtime_alerts: bool = False,
 ) -> dict[str, float | None]:
-    """Latency and cores at ``rate``; then, with ``quiet`` (wait, seconds), cores without input."""
+    """Latency and cores at ``rate``; then, with ``quiet`` (wait, seconds), cores without input.
+
+    With ``realtime_alerts`` the run has an alerts topic, so the real-time alert app runs too.
+    """
     topic = f"bench-latency-{rate:.0f}"
     broker.ensure_topic(info.plaintext, topic, partitions=4)
     lake = work / f"lake-latency-{rate:.0f}"
     log = work / f"latency-{rate:.0f}.log"
     extra = {}
-    if REALTIME_ALERTS:
-        # With an alerts topic, a run of every query starts the real-time alert app too.
+    if realtime_alerts:
         broker.ensure_topic(info.plaintext, f"{topic}-alerts", partitions=1)
         extra = {"IOT_KAFKA_ALERTS_TOPIC": f"{topic}-alerts"}
     proc = processor(env_for(info, topic, lake, jars, **extra), log)
@@ -457,8 +459,6 @@ def main() -> None:
         "alert app (as make demo does); its CPU counts in cores_at_<rate>",
     )  # fmt: skip
     args = ap.parse_args()
-    global REALTIME_ALERTS
-    REALTIME_ALERTS = args.realtime_alerts
     if args.java_home:
         if not (args.java_home / "bin" / "java").is_file():
             ap.error(f"--java-home {args.java_home}: no bin/java there")
@@ -493,7 +493,7 @@ def main() -> None:
             for rate in [] if args.skip_latency else rates:
                 figures |= latency(
                     info, jars, work, args.latency_s, rate, args.latency_warm_s,
-                    quiet=(args.quiet_wait_s, args.quiet_s),
+                    quiet=(args.quiet_wait_s, args.quiet_s), realtime_alerts=args.realtime_alerts,
                 )  # fmt: skip
         finally:
             broker.stop(work / "broker")
