@@ -555,8 +555,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     sub.add_parser(
         "driver-options",
-        help="print the driver JVM's options (the JIT settings a local run gets), for "
-        "--driver-java-options",
+        help="print the driver JVM's options (the collector and JIT settings a local run "
+        "gets), for --driver-java-options",
     )
     package_p = sub.add_parser("package", parents=[common], help="zip the code for --py-files")
     package_p.add_argument(
@@ -612,9 +612,9 @@ def _cmd_jars(args: argparse.Namespace) -> int:
 def _cmd_driver_options(args: argparse.Namespace) -> int:
     del args
     # spark-submit starts the driver's JVM before the processor's session is built.
-    from processor.session import JIT_OPTIONS
+    from processor.session import DRIVER_JVM_OPTIONS
 
-    print(" ".join(JIT_OPTIONS))
+    print(" ".join(DRIVER_JVM_OPTIONS))
     return 0
 
 

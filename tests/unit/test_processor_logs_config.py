@@ -1,4 +1,4 @@
-"""What the processor's JVM is told: logging, scheduler pools, JIT and memory pages."""
+"""What the processor's JVM is told: logging, scheduler pools, collector, JIT, memory pages."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from processor.session import (
     BACKGROUND_POOL,
+    GC_OPTIONS,
     HOT_POOL,
     JIT_OPTIONS,
     LOG4J2_CONFIG,
@@ -63,6 +64,14 @@ def test_the_driver_jvm_runs_with_the_jit_options(spark):
         "Tier4CompileThreshold": "150000",
     }
     assert [f"-XX:{k}={v}" for k, v in running.items()] == list(JIT_OPTIONS)
+
+
+def test_the_driver_jvm_collects_with_the_parallel_collector(spark):
+    """GC_OPTIONS reach the session's JVM: Parallel's two collectors, not G1's."""
+    jvm = spark._jvm
+    beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
+    assert GC_OPTIONS == ("-XX:+UseParallelGC",)
 
 
 def test_a_broadcast_of_a_small_dimension_keeps_a_small_page(spark):

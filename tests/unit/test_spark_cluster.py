@@ -7,7 +7,7 @@ import sys
 import zipfile
 
 from infra import spark_cluster
-from processor.session import JIT_OPTIONS
+from processor.session import DRIVER_JVM_OPTIONS
 from tests.integration.proc import ROOT
 
 
@@ -43,10 +43,11 @@ def _cli(*args: str, cwd=ROOT) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_driver_options_are_the_jit_options_a_local_driver_gets():
+def test_driver_options_are_the_options_a_local_driver_gets():
     done = _cli("driver-options")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == list(JIT_OPTIONS)
+    assert done.stdout.split() == list(DRIVER_JVM_OPTIONS)
+    assert "-XX:+UseParallelGC" in done.stdout.split()
 
 
 def test_status_and_url_of_a_cluster_that_is_not_running(tmp_path):
