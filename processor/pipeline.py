@@ -13,9 +13,10 @@ silver                 Kafka / files (or bronze) ->                foreachBatch:
 bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
 device_status          silver (+ gold/device_1m) ->                foreachBatch: txn MERGE
                        gold/device_status, gold/fleet_summary,     (delta-rs), then the summary of
-                       gold/site_type_10m                          its rows, and the batch's sliding
-                                                                   windows rolled up from device_1m
-                                                                   (a MERGE, delta-rs)
+                       gold/site_type_10m                          its rows (a txn overwrite,
+                                                                   delta-rs), and the batch's
+                                                                   sliding windows rolled up from
+                                                                   device_1m (a MERGE, delta-rs)
 gold_device_sessions   silver -> gold/device_sessions              append (final sessions)
 alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, tagged appends
 alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, append
@@ -408,20 +409,22 @@ def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
     One read of silver for three tables: delta-rs's MERGE adds the batch to each
     device's row (once per batch: ``transforms.combine_device_status``), then
     ``gold/fleet_summary`` is rewritten from ``device_status``'s few rows per device
-    (``transforms.fleet_summary``), and every sliding window the batch's readings fall
-    in is recomputed from ``gold/device_1m`` (``site_windows``).
+    (``transforms.fleet_summary``, written by delta-rs: ``sinks.idempotent_overwrite``),
+    and every sliding window the batch's readings fall in is recomputed from
+    ``gold/device_1m`` (``site_windows``). Both read those tables through delta-rs.
     """
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
+        store = s.lake.storage_options()
         latest = transforms.latest_status(batch).toArrow()  # a row per device
         sinks.merge_rows(
             batch.sparkSession, latest, t.device_status, KEYS["device_status"],
             update=transforms.combine_device_status(latest.column_names),
-            txn=(f"{query_id}:status", batch_id), storage_options=s.lake.storage_options(),
+            txn=(f"{query_id}:status", batch_id), storage_options=store,
         )  # fmt: skip
-        status = sources.delta_table(batch.sparkSession, t.device_status)
+        status = sources.small_delta_table(batch.sparkSession, t.device_status, store)
         summary = transforms.fleet_summary(status)
-        sinks.idempotent_write(summary, t.fleet_summary, f"{query_id}:fleet", batch_id, "overwrite")
+        sinks.idempotent_overwrite(summary, t.fleet_summary, f"{query_id}:fleet", batch_id, store)
         site_windows(batch, s, t)
 
     name = Query.DEVICE_STATUS
@@ -437,21 +440,24 @@ def site_windows(silver: DataFrame, s: ProcessorSettings, t: Tables) -> None:
     so device_1m already holds every reading read here: each window is rewritten
     whole from the rows it then has (a replay rewrites the same or newer values), and
     the last batch to touch a window leaves it equal to the windows over all of silver.
+    The minutes from the earliest such window on are read by delta-rs
+    (``sources.small_delta_table``).
     """
     spark = silver.sparkSession
     length, slide = s.sliding_length, s.sliding_slide
-    with sinks.persisted(transforms.sliding_keys(silver, length, slide)) as keys:
-        since = sinks.lowest_hour(keys, "window_start")
-        if since is None:
-            return
-        minutes = sources.delta_table(spark, t.gold_device_1m).where(f"window_start >= {since}")
-        windows = transforms.site_type_windows(minutes, length, slide)
-        touched = windows.join(keys, ["window_start", "site", "device_type"], "left_semi")
-        # Each window is replaced whole: a replayed batch needs no txn.
-        sinks.merge_rows(
-            spark, touched.toArrow(), t.site_type_10m, KEYS["site_type_10m"],
-            since="window_start", storage_options=s.lake.storage_options(),
-        )  # fmt: skip
+    store = s.lake.storage_options()
+    keys = transforms.sliding_keys(silver, length, slide).toArrow()
+    since = sinks.earliest(keys, "window_start")
+    if since is None:
+        return
+    minutes = sources.small_delta_table(spark, t.gold_device_1m, store, ("window_start", since))
+    windows = transforms.site_type_windows(minutes, length, slide).toArrow()
+    touched = windows.join(keys, ["window_start", "site", "device_type"], join_type="left semi")
+    # Each window is replaced whole: a replayed batch needs no txn.
+    sinks.merge_rows(
+        spark, touched, t.site_type_10m, KEYS["site_type_10m"], since="window_start",
+        storage_options=store,
+    )  # fmt: skip
 
 
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:

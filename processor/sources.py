@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from collections.abc import Mapping
+from datetime import datetime
 
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from common.delta_table import open_delta_table
 from common.kafka import spark_kafka_options
 from processor.settings import ProcessorSettings
 
@@ -65,6 +71,41 @@ def delta_table(spark: SparkSession, path: str) -> DataFrame:
     cached copy (``processor.device_dimension``).
     """
     return spark.read.format("delta").load(path)
+
+
+# The most rows ``small_delta_table`` collects into the driver: a few MB.
+SMALL_TABLE_MAX_ROWS = 200_000
+
+
+def small_delta_table(
+    spark: SparkSession,
+    path: str,
+    storage_options: Mapping[str, str] | None = None,
+    since: tuple[str, datetime] | None = None,
+    max_rows: int = SMALL_TABLE_MAX_ROWS,
+) -> DataFrame:
+    """A small Delta table, or its rows from a time on, read by delta-rs into a local DataFrame.
+
+    For a few thousand rows read every micro-batch from a table that other writers
+    commit to every few seconds (``gold/device_1m``, ``gold/device_status``): Spark's
+    reader rebuilds the table's state from its log at each read, with a job, where
+    delta-rs reads the files it needs. The rows pass through the driver; when more
+    than ``max_rows`` match (a long backlog's), Spark reads them instead.
+
+    Args:
+        spark: The session.
+        path: The Delta table.
+        storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
+        since: ``(column, time)``: only the rows whose ``column`` is at or after ``time``
+            (files whose statistics rule them out are not read).
+        max_rows: The most rows to collect into the driver.
+    """
+    dataset = open_delta_table(path, storage_options).to_pyarrow_dataset()
+    where = None if since is None else pc.field(since[0]) >= since[1]
+    if dataset.count_rows(filter=where) > max_rows:
+        table = delta_table(spark, path)
+        return table if since is None else table.where(F.col(since[0]) >= F.lit(since[1]))
+    return spark.createDataFrame(dataset.to_table(filter=where))
 
 
 def lines_stream(spark: SparkSession, landing_dir: str, max_files_per_trigger: int) -> DataFrame:

@@ -333,14 +333,6 @@ def carrying_extra_fields(silver: DataFrame) -> DataFrame:
     return silver.filter(F.col(EXTRA_FIELDS).isNotNull())
 
 
-def first_hour(times: Column) -> Column:
-    """The earliest of ``times`` (an aggregate), rounded down to the hour, as text.
-
-    Formatted in the session's time zone, as a SQL timestamp literal reads it back.
-    """
-    return F.date_format(F.min(times), "yyyy-MM-dd HH:00:00")
-
-
 def batch_contents(parsed: DataFrame) -> DataFrame:
     """One row: how many rows of ``parsed`` are valid, invalid, and valid with undeclared fields.
 

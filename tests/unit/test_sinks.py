@@ -102,6 +102,35 @@ def test_a_small_batch_is_appended_by_delta_rs_once_and_a_backlog_by_spark(
     )
 
 
+def test_a_small_frame_replaces_the_table_through_delta_rs_once_per_batch(spark, tmp_path):
+    path = str(tmp_path / "t")
+    schema = "kind string, devices long, at timestamp"
+    t0 = datetime(2026, 1, 1, 8, 30)
+    sinks.ensure_table(spark, path, spark.createDataFrame([], schema))  # as the processor does
+    first = spark.createDataFrame([("a", 2, t0), ("b", 1, None)], schema)
+    second = spark.createDataFrame([("a", 3, t0 + timedelta(minutes=1))], schema)
+    sinks.idempotent_overwrite(first, path, "app", 0)
+    sinks.idempotent_overwrite(second, path, "app", 0)  # a replay of batch 0: the ledger
+    assert _version(spark, path) == 1
+    sinks.LEDGER.clear()  # a new process: the history finds batch 0
+    sinks.idempotent_overwrite(second, path, "app", 0)
+    assertDataFrameEqual(
+        spark.read.format("delta").load(path),
+        [Row(kind="a", devices=2, at=t0), Row(kind="b", devices=1, at=None)],
+    )
+    sinks.idempotent_overwrite(second, path, "app", 1)
+    sinks.idempotent_overwrite(second.limit(0), path, "app", 2)  # nothing to write: no commit
+    assert _version(spark, path) == 2
+    assert _writer(path, 1) == _writer(path, 2) == "delta-rs"
+    assert "txn" in _log_actions(path, 2)
+    tags = [r.userMetadata for r in DeltaTable.forPath(spark, path).history().collect()]
+    assert [sinks.commit_tag_of(t) for t in tags] == [("app", 1), ("app", 0), None]
+    assertDataFrameEqual(
+        spark.read.format("delta").load(path),
+        [Row(kind="a", devices=3, at=t0 + timedelta(minutes=1))],
+    )
+
+
 def test_a_table_written_before_the_ledger_is_still_written_exactly_once(spark, tmp_path):
     """Delta's own txn record decides when the history has no tag of the writer's."""
     path = str(tmp_path / "t")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from processor import sources
 from processor.settings import ProcessorSettings
 
@@ -45,3 +47,33 @@ def test_micro_batch_kafka_reads_take_at_most_shuffle_partitions_tasks(spark):
     )
     assert _read_tasks(sources.kafka_stream(spark, settings)) == 3
     assert _read_tasks(sources.kafka_stream(spark, settings, micro_batch=False)) is None
+
+
+def _reads_files(df) -> bool:
+    """Whether the plan scans the table's Parquet files (Spark's reader), not rows in memory."""
+    return "FileScan" in df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_a_small_table_is_read_by_delta_rs_and_a_large_one_by_spark(spark, tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    from deltalake import write_deltalake
+    from pyspark.sql import Row
+    from pyspark.testing import assertDataFrameEqual
+
+    path = str(tmp_path / "minutes")
+    t0 = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
+    write_deltalake(path, pa.table({"at": [t0, t0 + timedelta(minutes=1)], "n": [1, 2]}))
+    write_deltalake(path, pa.table({"at": [t0 + timedelta(minutes=2)], "n": [3]}), mode="append")
+    later = [Row(at=t0.replace(tzinfo=None) + timedelta(minutes=m), n=m + 1) for m in (1, 2)]
+
+    small = sources.small_delta_table(spark, path, since=("at", t0 + timedelta(minutes=1)))
+    assert not _reads_files(small)
+    assertDataFrameEqual(small, later)
+    assert sources.small_delta_table(spark, path).count() == 3
+
+    large = sources.small_delta_table(
+        spark, path, since=("at", t0 + timedelta(minutes=1)), max_rows=1
+    )
+    assert _reads_files(large)
+    assertDataFrameEqual(large, later)
