@@ -1,7 +1,7 @@
 """Open a Delta table with delta-rs (no JVM): the one opener of every service.
 
-The processor's MERGEs and small appends, the dashboard's reads and the load test's
-checks all load tables through ``open_delta_table``, with the lake's
+The processor's MERGEs, small appends, overwrites and small reads, the dashboard's
+reads and the load test's checks all load tables through ``open_delta_table``, with the lake's
 ``LakeSettings.storage_options`` (S3's endpoint and keys; none for a local folder).
 """
 

@@ -411,7 +411,8 @@ def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
     ``gold/fleet_summary`` is rewritten from ``device_status``'s few rows per device
     (``transforms.fleet_summary``, written by delta-rs: ``sinks.idempotent_overwrite``),
     and every sliding window the batch's readings fall in is recomputed from
-    ``gold/device_1m`` (``site_windows``). Both read those tables through delta-rs.
+    ``gold/device_1m`` (``site_windows``). Both read those tables through delta-rs
+    (``sources.small_delta_table``: Spark's reader past 200,000 rows).
     """
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
@@ -440,8 +441,8 @@ def site_windows(silver: DataFrame, s: ProcessorSettings, t: Tables) -> None:
     so device_1m already holds every reading read here: each window is rewritten
     whole from the rows it then has (a replay rewrites the same or newer values), and
     the last batch to touch a window leaves it equal to the windows over all of silver.
-    The minutes from the earliest such window on are read by delta-rs
-    (``sources.small_delta_table``).
+    The minutes from the earliest such window on are read by delta-rs, or Spark past
+    200,000 rows (``sources.small_delta_table``).
     """
     spark = silver.sparkSession
     length, slide = s.sliding_length, s.sliding_slide

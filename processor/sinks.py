@@ -2,9 +2,10 @@
 
 * Every query writes in ``foreachBatch``: appends and overwrites tagged with their
   writer and batch (``CommitLedger``; Spark's writer, or delta-rs for a small batch of
-  silver's, with Delta's ``txn`` action as well), and MERGEs (delta-rs, ``merge_rows``)
-  that add to what is there with Delta's ``txn`` action and the same tag, or that
-  replace rows on the table's keys (upserts), so a replayed batch changes nothing.
+  silver's and the fleet summary's overwrite, with Delta's ``txn`` action as well), and
+  MERGEs (delta-rs, ``merge_rows``) that add to what is there with Delta's ``txn`` action
+  and the same tag, or that replace rows on the table's keys (upserts), so a replayed
+  batch changes nothing.
 """
 
 from __future__ import annotations
@@ -443,11 +444,12 @@ def idempotent_overwrite(
 ) -> None:
     """Replace a table's rows with a small frame's exactly once, through delta-rs.
 
-    For a summary of a few rows rewritten every micro-batch: Spark's overwrite took
-    1.2-1.5 s a batch (reading the table's state, a job to look for a row, a job to
-    write, a commit), delta-rs's a fraction of it. ``df`` is collected into the driver.
-    Its commit carries Delta's ``txn`` action and the ``commit_tag`` (see
-    ``idempotent_append``); an empty frame writes nothing, as ``idempotent_write``.
+    For a summary of a few rows rewritten every micro-batch: Spark's overwrite runs a
+    job to look for a row, a job to write, and a commit that rebuilds the table's
+    state (with the read of its input, 1.2-1.5 s a batch; docs/processor-costs.md).
+    ``df`` is collected into the driver. Its commit carries Delta's ``txn`` action and
+    the ``commit_tag`` (see ``idempotent_append``); an empty frame writes nothing, as
+    ``idempotent_write``.
 
     Args:
         df: The rows, few enough to collect.

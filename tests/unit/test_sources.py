@@ -55,25 +55,31 @@ def _reads_files(df) -> bool:
 
 
 def test_a_small_table_is_read_by_delta_rs_and_a_large_one_by_spark(spark, tmp_path):
+    """Past ``max_rows`` Spark reads the table, from the hour of ``since`` on (a bound that
+    changes once an hour: the same generated code from batch to batch)."""
     from datetime import UTC, datetime, timedelta
 
+    import pytest
     from deltalake import write_deltalake
     from pyspark.sql import Row
     from pyspark.testing import assertDataFrameEqual
 
     path = str(tmp_path / "minutes")
     t0 = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
-    write_deltalake(path, pa.table({"at": [t0, t0 + timedelta(minutes=1)], "n": [1, 2]}))
+    at = [t0 - timedelta(minutes=1), t0, t0 + timedelta(minutes=1)]
+    write_deltalake(path, pa.table({"at": at, "n": [0, 1, 2]}))
     write_deltalake(path, pa.table({"at": [t0 + timedelta(minutes=2)], "n": [3]}), mode="append")
-    later = [Row(at=t0.replace(tzinfo=None) + timedelta(minutes=m), n=m + 1) for m in (1, 2)]
+    rows = {n: Row(at=t0.replace(tzinfo=None) + timedelta(minutes=n - 1), n=n) for n in range(4)}
+    since = ("at", t0 + timedelta(minutes=1))
 
-    small = sources.small_delta_table(spark, path, since=("at", t0 + timedelta(minutes=1)))
+    small = sources.small_delta_table(spark, path, since=since)
     assert not _reads_files(small)
-    assertDataFrameEqual(small, later)
-    assert sources.small_delta_table(spark, path).count() == 3
+    assertDataFrameEqual(small, [rows[2], rows[3]])
+    assert sources.small_delta_table(spark, path).count() == 4
 
-    large = sources.small_delta_table(
-        spark, path, since=("at", t0 + timedelta(minutes=1)), max_rows=1
-    )
+    large = sources.small_delta_table(spark, path, since=since, max_rows=1)
     assert _reads_files(large)
-    assertDataFrameEqual(large, later)
+    assertDataFrameEqual(large, [rows[1], rows[2], rows[3]])
+
+    with pytest.raises(ValueError, match="has no time zone"):
+        sources.small_delta_table(spark, path, since=("at", datetime(2026, 1, 1, 8, 1)))
