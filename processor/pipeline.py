@@ -11,6 +11,7 @@ silver                 Kafka / files (or bronze) ->                foreachBatch:
                                                                    (delta-rs) that adds the
                                                                    batch's windows
 bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
+                                                                   (delta-rs from Kafka)
 device_status          silver (+ gold/device_1m) ->                foreachBatch: txn MERGE
                        gold/device_status, gold/fleet_summary,     (delta-rs), then the summary of
                        gold/site_type_10m                          its rows (a txn overwrite,
@@ -19,6 +20,7 @@ device_status          silver (+ gold/device_1m) ->                foreachBatch:
                                                                    device_1m (a MERGE, delta-rs)
 gold_device_sessions   silver -> gold/device_sessions              append (final sessions)
 alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, tagged appends
+                                                                   (delta-rs)
 alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, append
 alerts_rt              alerts topic -> gold/alerts_rt              foreachBatch: insert-only MERGE
                                                                    (delta-rs)
@@ -267,8 +269,17 @@ def prepare_lake(
         evolution.reset_query(spark, query, settings.lake.checkpoint(query), tables.all())
 
 
-def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
-    """The raw stream, shaped as bronze rows (``ingest_time`` null), from the configured source."""
+def bronze_source(
+    spark: SparkSession, settings: ProcessorSettings, max_offsets: int | None = None
+) -> DataFrame:
+    """The raw stream, shaped as bronze rows (``ingest_time`` null), from the configured source.
+
+    Args:
+        spark: The session.
+        settings: Processor settings (the source).
+        max_offsets: From Kafka, the most records a micro-batch reads
+            (``sources.kafka_stream``).
+    """
     if settings.source == "files":
         if not settings.landing_dir:
             raise ValueError("source=files needs IOT_PROCESSOR_LANDING_DIR")
@@ -279,7 +290,7 @@ def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame
         return transforms.rate_to_bronze(
             sources.rate_stream(spark, settings.rate_rows_per_second), settings.fleet_size
         )
-    return transforms.to_bronze(sources.kafka_stream(spark, settings))
+    return transforms.to_bronze(sources.kafka_stream(spark, settings, max_offsets=max_offsets))
 
 
 def silver_reads_bronze(settings: ProcessorSettings) -> bool:
@@ -297,14 +308,24 @@ def bronze_tier(settings: ProcessorSettings) -> sinks.Tier:
 
 
 def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Source -> bronze: the raw record and where it came from, stamped and appended."""
+    """Source -> bronze: the raw record and where it came from, stamped and appended.
+
+    From Kafka a micro-batch reads at most ``sinks.RUST_APPEND_MAX_ROWS`` records, so
+    delta-rs appends it (``sinks.idempotent_append``), with no job to look for a row
+    first; a backlog takes more micro-batches. From files (a batch is as large as its
+    files) Spark's writer appends it.
+    """
+    bound = sinks.RUST_APPEND_MAX_ROWS if s.source == "kafka" else None
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        sinks.idempotent_append(transforms.stamp_ingest(batch), t.bronze, query_id, batch_id)
+        sinks.idempotent_append(
+            transforms.stamp_ingest(batch), t.bronze, query_id, batch_id,
+            rows_at_most=bound, storage_options=s.lake.storage_options(),
+        )  # fmt: skip
 
     name = Query.BRONZE
     return sinks.foreach_batch_stream(
-        bronze_source(spark, s), write, s.lake.checkpoint(name), name, s,
+        bronze_source(spark, s, max_offsets=bound), write, s.lake.checkpoint(name), name, s,
         tier=bronze_tier(s), cache=False,
     )  # fmt: skip
 
@@ -471,14 +492,27 @@ def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) 
 
 
 def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Silver -> raised and cleared alerts (stateful detector), exactly once per batch."""
+    """Silver -> raised and cleared alerts (stateful detector), exactly once per batch.
+
+    One job counts the batch's transitions (and caches them); up to
+    ``sinks.RUST_APPEND_MAX_ROWS`` of them, delta-rs appends each table's
+    (``sinks.idempotent_append``).
+    """
     transitions = transforms.detect_alerts(_silver(spark, t), detector_config(s))
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
+        store = s.lake.storage_options()
+        held = batch.count()
         raised = transforms.raised_alerts(batch)
-        sinks.idempotent_append(raised, t.alerts, f"{query_id}:alerts", batch_id)
+        sinks.idempotent_append(
+            raised, t.alerts, f"{query_id}:alerts", batch_id,
+            rows_at_most=held, storage_options=store,
+        )  # fmt: skip
         cleared = transforms.cleared_alerts(batch)
-        sinks.idempotent_append(cleared, t.alert_clears, f"{query_id}:clears", batch_id)
+        sinks.idempotent_append(
+            cleared, t.alert_clears, f"{query_id}:clears", batch_id,
+            rows_at_most=held, storage_options=store,
+        )  # fmt: skip
 
     name = Query.ALERTS
     return sinks.foreach_batch_stream(

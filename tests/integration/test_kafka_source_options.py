@@ -1,4 +1,4 @@
-"""``startingOffsets`` and ``maxOffsetsPerTrigger`` reach Spark's Kafka reader."""
+"""``startingOffsets`` and ``maxOffsetsPerTrigger`` reach Spark's Kafka reader, and bronze's bound."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import DataFrame
 
 from common.fleet import build_fleet
 from infra.broker import ensure_topic
+from processor import sinks, sources
 from processor.pipeline import Tables, run_available_now
 from processor.settings import ProcessorSettings
 from tests.integration.proc import send_readings
@@ -55,23 +57,59 @@ def test_latest_skips_what_was_there_and_batches_hold_at_most_max_offsets(
 def test_a_micro_batch_reads_many_partitions_with_at_most_shuffle_partitions_tasks(
     spark, kafka_broker, lake_root
 ):
-    """Bronze's append writes a file per task: two, though the records span more partitions."""
+    """Each read task's fixed part is paid every micro-batch: two tasks read four partitions."""
     topic = "source-tasks"
     ensure_topic(kafka_broker.plaintext, topic, partitions=4)
     fleet = build_fleet(8, SEED)
     for device in fleet:  # keyed by device: spread over the partitions
         send_readings(kafka_broker.plaintext, topic, device.device_id, range(1, 4), T0)
     settings = ProcessorSettings(
-        trigger="available_now", queries="bronze", fleet_size=8, seed=SEED,
-        shuffle_partitions=2,
+        shuffle_partitions=2, starting_offsets="earliest",
         kafka={"bootstrap_servers": kafka_broker.plaintext, "topic": topic},
         lake={"root": str(lake_root / "source-tasks")},
     )  # fmt: skip
+    seen: list[tuple[int, int, int]] = []
+
+    def note(batch: DataFrame, _batch_id: int) -> None:
+        partitions = [r.partition for r in batch.select("partition").collect()]
+        seen.append((batch.rdd.getNumPartitions(), len(partitions), len(set(partitions))))
+
+    query = (
+        sources.kafka_stream(spark, settings)
+        .writeStream.foreachBatch(note)
+        .option("checkpointLocation", str(lake_root / "source-tasks-checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert len(seen) == 1
+    tasks, records, partitions = seen[0]
+    assert (tasks, records) == (2, 24)
+    assert partitions > 2  # more partitions than tasks
+
+
+def test_bronze_appends_each_kafka_micro_batch_through_delta_rs_up_to_its_bound(
+    spark, kafka_broker, lake_root, monkeypatch
+):
+    """A micro-batch from Kafka holds at most ``RUST_APPEND_MAX_ROWS`` records: delta-rs appends it."""
+    monkeypatch.setattr(sinks, "RUST_APPEND_MAX_ROWS", 10)
+    topic = "bronze-bound"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=1)
+    device = build_fleet(FLEET, SEED)[0].device_id
+    send_readings(kafka_broker.plaintext, topic, device, range(1, 26), T0)
+    settings = ProcessorSettings(
+        trigger="available_now", queries="bronze", fleet_size=FLEET, seed=SEED,
+        kafka={"bootstrap_servers": kafka_broker.plaintext, "topic": topic},
+        lake={"root": str(lake_root / "bronze-bound")},
+    )  # fmt: skip
+    before = datetime.now(UTC)
     run_available_now(spark, settings)
+    after = datetime.now(UTC)
 
     bronze = DeltaTable(Tables.under(settings.lake).bronze)
-    partitions = bronze.to_pyarrow_table(columns=["partition"]).column("partition").to_pylist()
-    assert len(partitions) == 24
-    assert len(set(partitions)) > 2  # more partitions than tasks
+    rows = bronze.to_pyarrow_table(columns=["offset", "ingest_time"]).to_pylist()
+    assert sorted(r["offset"] for r in rows) == list(range(25))
+    assert all(before <= r["ingest_time"] <= after for r in rows)
     appends = [h for h in bronze.history() if h["operation"] == "WRITE" and h.get("userMetadata")]
-    assert [int(h["operationMetrics"]["numFiles"]) for h in appends] == [2]
+    assert all("clientVersion" in h for h in appends)  # delta-rs's commits; Spark's have none
+    assert sorted(int(h["operationMetrics"]["num_added_rows"]) for h in appends) == [5, 10, 10]

@@ -42,11 +42,21 @@ def noting_commands(folder: Path, calls: Path) -> Path:
     return folder
 
 
+def send_malformed(bootstrap: str, topic: str) -> None:
+    """One record that is not JSON."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    p.produce(topic, b"not json", b"dev-00000")
+    assert p.flush(30) == 0
+
+
 def test_checkpoint_and_delta_commits_run_no_readlink(kafka_broker, tmp_path: Path) -> None:
     topic = "local-lake-commits"
     ensure_topic(kafka_broker.plaintext, topic, partitions=2)
     send_readings(kafka_broker.plaintext, topic, "dev-00000", range(1, EVENTS + 1),
                   datetime(2026, 1, 1, tzinfo=UTC))  # fmt: skip
+    send_malformed(kafka_broker.plaintext, topic)  # quarantined by Spark's Delta writer
     calls = tmp_path / "calls.txt"
     shims = noting_commands(tmp_path / "bin", calls)
     lake = tmp_path / "lake"
@@ -54,14 +64,21 @@ def test_checkpoint_and_delta_commits_run_no_readlink(kafka_broker, tmp_path: Pa
     env = processor_env(kafka_broker.plaintext, topic, lake, jars)
     env["PATH"] = f"{shims}:{env['PATH']}"
 
-    # Spark's Delta writer commits bronze; the checkpoints commit both queries.
+    # Spark's Delta writer commits quarantine; the checkpoints commit both queries.
     process_available_now(
         env, lake, tmp_path / "processor.log", 1, 42, "--queries", "bronze,silver"
     )
 
-    for table in (Table.BRONZE_EVENTS, Table.SILVER_EVENTS):
+    expected = {
+        Table.BRONZE_EVENTS: EVENTS + 1,
+        Table.SILVER_EVENTS: EVENTS,
+        Table.SILVER_QUARANTINE: 1,
+    }
+    for table, count in expected.items():
         rows = DeltaTable(table_location(str(lake), table)).to_pyarrow_table()
-        assert rows.num_rows == EVENTS, table
+        assert rows.num_rows == count, table
+    quarantine = DeltaTable(table_location(str(lake), Table.SILVER_QUARANTINE)).history()
+    assert any("clientVersion" not in h for h in quarantine if h["operation"] == "WRITE")
     ran = calls.read_text().split() if calls.exists() else []
     assert ran.count("chmod") > 0, "the noting scripts were not on the JVM's PATH"
     assert ran.count("readlink") == 0

@@ -164,6 +164,9 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
         .to_pylist()
     )
     assert recoveries == [{"alert_id": aid, "time_to_recover_s": 30.0}]
+    for path in (tables.alerts, tables.alert_clears):  # a micro-batch's few alerts: delta-rs
+        batches = [h for h in DeltaTable(path).history() if h.get("userMetadata")]
+        assert batches and all("clientVersion" in h for h in batches), path
 
     status = {
         r["device_id"]: r["last_seq"]

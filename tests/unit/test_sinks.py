@@ -88,13 +88,16 @@ def test_a_small_batch_is_appended_by_delta_rs_once_and_a_backlog_by_spark(
         mp.setattr(sinks.CommitLedger, "_from_history", classmethod(lambda *_: None))
         sinks.idempotent_append(rows, path, "app", 1, rows_at_most=2)
     sinks.idempotent_append(rows.limit(0), path, "app", 2, rows_at_most=0)  # nothing
+    none = rows.filter("id > 2")
+    sinks.idempotent_append(none, path, "app", 3, rows_at_most=2)  # a bound: still nothing
     monkeypatch.setattr(sinks, "RUST_APPEND_MAX_ROWS", 1)
-    sinks.idempotent_append(rows, path, "app", 3, rows_at_most=2)  # too many to collect
+    sinks.idempotent_append(none, path, "app", 4, rows_at_most=2)  # Spark's: no empty commit
+    sinks.idempotent_append(rows, path, "app", 5, rows_at_most=2)  # too many to collect
     assert [_writer(path, v) for v in range(3)] == ["spark", "delta-rs", "spark"]
     assert _version(spark, path) == 2
     assert "txn" in _log_actions(path, 1)
     tags = [r.userMetadata for r in DeltaTable.forPath(spark, path).history().collect()]
-    assert [sinks.commit_tag_of(t) for t in tags] == [("app", 3), ("app", 1), ("app", 0)]
+    assert [sinks.commit_tag_of(t) for t in tags] == [("app", 5), ("app", 1), ("app", 0)]
     assertDataFrameEqual(
         spark.read.format("delta").load(path),
         [Row(id=1, v="a", at=t0, old=0.5), Row(id=2, v=None, at=t0, old=0.5)]
