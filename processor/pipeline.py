@@ -18,10 +18,12 @@ device_status          silver (+ gold/device_1m) ->                foreachBatch:
                                                                    delta-rs), and the batch's
                                                                    sliding windows rolled up from
                                                                    device_1m (a MERGE, delta-rs)
-gold_device_sessions   silver -> gold/device_sessions              append (final sessions)
+gold_device_sessions   silver -> gold/device_sessions              append (final sessions;
+                                                                   delta-rs)
 alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, tagged appends
                                                                    (delta-rs)
 alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, append
+                                                                   (delta-rs)
 alerts_rt              alerts topic -> gold/alerts_rt              foreachBatch: insert-only MERGE
                                                                    (delta-rs)
 =====================  ==========================================  =========================

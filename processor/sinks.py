@@ -797,21 +797,22 @@ def table_stream(
     checkpoint: str,
     name: str,
     settings: ProcessorSettings,
-    output_mode: str = "append",
     tier: Tier = "hot",
 ) -> StreamingQuery:
-    """Write a stream to a Delta table, exactly once per micro-batch.
+    """Append a stream to a Delta table, exactly once per micro-batch.
 
-    ``append`` adds each batch's rows, ``complete`` replaces the table with each
-    batch; both carry ``txnAppId``/``txnVersion``, so a replayed batch is skipped.
-    Unlike Delta's own streaming sink, the write runs in ``foreachBatch``, so a
-    background query takes its turn (see ``foreach_batch_stream``).
+    One job counts each micro-batch into the cache, so a stateful plan runs once;
+    ``idempotent_append`` then appends up to ``RUST_APPEND_MAX_ROWS`` rows with
+    delta-rs, more (a backlog's) with Spark's writer, and skips a replayed batch either
+    way. Unlike Delta's own streaming sink, the write runs in ``foreachBatch``, so a
+    background query takes its turn (see ``foreach_batch_stream``). The table must
+    exist (``ensure_table``).
     """
-    mode = "overwrite" if output_mode == "complete" else "append"
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        idempotent_write(batch, path, query_id, batch_id, mode)
+        idempotent_append(
+            batch, path, query_id, batch_id,
+            rows_at_most=batch.count(), storage_options=settings.lake.storage_options(),
+        )  # fmt: skip
 
-    return foreach_batch_stream(
-        df, write, checkpoint, name, settings, output_mode, tier, cache=False
-    )
+    return foreach_batch_stream(df, write, checkpoint, name, settings, tier=tier)

@@ -683,6 +683,7 @@ def test_a_query_killed_while_logging_its_first_batch_starts_again(spark, tmp_pa
     with pytest.raises(StreamingQueryException, match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
         plain.awaitTermination(120)
 
+    sinks.ensure_table(spark, target, spark.createDataFrame([], "id long, v string"))
     query = sinks.table_stream(
         spark.readStream.format("delta").load(source), target, checkpoint, "killed_first",
         ProcessorSettings(trigger="available_now"),
