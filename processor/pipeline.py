@@ -11,7 +11,7 @@ silver                 Kafka / files (or bronze) ->                foreachBatch:
                                                                    (delta-rs) that adds the
                                                                    batch's windows
 bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
-                                                                   (delta-rs from Kafka)
+                                                                   (delta-rs)
 device_status          silver (+ gold/device_1m) ->                foreachBatch: txn MERGE
                        gold/device_status, gold/fleet_summary,     (delta-rs), then the summary of
                        gold/site_type_10m                          its rows (a txn overwrite,
@@ -271,17 +271,8 @@ def prepare_lake(
         evolution.reset_query(spark, query, settings.lake.checkpoint(query), tables.all())
 
 
-def bronze_source(
-    spark: SparkSession, settings: ProcessorSettings, max_offsets: int | None = None
-) -> DataFrame:
-    """The raw stream, shaped as bronze rows (``ingest_time`` null), from the configured source.
-
-    Args:
-        spark: The session.
-        settings: Processor settings (the source).
-        max_offsets: From Kafka, the most records a micro-batch reads
-            (``sources.kafka_stream``).
-    """
+def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
+    """The raw stream, shaped as bronze rows (``ingest_time`` null), from the configured source."""
     if settings.source == "files":
         if not settings.landing_dir:
             raise ValueError("source=files needs IOT_PROCESSOR_LANDING_DIR")
@@ -292,7 +283,7 @@ def bronze_source(
         return transforms.rate_to_bronze(
             sources.rate_stream(spark, settings.rate_rows_per_second), settings.fleet_size
         )
-    return transforms.to_bronze(sources.kafka_stream(spark, settings, max_offsets=max_offsets))
+    return transforms.to_bronze(sources.kafka_stream(spark, settings))
 
 
 def silver_reads_bronze(settings: ProcessorSettings) -> bool:
@@ -312,24 +303,21 @@ def bronze_tier(settings: ProcessorSettings) -> sinks.Tier:
 def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Source -> bronze: the raw record and where it came from, stamped and appended.
 
-    From Kafka a micro-batch reads at most ``sinks.RUST_APPEND_MAX_ROWS`` records, so
-    delta-rs appends it (``sinks.idempotent_append``), with no job to look for a row
-    first; a backlog takes more micro-batches. From files (a batch is as large as its
-    files) Spark's writer appends it.
+    One job counts each micro-batch into the cache; up to ``sinks.RUST_APPEND_MAX_ROWS``
+    records delta-rs appends (``sinks.idempotent_append``: no Spark job to write, no
+    Spark commit), a backlog's larger batch Spark's writer.
     """
-    bound = sinks.RUST_APPEND_MAX_ROWS if s.source == "kafka" else None
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
         sinks.idempotent_append(
             transforms.stamp_ingest(batch), t.bronze, query_id, batch_id,
-            rows_at_most=bound, storage_options=s.lake.storage_options(),
+            rows_at_most=batch.count(), storage_options=s.lake.storage_options(),
         )  # fmt: skip
 
     name = Query.BRONZE
     return sinks.foreach_batch_stream(
-        bronze_source(spark, s, max_offsets=bound), write, s.lake.checkpoint(name), name, s,
-        tier=bronze_tier(s), cache=False,
-    )  # fmt: skip
+        bronze_source(spark, s), write, s.lake.checkpoint(name), name, s, tier=bronze_tier(s)
+    )
 
 
 def write_silver_batch(

@@ -88,28 +88,34 @@ def test_a_micro_batch_reads_many_partitions_with_at_most_shuffle_partitions_tas
     assert partitions > 2  # more partitions than tasks
 
 
-def test_bronze_appends_each_kafka_micro_batch_through_delta_rs_up_to_its_bound(
+def test_bronze_appends_a_small_micro_batch_through_delta_rs_and_a_backlog_through_spark(
     spark, kafka_broker, lake_root, monkeypatch
 ):
-    """A micro-batch from Kafka holds at most ``RUST_APPEND_MAX_ROWS`` records: delta-rs appends it."""
-    monkeypatch.setattr(sinks, "RUST_APPEND_MAX_ROWS", 10)
-    topic = "bronze-bound"
+    """Up to ``RUST_APPEND_MAX_ROWS`` records delta-rs appends; a larger batch Spark's writer."""
+    topic = "bronze-writers"
     ensure_topic(kafka_broker.plaintext, topic, partitions=1)
     device = build_fleet(FLEET, SEED)[0].device_id
-    send_readings(kafka_broker.plaintext, topic, device, range(1, 26), T0)
     settings = ProcessorSettings(
         trigger="available_now", queries="bronze", fleet_size=FLEET, seed=SEED,
         kafka={"bootstrap_servers": kafka_broker.plaintext, "topic": topic},
-        lake={"root": str(lake_root / "bronze-bound")},
+        lake={"root": str(lake_root / "bronze-writers")},
     )  # fmt: skip
+    send_readings(kafka_broker.plaintext, topic, device, range(1, 26), T0)
     before = datetime.now(UTC)
+    run_available_now(spark, settings)
+    monkeypatch.setattr(sinks, "RUST_APPEND_MAX_ROWS", 10)
+    send_readings(kafka_broker.plaintext, topic, device, range(26, 41), T0)
     run_available_now(spark, settings)
     after = datetime.now(UTC)
 
     bronze = DeltaTable(Tables.under(settings.lake).bronze)
     rows = bronze.to_pyarrow_table(columns=["offset", "ingest_time"]).to_pylist()
-    assert sorted(r["offset"] for r in rows) == list(range(25))
+    assert sorted(r["offset"] for r in rows) == list(range(40))
     assert all(before <= r["ingest_time"] <= after for r in rows)
     appends = [h for h in bronze.history() if h["operation"] == "WRITE" and h.get("userMetadata")]
-    assert all("clientVersion" in h for h in appends)  # delta-rs's commits; Spark's have none
-    assert sorted(int(h["operationMetrics"]["num_added_rows"]) for h in appends) == [5, 10, 10]
+    # Oldest first: delta-rs's commit (it has a clientVersion), then Spark's.
+    metrics = [(h.get("clientVersion"), h["operationMetrics"]) for h in reversed(appends)]
+    written = [
+        (by is not None, int(m.get("num_added_rows", m.get("numOutputRows")))) for by, m in metrics
+    ]
+    assert written == [(True, 25), (False, 15)]
