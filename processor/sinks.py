@@ -364,10 +364,9 @@ def idempotent_write(
     path: str,
     app_id: str,
     batch_id: int,
-    mode: str = "append",
     nonempty: bool = False,
 ) -> None:
-    """Write a micro-batch exactly once: a batch the writer has committed is skipped.
+    """Append a micro-batch with Spark's writer exactly once: a committed batch is skipped.
 
     An empty batch writes nothing (no empty commit): replaying it is empty too. What
     the writer has committed comes from ``LEDGER``; when it knows nothing, Delta's
@@ -378,7 +377,6 @@ def idempotent_write(
         path: The Delta table.
         app_id: The writer's id (stable across restarts).
         batch_id: The micro-batch id.
-        mode: ``append``, or ``overwrite`` to replace the table's rows.
         nonempty: The caller knows that ``df`` has rows (no Spark job to check).
     """
 
@@ -386,7 +384,7 @@ def idempotent_write(
         if not nonempty and not has_rows(df):
             return False
         tag = commit_tag(app_id, batch_id)
-        writer = df.write.format("delta").mode(mode).option("userMetadata", tag)
+        writer = df.write.format("delta").mode("append").option("userMetadata", tag)
         if unknown:
             writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
         writer.save(path)
