@@ -171,25 +171,34 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tail}")
 
 
+def send_records(bootstrap: str, topic: str, records: Iterable[tuple[bytes, bytes]]) -> None:
+    """Send ``(value, key)`` records as they are, each acknowledged by every replica."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for value, key in records:
+        p.produce(topic, value, key)
+    assert p.flush(30) == 0
+
+
 def send_readings(
     bootstrap: str, topic: str, device: str, seqs: Iterable[int], start: datetime
 ) -> None:
     """Send one device's minimal valid events: ``seq`` at ``start + seq`` seconds, id ``<device>-<seq>``."""
-    import json
-
-    from confluent_kafka import Producer
-
     from common.contract import format_time
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    for seq in seqs:
-        event = {
-            "event_id": f"{device}-{seq}", "device_id": device, "seq": seq,
-            "event_time": format_time(start + timedelta(seconds=seq)), "schema_version": 1,
+    events = (
+        {
+            "event_id": f"{device}-{seq}",
+            "device_id": device,
+            "seq": seq,
+            "event_time": format_time(start + timedelta(seconds=seq)),
+            "schema_version": 1,
             "status": "online",
         }  # fmt: skip
-        p.produce(topic, json.dumps(event).encode(), device.encode())
-    assert p.flush(30) == 0
+        for seq in seqs
+    )
+    send_records(bootstrap, topic, ((json.dumps(e).encode(), device.encode()) for e in events))
 
 
 _OVERVIEW_METRICS = """

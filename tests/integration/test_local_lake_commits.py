@@ -22,7 +22,12 @@ from deltalake import DeltaTable
 from common.lake import Table, table_location
 from infra.broker import ensure_topic
 from infra.jars import ensure_jars
-from tests.integration.proc import process_available_now, processor_env, send_readings
+from tests.integration.proc import (
+    process_available_now,
+    processor_env,
+    send_readings,
+    send_records,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -42,21 +47,13 @@ def noting_commands(folder: Path, calls: Path) -> Path:
     return folder
 
 
-def send_malformed(bootstrap: str, topic: str) -> None:
-    """One record that is not JSON."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    p.produce(topic, b"not json", b"dev-00000")
-    assert p.flush(30) == 0
-
-
 def test_checkpoint_and_delta_commits_run_no_readlink(kafka_broker, tmp_path: Path) -> None:
     topic = "local-lake-commits"
     ensure_topic(kafka_broker.plaintext, topic, partitions=2)
     send_readings(kafka_broker.plaintext, topic, "dev-00000", range(1, EVENTS + 1),
                   datetime(2026, 1, 1, tzinfo=UTC))  # fmt: skip
-    send_malformed(kafka_broker.plaintext, topic)  # quarantined by Spark's Delta writer
+    # Not JSON: quarantined, by Spark's Delta writer.
+    send_records(kafka_broker.plaintext, topic, [(b"not json", b"dev-00000")])
     calls = tmp_path / "calls.txt"
     shims = noting_commands(tmp_path / "bin", calls)
     lake = tmp_path / "lake"
