@@ -27,6 +27,9 @@ class ReportUnreadableError(ValueError):
 class ProducerReport:
     """What a producer run achieved; written as JSON while it runs and at its end.
 
+    ``send_s`` is how long the run sent, on the clock that paces it: ``target_rate`` and
+    ``achieved_rate`` are over it. ``duration_s`` adds the wait for the last
+    acknowledgements at the end, and ``acked_rate`` is over it.
     ``per_second``, ``per_second_acked`` and ``per_second_target`` hold, for each whole
     second of the run, the messages sent, the messages acknowledged and the target.
     ``ready_wait_s`` is the time spent, before the clock started, waiting for the sink
@@ -65,6 +68,7 @@ class ProducerReport:
     manifest_path: str | None = None
     ready_wait_s: float = 0.0
     cpu_s: float = 0.0
+    send_s: float = 0.0
     loadtest: dict[str, Any] | None = None
 
     @property

@@ -167,18 +167,21 @@ def run(
     t0 = time.monotonic()
     cpu0 = time.process_time()
     undelivered = 0
+    send_window: float | None = None  # seconds sent for, once the loop is over
 
-    def report(duration: float) -> ProducerReport:
+    def report(duration: float, sending: float | None = None) -> ProducerReport:
+        sending = duration if sending is None else sending
         sent_counts = _diffs(c.per_second)
         expected = _expected_errors(sink.failures)
         errors = dict(sink.errors)
         return ProducerReport(
-            target_rate=round(cumulative(duration) / duration, 1) if duration > 0 else 0.0,
+            target_rate=round(cumulative(sending) / sending, 1) if sending > 0 else 0.0,
             sent=c.sent,
             acked=sink.acked,
             undelivered=undelivered,
             duration_s=round(duration, 3),
-            achieved_rate=round(c.sent / duration, 1) if duration > 0 else 0.0,
+            send_s=round(sending, 3),
+            achieved_rate=round(c.sent / sending, 1) if sending > 0 else 0.0,
             errors=errors,
             ack_latency_ms={
                 k: round(v * 1000, 3) for k, v in percentiles(sink.latencies_s).items()
@@ -283,6 +286,7 @@ def run(
         fatal = str(exc)
         stopped_by = "stalled"
     finally:
+        send_window = time.monotonic() - t0
         try:
             # Wait for acknowledgements in short steps, so that a second Ctrl-C cuts it short.
             deadline = time.monotonic() + (0.0 if fatal else flush_timeout_s)
@@ -301,7 +305,7 @@ def run(
             manifest.failed(value, tag, error)
     if on_tick is not None:
         on_tick(source.generated, c.sent, sink.acked, sum(sink.errors.values()))
-    return report(duration)
+    return report(duration, send_window)
 
 
 def _diffs(cumulative: list[int]) -> list[int]:

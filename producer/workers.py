@@ -135,6 +135,8 @@ def merge_reports(parts: list[dict[str, Any]]) -> ProducerReport:
     starts = [datetime.fromisoformat(p["started_at"]).timestamp() for p in parts]
     duration = round(max(t + p["duration_s"] for t, p in zip(starts, parts, strict=True))
                      - min(starts), 3)  # fmt: skip
+    sending = round(max(t + p["send_s"] for t, p in zip(starts, parts, strict=True))
+                    - min(starts), 3)  # fmt: skip
     sent = sum(p["sent"] for p in parts)
     acked = sum(p["acked"] for p in parts)
     samples = [s for p in parts for s in p["_latency_samples"]]
@@ -150,7 +152,8 @@ def merge_reports(parts: list[dict[str, Any]]) -> ProducerReport:
             "acked": acked,
             "undelivered": sum(p["undelivered"] for p in parts),
             "duration_s": duration,
-            "achieved_rate": round(sent / duration, 1) if duration > 0 else 0.0,
+            "send_s": sending,
+            "achieved_rate": round(sent / sending, 1) if sending > 0 else 0.0,
             "acked_rate": round(acked / duration, 1) if duration > 0 else 0.0,
             "errors": counters("errors"),
             "expected_errors": counters("expected_errors"),
@@ -191,6 +194,7 @@ def live_report(
         acked=acked,
         undelivered=0,
         duration_s=round(elapsed, 3),
+        send_s=round(elapsed, 3),
         achieved_rate=round(sent / elapsed, 1) if elapsed > 0 else 0.0,
         errors={"all": errors} if errors else {},
         ack_latency_ms={},

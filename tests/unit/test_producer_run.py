@@ -155,6 +155,7 @@ def test_constant_rate_is_held(tmp_path):
     rep = json.loads(report.read_text())
     assert rc == 0 and rep["stopped_by"] == "duration"
     assert abs(rep["achieved_rate"] - 2000) / 2000 < 0.05
+    assert rep["target_rate"] == 2000.0 and rep["send_s"] <= rep["duration_s"]
     assert rep["per_second_target"][:2] == [2000.0, 2000.0]
     assert all(abs(n - 2000) <= 100 for n in rep["per_second"][:2])
 
@@ -372,6 +373,33 @@ def test_a_set_rate_is_sent_in_batches_of_about_ten_milliseconds():
     assert report.readings == report.sent == 1005 and report.stopped_by == "count"
 
 
+def test_the_rates_sent_are_over_the_sending_not_the_wait_for_the_last_acknowledgements():
+    from producer.rate import parse_profile
+    from producer.run import run
+
+    class _SlowFlushSink(_NullSink):
+        """Acknowledges nothing until flushed, which takes 0.5 s (a far broker)."""
+
+        def send_batch(self, msgs) -> None:
+            self.pending = getattr(self, "pending", 0) + len(msgs)
+
+        def flush(self, timeout_s: float) -> int:
+            if getattr(self, "pending", 0):
+                time.sleep(0.5)
+                self.acked, self.pending = self.acked + self.pending, 0
+            return 0
+
+    report = run(_CountingSource(), _SlowFlushSink(), profile=parse_profile("constant", 1000.0),
+                 duration_s=1.0, show_progress=False, install_signal_handlers=False)  # fmt: skip
+    assert report.acked == report.sent and abs(report.sent - 1000) <= 50
+    assert report.duration_s >= report.send_s + 0.5 and report.send_s >= 1.0
+    assert report.target_rate == 1000.0
+    # Counted over the whole 1.5 s, the run would claim ~667/s sent.
+    assert abs(report.achieved_rate - report.sent / report.send_s) <= 1.0
+    assert abs(report.achieved_rate - 1000) <= 50
+    assert abs(report.acked_rate - report.acked / report.duration_s) <= 1.0
+
+
 def test_the_send_loop_collects_garbage_rarely_and_restores_the_collector():
     import gc
 
@@ -482,22 +510,24 @@ def test_merged_workers_last_from_the_first_start_to_the_last_end():
     from common.report import ProducerReport
     from producer.workers import merge_reports
 
-    def part(started_at: str, duration_s: float, sent: int, ready: float) -> dict:
+    def part(started_at: str, duration_s: float, send_s: float, sent: int, ready: float) -> dict:
         report = ProducerReport(
             target_rate=0.0, sent=sent, acked=sent, undelivered=0, duration_s=duration_s,
-            achieved_rate=0.0, errors={}, ack_latency_ms={}, started_at=started_at,
-            per_second=[sent], per_second_acked=[sent], per_second_target=[0.0],
-            ready_wait_s=ready,
+            send_s=send_s, achieved_rate=0.0, errors={}, ack_latency_ms={},
+            started_at=started_at, per_second=[sent], per_second_acked=[sent],
+            per_second_target=[0.0], ready_wait_s=ready,
         )  # fmt: skip
         return report.to_dict() | {"_latency_samples": [0.01]}
 
     merged = merge_reports([
-        part("2026-01-01T00:00:00.500000+00:00", 1.0, 300, 0.5),
-        part("2026-01-01T00:00:00+00:00", 1.25, 500, 0.25),
+        part("2026-01-01T00:00:00.500000+00:00", 1.0, 0.75, 300, 0.5),
+        part("2026-01-01T00:00:00+00:00", 1.25, 1.0, 500, 0.25),
     ])  # fmt: skip
-    # The second starts first (0.0) and the first ends last (0.5 + 1.0): 1.5 s in all.
-    assert merged.duration_s == 1.5
-    assert merged.achieved_rate == 533.3 == merged.acked_rate  # 800 / 1.5, to 0.1
+    # The second starts first (0.0) and the first ends last (0.5 + 1.0): 1.5 s in all;
+    # the first sends last (until 0.5 + 0.75): 1.25 s of sending.
+    assert (merged.duration_s, merged.send_s) == (1.5, 1.25)
+    assert merged.achieved_rate == 640.0  # 800 / 1.25
+    assert merged.acked_rate == 533.3  # 800 / 1.5, to 0.1
     assert merged.started_at == "2026-01-01T00:00:00+00:00"
     assert merged.ready_wait_s == 0.5
 
