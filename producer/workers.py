@@ -133,10 +133,12 @@ def merge_reports(parts: list[dict[str, Any]]) -> ProducerReport:
     # The workers' clocks start together (``_start_gate``) but may end apart: the run
     # lasts from the first start to the last end.
     starts = [datetime.fromisoformat(p["started_at"]).timestamp() for p in parts]
-    duration = round(max(t + p["duration_s"] for t, p in zip(starts, parts, strict=True))
-                     - min(starts), 3)  # fmt: skip
-    sending = round(max(t + p["send_s"] for t, p in zip(starts, parts, strict=True))
-                    - min(starts), 3)  # fmt: skip
+
+    def until_last(key: str) -> float:
+        """Seconds from the first start to the last part's end of ``key`` seconds."""
+        return round(max(t + p[key] for t, p in zip(starts, parts, strict=True)) - min(starts), 3)
+
+    duration, sending = until_last("duration_s"), until_last("send_s")
     sent = sum(p["sent"] for p in parts)
     acked = sum(p["acked"] for p in parts)
     samples = [s for p in parts for s in p["_latency_samples"]]
