@@ -58,23 +58,17 @@ CALL_SITE_CAPTURE = (
     "spark.python.sql.dataFrameDebugging.enabled",
     "spark.sql.dataFrameQueryContext.enabled",
 )
-# The JIT's second compiler (C2) waits for 10 times the calls its defaults ask for.
-# Spark's and Delta's driver code (analysis, planning, commits) is huge and runs a few
-# times per micro-batch: with the defaults, C2 was still compiling about 25 methods a
-# second after minutes, most of them code that runs too rarely to repay it; C1's code
-# serves them. The rows' loops reach the thresholds quickly and still get C2.
-JIT_OPTIONS = (
-    "-XX:Tier4InvocationThreshold=50000",
-    "-XX:Tier4MinInvocationThreshold=6000",
-    "-XX:Tier4CompileThreshold=150000",
-)
 # The driver's collector: the throughput one (Parallel), not G1. A local driver runs
 # every task, and its work is small allocations in many micro-batches: G1's write
 # barriers, card refinement and concurrent marking cost CPU all the time, while
 # Parallel's full collections of a heap of a few hundred MB live take ~0.2 s. It saved
 # 0.01-0.04 cores at 200 and 2,000 events/s, p95 unchanged (docs/processor-costs.md).
 GC_OPTIONS = ("-XX:+UseParallelGC",)
-DRIVER_JVM_OPTIONS = (*GC_OPTIONS, *JIT_OPTIONS)
+# The JIT keeps HotSpot's own thresholds: C2 thresholds ten times higher (kept from
+# 2026-11-26, when the processor was saturated) cost 0.05-0.08 cores at 200 events/s
+# once it was not: Spark's driver code ran longer in C1's profiled code
+# (docs/processor-costs.md, "The JIT's own thresholds").
+DRIVER_JVM_OPTIONS = GC_OPTIONS
 
 
 def _java_option(name: str, value: str) -> str:
@@ -205,7 +199,6 @@ def build_session(
         "spark.driver.extraJavaOptions": " ".join(
             (*DRIVER_JVM_OPTIONS, log4j2_options(settings.log_level, log_file))
         ),
-        "spark.executor.extraJavaOptions": " ".join(JIT_OPTIONS),
         "spark.executorEnv.PYTHONWARNINGS": PYTHON_WORKER_WARNINGS,
         "spark.ui.enabled": str(settings.ui).lower(),
         "spark.ui.showConsoleProgress": "false",
