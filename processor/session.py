@@ -64,9 +64,9 @@ CALL_SITE_CAPTURE = (
 # Parallel's full collections of a heap of a few hundred MB live take ~0.2 s. It saved
 # 0.01-0.04 cores at 200 and 2,000 events/s, p95 unchanged (docs/processor-costs.md).
 GC_OPTIONS = ("-XX:+UseParallelGC",)
-# The JIT keeps HotSpot's own thresholds: C2 thresholds ten times higher (kept from
-# 2026-11-26, when the processor was saturated) cost 0.05-0.08 cores at 200 events/s
-# once it was not: Spark's driver code ran longer in C1's profiled code
+# The JIT keeps HotSpot's own thresholds. C2 thresholds ten times higher (set on
+# 2026-11-26, when the processor was saturated) saved nothing once it was not: 0.05-0.08
+# cores more at 200 events/s in two pairs of runs, the same in a third
 # (docs/processor-costs.md, "The JIT's own thresholds").
 DRIVER_JVM_OPTIONS = GC_OPTIONS
 
