@@ -63,12 +63,11 @@ CALL_SITE_CAPTURE = (
 # barriers, card refinement and concurrent marking cost CPU all the time, while
 # Parallel's full collections of a heap of a few hundred MB live take ~0.2 s. It saved
 # 0.01-0.04 cores at 200 and 2,000 events/s, p95 unchanged (docs/processor-costs.md).
-GC_OPTIONS = ("-XX:+UseParallelGC",)
 # The JIT keeps HotSpot's own thresholds. C2 thresholds ten times higher (set on
 # 2026-11-26, when the processor was saturated) saved nothing once it was not: 0.05-0.08
 # cores more at 200 events/s in two pairs of runs, the same in a third
 # (docs/processor-costs.md, "The JIT's own thresholds").
-DRIVER_JVM_OPTIONS = GC_OPTIONS
+DRIVER_JVM_OPTIONS = ("-XX:+UseParallelGC",)
 
 
 def _java_option(name: str, value: str) -> str:

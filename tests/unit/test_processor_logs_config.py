@@ -10,7 +10,6 @@ from pyspark.sql import functions as F
 from processor.session import (
     BACKGROUND_POOL,
     DRIVER_JVM_OPTIONS,
-    GC_OPTIONS,
     HOT_POOL,
     LOG4J2_CONFIG,
     SCHEDULER_POOLS,
@@ -59,15 +58,14 @@ def test_the_driver_jvm_keeps_hotspots_own_jit_thresholds(spark):
                      "Tier4CompileThreshold")
     }  # fmt: skip
     assert origins == dict.fromkeys(origins, "DEFAULT")
-    assert DRIVER_JVM_OPTIONS == GC_OPTIONS
 
 
 def test_the_driver_jvm_collects_with_the_parallel_collector(spark):
-    """GC_OPTIONS reach the session's JVM: Parallel's two collectors, not G1's."""
+    """DRIVER_JVM_OPTIONS reach the session's JVM: Parallel's two collectors, not G1's."""
     jvm = spark._jvm
     beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
-    assert GC_OPTIONS == ("-XX:+UseParallelGC",)
+    assert DRIVER_JVM_OPTIONS == ("-XX:+UseParallelGC",)
 
 
 def test_a_broadcast_of_a_small_dimension_keeps_a_small_page(spark):
