@@ -68,6 +68,8 @@ CALL_SITE_CAPTURE = (
 # cores more at 200 events/s in two pairs of runs, the same in a third
 # (docs/processor-costs.md, "The JIT's own thresholds").
 DRIVER_JVM_OPTIONS = ("-XX:+UseParallelGC",)
+# The JVM system property that names the log file (LOG4J2_CONFIG's file appender).
+LOG_FILE_PROPERTY = "iot.log.file"
 
 
 def _java_option(name: str, value: str) -> str:
@@ -93,7 +95,7 @@ def log4j2_options(level: str, log_file: Path | None) -> str:
         "iot.log.benign": level if _LEVELS.index(level) < _LEVELS.index("WARN") else "ERROR",
     }
     if log_file is not None:
-        props["iot.log.file"] = str(log_file)
+        props[LOG_FILE_PROPERTY] = str(log_file)
     return " ".join(_java_option(k, v) for k, v in props.items())
 
 
@@ -101,9 +103,17 @@ def quiet_console(spark: SparkSession) -> None:
     """From now on, show only FATAL events on the console; the log file keeps its level.
 
     For a deliberate stop: the batches it interrupts log errors (aborted writes and
-    broadcasts) that say nothing to the user. A no-op without ``LOG4J2_CONFIG``.
+    broadcasts) that say nothing to the user. And what the JVM prints straight to
+    stderr goes to the log file from now on: Spark's block manager stops while block
+    removals it was asked for are still running (a burst of them, after a GC), and
+    Scala reports each one's reply, refused by the stopped thread pool, as a
+    ``RejectedExecutionException`` trace. The log level is a no-op without
+    ``LOG4J2_CONFIG``, the stderr one without a log file.
     """
     jvm = spark._jvm
+    if log_file := jvm.java.lang.System.getProperty(LOG_FILE_PROPERTY):  # type: ignore[union-attr]
+        stream = jvm.java.io.FileOutputStream(log_file, True)  # type: ignore[union-attr]
+        jvm.java.lang.System.setErr(jvm.java.io.PrintStream(stream, True))  # type: ignore[union-attr]
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)  # type: ignore[union-attr]
     config = context.getConfiguration()
     console = config.getAppender("console")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from common.fleet import build_fleet
 from infra.broker import ensure_topic
 from infra.jars import bundle_dir
 from tests.integration.proc import (
+    ROOT,
     kill_group,
     processor_env,
     send_readings,
@@ -187,3 +190,41 @@ def test_ctrl_c_stops_every_query_and_exits_0_without_a_trace(run):
 
 def test_no_file_is_left_in_the_temp_folder(run):
     assert run.temp_files == []
+
+
+# Scala's report of a failed future callback (ExecutionContextImpl.reportFailure prints
+# its trace to stderr), once before the stop and once after quiet_console.
+_REPORTS = """
+import sys
+from pathlib import Path
+from processor.session import build_session, quiet_console
+from processor.settings import ProcessorSettings
+spark = build_session(ProcessorSettings(jars_dir=sys.argv[1], master="local[1]"),
+                      log_file=Path(sys.argv[2]))
+jvm = spark._jvm
+context = jvm.scala.concurrent.ExecutionContext.fromExecutorService(
+    jvm.java.util.concurrent.Executors.newSingleThreadExecutor())
+context.reportFailure(jvm.java.lang.IllegalStateException("while running"))
+quiet_console(spark)
+context.reportFailure(jvm.java.util.concurrent.RejectedExecutionException("while stopping"))
+spark.stop()
+"""
+
+
+def test_a_trace_the_jvm_prints_while_stopping_goes_to_the_log(tmp_path):
+    """Spark's block manager stopping under block removals has Scala print their traces.
+
+    Once the stop begins (``quiet_console``), what the JVM prints straight to stderr
+    lands in the log file, not on the terminal.
+    """
+    log = tmp_path / "processor.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORTS, str(bundle_dir("spark")), str(log)], cwd=ROOT,
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    traces = [line for line in done.stderr.splitlines() if line.startswith("java.")]
+    assert traces == ["java.lang.IllegalStateException: while running"]
+    logged = [line for line in log.read_text().splitlines() if line.startswith("java.")]
+    assert logged == ["java.util.concurrent.RejectedExecutionException: while stopping"]
