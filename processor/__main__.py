@@ -297,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             write_devices(spark, settings, Tables.under(settings.lake).devices)
         else:
             maintain(spark, settings)
+        quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log
         spark.stop()
         return 0
     except cli.CliError as exc:
