@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from common.paths import package_file
 from processor.settings import S3_PACKAGES, S3_PACKAGES_EXCLUDES, ProcessorSettings
+
+log = logging.getLogger("iot_pulse.processor")
 
 REQUIRED_JARS = (
     "delta-spark_",
@@ -100,29 +104,33 @@ def log4j2_options(level: str, log_file: Path | None) -> str:
 
 
 def quiet_console(spark: SparkSession) -> None:
-    """From now on, show only FATAL events on the console; the log file keeps its level.
+    """From now on, the console shows only FATAL events and the JVM's stderr goes to the log file.
 
     For a deliberate stop: the batches it interrupts log errors (aborted writes and
-    broadcasts) that say nothing to the user. And what the JVM prints straight to
-    stderr goes to the log file from now on: Spark's block manager stops while block
-    removals it was asked for are still running (a burst of them, after a GC), and
-    Scala reports each one's reply, refused by the stopped thread pool, as a
-    ``RejectedExecutionException`` trace. The log level is a no-op without
-    ``LOG4J2_CONFIG``, the stderr one without a log file.
+    broadcasts) that say nothing to the user; and Spark's block manager stops while
+    block removals it was asked for are still running (a burst of them, after a GC),
+    and Scala prints each one's reply, refused by the stopped thread pool, straight to
+    stderr as a ``RejectedExecutionException`` trace. The log file keeps its level.
+    Lowering the console's level is a no-op without ``LOG4J2_CONFIG``; the stderr
+    redirect, without a log file (``LOG_FILE_PROPERTY``).
     """
     jvm = spark._jvm
-    if log_file := jvm.java.lang.System.getProperty(LOG_FILE_PROPERTY):  # type: ignore[union-attr]
-        stream = jvm.java.io.FileOutputStream(log_file, True)  # type: ignore[union-attr]
-        jvm.java.lang.System.setErr(jvm.java.io.PrintStream(stream, True))  # type: ignore[union-attr]
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)  # type: ignore[union-attr]
     config = context.getConfiguration()
     console = config.getAppender("console")
     root = config.getRootLogger()
-    if console is None or "console" not in root.getAppenders():
-        return
-    root.removeAppender("console")
-    root.addAppender(console, jvm.org.apache.logging.log4j.Level.FATAL, None)  # type: ignore[union-attr]
-    context.updateLoggers()
+    if console is not None and "console" in root.getAppenders():
+        root.removeAppender("console")
+        root.addAppender(console, jvm.org.apache.logging.log4j.Level.FATAL, None)  # type: ignore[union-attr]
+        context.updateLoggers()
+    # The console appender keeps the stderr it opened (log4j's follow="false").
+    if log_file := jvm.java.lang.System.getProperty(LOG_FILE_PROPERTY):  # type: ignore[union-attr]
+        try:
+            stream = jvm.java.io.FileOutputStream(log_file, True)  # type: ignore[union-attr]
+        except Py4JJavaError as exc:  # the log's folder removed under the run: stop anyway
+            log.warning("the JVM's stderr stays the console: %s", exc.java_exception)
+            return
+        jvm.java.lang.System.setErr(jvm.java.io.PrintStream(stream, True))  # type: ignore[union-attr]
 
 
 class ConnectorJarsMissingError(RuntimeError):

@@ -21,7 +21,7 @@ import pytest
 
 from common.fleet import build_fleet
 from infra.broker import ensure_topic
-from infra.jars import bundle_dir
+from infra.jars import bundle_dir, ensure_jars
 from tests.integration.proc import (
     ROOT,
     kill_group,
@@ -193,11 +193,12 @@ def test_no_file_is_left_in_the_temp_folder(run):
 
 
 # Scala's report of a failed future callback (ExecutionContextImpl.reportFailure prints
-# its trace to stderr), once before the stop and once after quiet_console.
+# its trace to stderr): before the stop, after a quiet_console that cannot open the log,
+# and after one that can; then a FATAL event, which the console still shows.
 _REPORTS = """
 import sys
 from pathlib import Path
-from processor.session import build_session, quiet_console
+from processor.session import LOG_FILE_PROPERTY, build_session, quiet_console
 from processor.settings import ProcessorSettings
 spark = build_session(ProcessorSettings(jars_dir=sys.argv[1], master="local[1]"),
                       log_file=Path(sys.argv[2]))
@@ -205,8 +206,14 @@ jvm = spark._jvm
 context = jvm.scala.concurrent.ExecutionContext.fromExecutorService(
     jvm.java.util.concurrent.Executors.newSingleThreadExecutor())
 context.reportFailure(jvm.java.lang.IllegalStateException("while running"))
+system = jvm.java.lang.System
+system.setProperty(LOG_FILE_PROPERTY, sys.argv[2] + "/not-a-folder.log")
+quiet_console(spark)  # the log cannot be opened: stderr stays the console
+context.reportFailure(jvm.java.lang.IllegalStateException("while the log is gone"))
+system.setProperty(LOG_FILE_PROPERTY, sys.argv[2])
 quiet_console(spark)
 context.reportFailure(jvm.java.util.concurrent.RejectedExecutionException("while stopping"))
+jvm.org.apache.logging.log4j.LogManager.getLogger("probe").fatal("fatal while stopping")
 spark.stop()
 """
 
@@ -215,16 +222,27 @@ def test_a_trace_the_jvm_prints_while_stopping_goes_to_the_log(tmp_path):
     """Spark's block manager stopping under block removals has Scala print their traces.
 
     Once the stop begins (``quiet_console``), what the JVM prints straight to stderr
-    lands in the log file, not on the terminal.
+    lands in the log file, not on the terminal; FATAL events still reach both.
     """
     log = tmp_path / "processor.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    jars = ensure_jars("spark", quiet=True)[0].parent
     done = subprocess.run(
-        [sys.executable, "-c", _REPORTS, str(bundle_dir("spark")), str(log)], cwd=ROOT,
+        [sys.executable, "-c", _REPORTS, str(jars), str(log)], cwd=ROOT,
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     traces = [line for line in done.stderr.splitlines() if line.startswith("java.")]
-    assert traces == ["java.lang.IllegalStateException: while running"]
+    assert traces == [
+        "java.lang.IllegalStateException: while running",
+        "java.lang.IllegalStateException: while the log is gone",
+    ]
+    assert f"the JVM's stderr stays the console: java.io.FileNotFoundException: {log}/" in (
+        done.stderr
+    )
     logged = [line for line in log.read_text().splitlines() if line.startswith("java.")]
     assert logged == ["java.util.concurrent.RejectedExecutionException: while stopping"]
+    for text in (done.stderr, log.read_text()):
+        assert [ln.split(" ", 1)[1] for ln in text.splitlines() if " FATAL " in ln] == [
+            "FATAL probe: fatal while stopping"
+        ]

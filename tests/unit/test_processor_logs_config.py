@@ -12,6 +12,7 @@ from processor.session import (
     DRIVER_JVM_OPTIONS,
     HOT_POOL,
     LOG4J2_CONFIG,
+    LOG_FILE_PROPERTY,
     SCHEDULER_POOLS,
     log4j2_options,
 )
@@ -41,7 +42,7 @@ def test_the_pools_file_defines_the_pools_the_queries_use():
 
 def test_the_log4j2_file_reads_the_properties_the_options_set():
     text = LOG4J2_CONFIG.read_text()
-    for prop in ("iot.log.level", "iot.log.root", "iot.log.benign", "iot.log.file"):
+    for prop in ("iot.log.level", "iot.log.root", "iot.log.benign", LOG_FILE_PROPERTY):
         assert f"${{sys:{prop}" in text or f'propertyName="{prop}"' in text, prop
     ET.parse(LOG4J2_CONFIG)  # well-formed
 
