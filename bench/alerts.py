@@ -40,7 +40,7 @@ from common.child import Child  # noqa: E402
 from common.fleet import build_fleet  # noqa: E402
 from common.stats import percentiles  # noqa: E402
 from infra import broker  # noqa: E402
-from infra.jars import ensure_jars  # noqa: E402
+from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.alerts import expected_alerts, read_topic  # noqa: E402
 from producer.manifest import read_manifest  # noqa: E402
 
@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("--drain-s", type=float, default=120.0, help="longest wait for the last alerts")
     ap.add_argument("--work", type=Path, help="keep the logs and lake here (default: temp)")
     args = ap.parse_args()
-    jars = ensure_jars("spark")[0].parent
+    jars = ensure_jar_dir("spark")
     with tempfile.TemporaryDirectory(prefix="bench-alerts-") as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from pyspark.java_gateway import ensure_callback_server_started  # noqa: E402
 from pyspark.sql.streaming.listener import JStreamingQueryListener  # noqa: E402
 
-from infra.jars import ensure_jars  # noqa: E402
+from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.machine import cpu_stamp, process_cpu_s  # noqa: E402
 from processor.metrics import MetricsListener  # noqa: E402
 from processor.session import build_session, quiet_console  # noqa: E402
@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=300, help="deliveries per adaptor")
     args = ap.parse_args()
     print(f"[bench] this machine's CPU stamp: {cpu_stamp():.3f} s", flush=True)
-    jars = ensure_jars("spark", quiet=True)[0].parent
+    jars = ensure_jar_dir("spark", quiet=True)
     with tempfile.TemporaryDirectory() as work:
         settings = ProcessorSettings(jars_dir=str(jars), lake={"root": f"{work}/lake"})
         spark = build_session(settings)

@@ -71,7 +71,7 @@ from common.fleet import build_fleet  # noqa: E402
 from common.lake import Query  # noqa: E402
 from common.stats import percentiles  # noqa: E402
 from infra import broker  # noqa: E402
-from infra.jars import ensure_jars  # noqa: E402
+from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.machine import cpu_stamp, processes_cpu_s  # noqa: E402
 from producer.simulation import generate, simulated_clock, wall_clock  # noqa: E402
 
@@ -476,7 +476,7 @@ def main() -> None:
         if not sep or not name:
             ap.error(f"--setting takes NAME=VALUE, got {item!r}")
         SETTINGS[name.strip()] = value
-    jars = ensure_jars("spark")[0].parent
+    jars = ensure_jar_dir("spark")
     stamp = cpu_stamp()
     say(f"this machine's CPU stamp: {stamp} s (loadtest.machine; lower is faster)")
     with tempfile.TemporaryDirectory(prefix="bench-processor-") as tmp:

@@ -47,7 +47,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from common.fleet import build_fleet  # noqa: E402
 from common.settings import LakeSettings  # noqa: E402
-from infra.jars import ensure_jars  # noqa: E402
+from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.machine import processes_cpu_s  # noqa: E402
 from processor import pipeline, transforms  # noqa: E402
 from processor.session import build_session  # noqa: E402
@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--batch-rows", type=int, default=700, help="readings per micro-batch")
     ap.add_argument("--work", type=Path, help="keep the lake here (default: temp)")
     args = ap.parse_args()
-    jars = ensure_jars("spark")[0].parent
+    jars = ensure_jar_dir("spark")
     with tempfile.TemporaryDirectory(prefix="bench-silver-writes-") as tmp:
         work = args.work or Path(tmp)
         if (work / "lake").exists():

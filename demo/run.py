@@ -30,7 +30,7 @@ from common import cli
 from common.child import Child
 from common.settings import KafkaSettings, LakeSettings
 from infra import broker
-from infra.jars import JarResolutionError, ensure_jars
+from infra.jars import JarResolutionError, ensure_jar_dir, ensure_jars
 from infra.paths import PROJECT_ROOT, state_dir
 from processor.settings import ProcessorSettings
 from producer.settings import ProducerSettings
@@ -187,12 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     children: list[Child] = []
     failed = False
     try:
-        spark_jars = ensure_jars("spark")
+        spark_jar_dir = ensure_jar_dir("spark")
         ensure_jars("kafka")
         info = broker.start(broker_dir)
         broker.ensure_topic(info.plaintext, args.topic, partitions=3)
         broker.ensure_topic(info.plaintext, ALERTS_TOPIC, partitions=1)
-        env = os.environ | demo_env(args, root, info.plaintext, spark_jars[0].parent)
+        env = os.environ | demo_env(args, root, info.plaintext, spark_jar_dir)
         if stop.is_set():
             return 0
         children.append(_spawn("processor", ["-m", "processor", "run"], env, logs))

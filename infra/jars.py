@@ -154,6 +154,23 @@ def ensure_jars(bundle: str, *, quiet: bool = False) -> list[Path]:
     return jars
 
 
+def ensure_jar_dir(bundle: str, *, quiet: bool = False) -> Path:
+    """Resolve a bundle's jars if they are missing or stale, and return their folder.
+
+    Args:
+        bundle: One of ``BUNDLES``.
+        quiet: Do not print progress.
+
+    Returns:
+        The folder that holds the bundle's jars (``bundle_dir``).
+
+    Raises:
+        JarResolutionError: Maven is missing or could not resolve the bundle.
+    """
+    ensure_jars(bundle, quiet=quiet)
+    return bundle_dir(bundle)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Fetch the named bundles (spark and kafka by default)."""
     names = (argv if argv is not None else sys.argv[1:]) or list(DEFAULT_BUNDLES)

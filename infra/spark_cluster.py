@@ -243,12 +243,12 @@ def connector_jars(s3: bool = False) -> list[Path]:
     Raises:
         ClusterError: Maven could not resolve them.
     """
-    from infra.jars import JarResolutionError, ensure_jars
+    from infra.jars import JarResolutionError, ensure_jar_dir
     from processor.session import connector_jars as jars_in
 
     bundles = ("spark", "s3") if s3 else ("spark",)
     try:
-        folders = [ensure_jars(bundle, quiet=True)[0].parent for bundle in bundles]
+        folders = [ensure_jar_dir(bundle, quiet=True) for bundle in bundles]
     except JarResolutionError as exc:
         raise ClusterError(
             f"could not fetch the Spark connector jars: {cli.one_line(str(exc))}"

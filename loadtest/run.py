@@ -193,7 +193,7 @@ def run_loadtest(
         LoadtestError: The broker, the processor or the producer could not run.
     """
     from infra import broker
-    from infra.jars import ensure_jars
+    from infra.jars import ensure_jar_dir, ensure_jars
 
     say = say or (lambda msg: print(f"[loadtest] {msg}", file=sys.stderr, flush=True))
     started = datetime.now(UTC)
@@ -203,7 +203,7 @@ def run_loadtest(
     logs.mkdir(parents=True, exist_ok=True)
     lake = str(out / "lake")
     broker_dir = out / "broker"
-    spark_jars = ensure_jars("spark", quiet=True)[0].parent
+    spark_jars = ensure_jar_dir("spark", quiet=True)
     kafka = settings.kafka
     if settings.target != "external":
         ensure_jars("kafka", quiet=True)

@@ -79,14 +79,13 @@ def lake_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def spark(lake_root: Path) -> Iterator[object]:
     """The one SparkSession of the test run, with Delta and the Kafka connector."""
-    from infra.jars import ensure_jars
+    from infra.jars import ensure_jar_dir
     from processor.session import build_session
     from processor.settings import ProcessorSettings
 
-    jars = ensure_jars("spark", quiet=True)
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
     settings = ProcessorSettings(
-        jars_dir=str(jars[0].parent),
+        jars_dir=str(ensure_jar_dir("spark", quiet=True)),
         shuffle_partitions=2,
         driver_memory="2g",
         lake={"root": str(lake_root)},

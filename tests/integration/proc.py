@@ -70,12 +70,12 @@ def process_available_now(
         *args: More flags, e.g. ``--queries``.
         timeout_s: The longest it may take.
     """
-    from infra.jars import ensure_jars
+    from infra.jars import ensure_jar_dir
 
     code = run_python(
         ["-m", "processor", "run", "--trigger", "available_now", "--fleet-size", str(fleet),
          "--seed", str(seed), "--shuffle-partitions", "2", "--driver-memory", "1g",
-         "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent), "--lake-root", str(lake),
+         "--jars-dir", str(ensure_jar_dir("spark", quiet=True)), "--lake-root", str(lake),
          *args],
         env, log, timeout_s,
     )  # fmt: skip

@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 
 from common.settings import LakeSettings
 from infra.broker import ensure_topic
-from infra.jars import ensure_jars
+from infra.jars import ensure_jar_dir
 from processor.pipeline import Tables
 
 # A Spark run: minutes on two shared cores.
@@ -48,7 +48,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tupl
 
 def test_producer_and_processor_take_event_hubs_settings_from_dotenv(kafka_broker, tmp_path):
     ensure_topic(kafka_broker.plaintext, TOPIC, partitions=3)
-    jars_dir = ensure_jars("spark", quiet=True)[0].parent
+    jars_dir = ensure_jar_dir("spark", quiet=True)
     lake = tmp_path / "lake"
     workdir = tmp_path / "work"
     workdir.mkdir()

@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 from common.kafka import librdkafka_config
 from common.settings import KafkaSettings, LakeSettings
 from infra import broker
-from infra.jars import ensure_jars
+from infra.jars import ensure_jar_dir
 from processor.pipeline import Tables
 from tests.unit.test_secrets import leaks
 
@@ -75,7 +75,7 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
     workdir = tmp_path_factory.mktemp("rehearsal")
     (workdir / ".venv").symlink_to(Path(sys.prefix))
     (workdir / ".local").mkdir()
-    (workdir / ".local" / "jars").symlink_to(ensure_jars("spark", quiet=True)[0].parents[1])
+    (workdir / ".local" / "jars").symlink_to(ensure_jar_dir("spark", quiet=True).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
     env["PYTHONUNBUFFERED"] = "1"
     data_dir = workdir / ".local" / "rehearsal"

@@ -20,7 +20,7 @@ from common.lake import Query, Table
 from common.settings import LakeSettings
 from dashboard import lake as dashboard_lake
 from infra.broker import ensure_topic
-from infra.jars import ensure_jars
+from infra.jars import ensure_jar_dir
 from tests.integration.proc import overview_metrics, run_python
 from tests.integration.s3 import create_bucket, lake_env, list_keys, moto_server
 
@@ -56,7 +56,7 @@ def test_processor_writes_the_lake_on_s3_and_verify_and_dashboard_read_it(
         300,
     )  # fmt: skip
     assert code == 0, (tmp_path / "producer.log").read_text()[-3000:]
-    jars = ",".join(str(ensure_jars(b, quiet=True)[0].parent) for b in ("spark", "s3"))
+    jars = ",".join(str(ensure_jar_dir(b, quiet=True)) for b in ("spark", "s3"))
     root = f"s3a://{BUCKET}/{PREFIX}"
 
     with moto_server(tmp_path / "moto.log") as endpoint:
@@ -149,7 +149,7 @@ def test_a_lake_on_s3_that_cannot_be_reached_is_one_line_within_seconds(
     """No bucket, then no store at all: one line each, not S3A's minutes of retries."""
     topic = "lake-s3-unreachable"
     ensure_topic(kafka_broker.plaintext, topic, partitions=1)
-    jars = ",".join(str(ensure_jars(b, quiet=True)[0].parent) for b in ("spark", "s3"))
+    jars = ",".join(str(ensure_jar_dir(b, quiet=True)) for b in ("spark", "s3"))
     logs = tmp_path / "logs"
 
     def run(endpoint: str, root: str) -> tuple[int, str, float]:

@@ -20,7 +20,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from infra.broker import ensure_topic
-from infra.jars import ensure_jars
+from infra.jars import ensure_jar_dir
 from loadtest.lake import read_lake, read_truth
 from loadtest.verify import VerifyConfig, verify
 from tests.integration.proc import run_python
@@ -58,7 +58,7 @@ def chaos_run(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     code = run_python(
         ["-m", "processor", "run"],
         _env(**kafka, IOT_LAKE_ROOT=str(lake), IOT_PROCESSOR_TRIGGER="available_now",
-             IOT_PROCESSOR_JARS_DIR=str(ensure_jars("spark", quiet=True)[0].parent),
+             IOT_PROCESSOR_JARS_DIR=str(ensure_jar_dir("spark", quiet=True)),
              IOT_PROCESSOR_FLEET_SIZE=str(FLEET), IOT_PROCESSOR_SEED=str(SEED),
              IOT_PROCESSOR_SHUFFLE_PARTITIONS="2", IOT_PROCESSOR_DRIVER_MEMORY="1g"),
         work / "processor.log",

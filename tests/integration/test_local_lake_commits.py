@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 
 from common.lake import Table, table_location
 from infra.broker import ensure_topic
-from infra.jars import ensure_jars
+from infra.jars import ensure_jar_dir
 from tests.integration.proc import (
     process_available_now,
     processor_env,
@@ -57,7 +57,7 @@ def test_checkpoint_and_delta_commits_run_no_readlink(kafka_broker, tmp_path: Pa
     calls = tmp_path / "calls.txt"
     shims = noting_commands(tmp_path / "bin", calls)
     lake = tmp_path / "lake"
-    jars = ensure_jars("spark", quiet=True)[0].parent
+    jars = ensure_jar_dir("spark", quiet=True)
     env = processor_env(kafka_broker.plaintext, topic, lake, jars)
     env["PATH"] = f"{shims}:{env['PATH']}"
 

@@ -21,7 +21,7 @@ import pytest
 
 from common.fleet import build_fleet
 from infra.broker import ensure_topic
-from infra.jars import bundle_dir, ensure_jars
+from infra.jars import bundle_dir, ensure_jar_dir
 from tests.integration.proc import (
     ROOT,
     kill_group,
@@ -226,7 +226,7 @@ def test_a_trace_the_jvm_prints_while_stopping_goes_to_the_log(tmp_path):
     """
     log = tmp_path / "processor.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
-    jars = ensure_jars("spark", quiet=True)[0].parent
+    jars = ensure_jar_dir("spark", quiet=True)
     done = subprocess.run(
         [sys.executable, "-c", _REPORTS, str(jars), str(log)], cwd=ROOT,
         env=env, capture_output=True, text=True, timeout=300, check=False,

@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 from common.contract import METRIC_NAMES
 from common.lake import Table, table_location
 from infra.broker import ensure_topic
-from infra.jars import ensure_jars
+from infra.jars import ensure_jar_dir
 from loadtest.lake import read_truth
 from tests.integration.proc import contract_with_zone_and_signal, process_available_now, run_python
 
@@ -139,7 +139,7 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Pat
         ["-m", "processor", "rebuild", "device_status", "--sliding-slide", "2 minutes",
          "--fleet-size", str(FLEET),
          "--seed", str(SEED), "--shuffle-partitions", "2", "--lake-root", str(lake),
-         "--jars-dir", str(ensure_jars("spark", quiet=True)[0].parent), "--driver-memory", "1g"],
+         "--jars-dir", str(ensure_jar_dir("spark", quiet=True)), "--driver-memory", "1g"],
         v2, log, 900,
     )  # fmt: skip
     assert code == 0, log.read_text()[-5000:]

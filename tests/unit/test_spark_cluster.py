@@ -87,6 +87,7 @@ def _fake_bundles(tmp_path, monkeypatch) -> dict[str, list]:
         for jar in bundles[bundle]:
             jar.write_bytes(b"")
     monkeypatch.setattr("infra.jars.ensure_jars", lambda bundle, quiet=False: bundles[bundle])
+    monkeypatch.setattr("infra.jars.bundle_dir", lambda bundle: tmp_path / bundle)
     return bundles
 
 
