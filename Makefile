@@ -62,9 +62,11 @@ broker-start: jars
 broker-stop: setup
 	$(PY) -m infra.broker stop
 
-# Everything local: the state folder ($IOT_PULSE_HOME, else .local) and artifacts/.
+# Everything local: the state folder ($IOT_PULSE_HOME, else .local) and artifacts/, after
+# stopping what runs from it (every broker under it, the standalone cluster).
 clean:
-	-$(PY) -m infra.broker stop
+	-$(PY) -m infra.spark_cluster stop
+	-$(PY) -m infra.broker stop --all
 	-$(PY) -m demo --clean
 	rm -rf "$${IOT_PULSE_HOME:-.local}" artifacts
 

@@ -169,6 +169,22 @@ class Settings(BaseSettings):
             for k, v in data.items()
         }  # fmt: skip
 
+    @model_validator(mode="after")
+    def _no_secret_in_plain_settings(self) -> Settings:
+        """Refuse a connection string given to a setting that is not secret: it could be shown."""
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if _is_secret(info.annotation) or not isinstance(value, str | Path):
+                continue
+            if _looks_secret(str(value)):
+                secret = KafkaSettings.env_name("connection_string")
+                raise ValueError(
+                    f"{self.env_name(name)} holds what looks like an Event Hubs connection "
+                    "string (a SharedAccessKey), but it is not a secret setting and could be "
+                    f"shown: put the connection string in {secret}"
+                )
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -376,7 +392,7 @@ class KafkaSettings(Settings):
     ssl_ca_location: Path | None = Field(
         None, description="CA bundle (PEM) for TLS; default: the system CAs"
     )
-    entra_scope: str = Field("", description="OAuth scope; default https://<namespace>/.default")
+    entra_scope: str = Field("", description="OAuth scope; default: https://<namespace>/.default")
 
     @field_validator("connection_string")
     @classmethod
@@ -463,12 +479,16 @@ def _shown_default(info: FieldInfo) -> str:
     return str(value)
 
 
+# A description that gives its default itself: "...; default: X" or "X (default)".
+_SAYS_DEFAULT = re.compile(r"\bdefault(:|\))")
+
+
 def _help(cls: type[Settings], name: str, info: FieldInfo) -> str:
     """Help of one flag: its description, its default (never a secret's) and its variable."""
     env = cls.env_name(name)
     if _is_secret(info.annotation):
         extra = f"secret: set {env} in the environment or .env, where others cannot see it"
-    elif "default" in (info.description or "").lower():  # it says what the default means
+    elif _SAYS_DEFAULT.search(info.description or ""):  # it says what the default means
         extra = f"env {env}"
     else:
         extra = f"default: {_shown_default(info)}; env {env}"

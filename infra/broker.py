@@ -214,6 +214,20 @@ def stop(data_dir: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bo
         return True
 
 
+def stop_all(root: Path, *, timeout: float = STOP_TIMEOUT_S) -> list[Path]:
+    """Stop every broker whose data dir is under ``root`` (the demo's, a rehearsal's, ...).
+
+    Args:
+        root: The folder to look in, e.g. the state dir before it is deleted.
+        timeout: Seconds to wait for each broker's clean shutdown before killing it.
+
+    Returns:
+        The data dirs of the brokers that were running and are stopped, sorted.
+    """
+    dirs = sorted({state.parent for state in root.rglob("broker.json")})
+    return [data_dir for data_dir in dirs if stop(data_dir, timeout=timeout)]
+
+
 def status(data_dir: Path | None = None) -> BrokerInfo | None:
     """Return the broker running in ``data_dir``, or None if there is none.
 
@@ -709,7 +723,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     start_p.add_argument("--sasl-ssl-port", type=int, help=f"SASL_SSL listener ({remembered})")
     start_p.add_argument("--controller-port", type=int, help=f"KRaft controller ({remembered})")
     start_p.add_argument("--quiet", action="store_true", help="no progress lines")
-    sub.add_parser("stop", parents=[common], help="stop the broker")
+    stop_p = sub.add_parser("stop", parents=[common], help="stop the broker")
+    stop_p.add_argument(
+        "--all", action="store_true",
+        help="stop every broker under the state dir (the demo's, rehearsals', load tests'), "
+        "not only --data-dir's",
+    )  # fmt: skip
     status_p = sub.add_parser("status", parents=[common], help="is the broker running?")
     status_p.add_argument("--json", action="store_true", help="print the status as JSON")
     topic_p = sub.add_parser("topic", parents=[common], help="create a topic unless it exists")
@@ -776,6 +795,13 @@ def _cmd_topic(args: argparse.Namespace) -> int:
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
+    if args.all:
+        if args.data_dir is not None:
+            raise BrokerError("stop takes --all or --data-dir, not both")
+        root = state_dir()
+        stopped = stop_all(root)
+        print("\n".join(f"stopped {d}" for d in stopped) or f"no broker running under {root}")
+        return 0
     print("stopped" if stop(args.data_dir) else "not running")
     return 0
 

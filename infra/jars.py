@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from common import cli
 from infra.paths import PROJECT_ROOT, state_dir
 
 MAVEN_DIR = PROJECT_ROOT / "infra" / "maven"
@@ -173,11 +174,22 @@ def ensure_jar_dir(bundle: str, *, quiet: bool = False) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Fetch the named bundles (spark and kafka by default)."""
-    names = (argv if argv is not None else sys.argv[1:]) or list(DEFAULT_BUNDLES)
+    parser = cli.ArgumentParser(
+        prog="python -m infra.jars",
+        description="Resolve jar bundles from Maven Central into <state dir>/jars/<bundle>/.",
+    )
+    parser.add_argument(
+        "bundles", nargs="*", metavar="BUNDLE",
+        help=f"{', '.join(BUNDLES)} (default: {' '.join(DEFAULT_BUNDLES)}; s3 is for a lake on S3)",
+    )  # fmt: skip
+    names = parser.parse_args(argv).bundles or list(DEFAULT_BUNDLES)
+    unknown = [name for name in names if name not in BUNDLES]
+    if unknown:  # not argparse's choices: they refuse nargs="*"'s empty list in Python 3.11
+        parser.error(f"unknown bundle {', '.join(unknown)}; choose from {', '.join(BUNDLES)}")
     try:
         for name in names:
             ensure_jars(name)
-    except (JarResolutionError, ValueError) as exc:
+    except JarResolutionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--manifest", required=True, help="the producer's manifest (JSON lines)")
     v.add_argument(
         "--lake-root",
-        help="the lake (default IOT_LAKE_ROOT, else .local/lake); an S3 lake is reached with "
+        help="the lake (default IOT_LAKE_ROOT, else <state dir>/lake); an S3 lake is reached with "
         "the processor's IOT_LAKE_S3_* settings",
     )
     v.add_argument(

@@ -44,7 +44,7 @@ class LoadtestSettings(FleetSettings):
         "", description="Topic; default: a new loadtest-<time> (local) or IOT_KAFKA_TOPIC"
     )
     out_dir: Path | None = Field(
-        None, description="Report folder; default <state dir>/loadtest/<UTC time>"
+        None, description="Report folder; default: <state dir>/loadtest/<UTC time>"
     )
     trigger_interval: str | None = Field(
         None, description="The processor's hot-path micro-batch interval (default: its own)"

@@ -108,7 +108,8 @@ class ProcessorSettings(FleetSettings):
     queries: str = Field(
         "",
         description=(
-            "Comma-separated queries to run (default: all), e.g. bronze,silver; see docs/tables.md"
+            "Comma-separated queries to run (default: all) of "
+            f"{', '.join(Query)}; the README's Processor section says what each writes"
         ),
     )
     source: Literal["kafka", "files", "rate"] = Field(

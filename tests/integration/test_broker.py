@@ -177,7 +177,11 @@ def test_lifecycle_restart_and_secret_hygiene(
         topics = AdminClient({"bootstrap.servers": again.plaintext}).list_topics(timeout=10)
         assert "survives-restart" in topics.topics
     finally:
-        assert broker.stop(data_dir) is True
+        # What make clean stops: every broker under a folder, a stopped one's state skipped.
+        stale = tmp_path / "old" / "broker"
+        stale.mkdir(parents=True)
+        (stale / "broker.json").write_text('{"pid": null}')
+        assert broker.stop_all(tmp_path) == [data_dir]
     assert _java_pids_for(info.data_dir) == []
 
     key = _shared_access_key(secret)

@@ -218,6 +218,20 @@ def test_broker_with_a_data_dir_that_is_a_file(run, tmp_path):
     assert "exit 1" in (tmp_path / "home" / "logs" / "broker.log").read_text()
 
 
+def test_broker_stop_all_skips_brokers_that_are_not_running(run, tmp_path):
+    home = tmp_path / "home"
+    for stale in (home / "broker", home / "rehearsal"):  # stopped brokers' state
+        stale.mkdir(parents=True)
+        (stale / "broker.json").write_text('{"pid": null}')
+    code, out, err, _ = run("infra.broker", "stop", "--all", home=home)
+    assert (code, out, err) == (0, f"no broker running under {home}\n", "")
+    code, out, err, elapsed = run(
+        "infra.broker", "stop", "--all", "--data-dir", str(home / "broker"), home=home
+    )
+    assert (code, out, err) == (1, "", "error: stop takes --all or --data-dir, not both\n")
+    assert_quiet_failure(err, elapsed)
+
+
 def test_producer_with_a_report_path_in_a_file_sends_nothing(run, tmp_path):
     a_file = tmp_path / "not-a-folder"
     a_file.write_text("x")

@@ -32,3 +32,37 @@ def test_ensure_jar_dir_resolves_a_stale_bundle_and_says_maven_is_missing(home):
 
     with pytest.raises(jars.JarResolutionError, match=r"Maven \('mvn'\) is not on PATH"):
         jars.ensure_jar_dir("kafka", quiet=True)
+
+
+def _resolved(home, bundle):
+    folder = home / "jars" / bundle
+    folder.mkdir(parents=True)
+    (folder / ".stamp").write_text(jars._pom_digest(bundle))
+
+
+def test_the_cli_fetches_the_default_bundles_and_refuses_an_unknown_one(home, capsys):
+    for bundle in jars.DEFAULT_BUNDLES:
+        _resolved(home, bundle)
+    assert jars.main([]) == 0
+    with pytest.raises(SystemExit) as exc:
+        jars.main(["spark", "sparkk"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: python -m infra.jars: unknown bundle sparkk; choose from spark, kafka, s3 "
+        "(see python -m infra.jars --help)\n"
+    )
+
+
+def test_the_cli_help_lists_the_bundles(capsys):
+    with pytest.raises(SystemExit) as exc:
+        jars.main(["--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "BUNDLE spark, kafka, s3 (default: spark kafka; s3 is for a lake on S3)" in text
+
+
+def test_the_cli_says_in_one_line_that_maven_is_missing(home, capsys):
+    assert jars.main(["kafka"]) == 1
+    assert capsys.readouterr().err == (
+        "error: Maven ('mvn') is not on PATH; install it (apt-get install maven) to fetch the jars\n"
+    )

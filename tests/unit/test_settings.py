@@ -13,6 +13,7 @@ from pydantic_settings import SettingsConfigDict
 from common.settings import (
     KafkaSettings,
     Settings,
+    SettingsError,
     add_settings_arguments,
     load_settings,
     parse_connection_string,
@@ -70,6 +71,27 @@ def test_connection_string_errors_never_echo_the_secret():
         parse_connection_string("SharedAccessKeyName=x;SharedAccessKey=top-secret")
     assert "top-secret" not in str(info.value)
     assert parse_connection_string(CS).bootstrap_server == "myns.servicebus.windows.net:9093"
+
+
+@pytest.mark.parametrize(
+    ("cls", "variable"),
+    [
+        (KafkaSettings, "IOT_KAFKA_BOOTSTRAP_SERVERS"),
+        (KafkaSettings, "IOT_KAFKA_TOPIC"),
+        (ProducerSettings, "IOT_PRODUCER_OUT_DIR"),
+    ],
+)
+def test_a_connection_string_in_a_plain_setting_is_refused_without_showing_it(
+    clean_env, monkeypatch, cls, variable
+):
+    monkeypatch.setenv(variable, CS)
+    with pytest.raises(SettingsError) as info:
+        load_settings(cls, _parse(cls, []))
+    message = str(info.value)
+    assert f"{variable} holds what looks like an Event Hubs connection string" in message
+    assert "put the connection string in IOT_KAFKA_CONNECTION_STRING" in message
+    for fragment in ("c2VjcmV0", "SharedAccessKey=", "myns", "send"):
+        assert fragment not in message
 
 
 def test_boolean_flags_and_nested_lake_settings(clean_env):
@@ -187,6 +209,10 @@ def test_processor_help_shows_defaults_and_choices(run_cli, tmp_path):
         "SASL_SSL+PLAIN; entra: OAUTHBEARER (default: none; env IOT_KAFKA_AUTH)",
         "--watermark WATERMARK How late an event may arrive (default: 2 minutes; env "
         "IOT_PROCESSOR_WATERMARK)",
+        "--queries QUERIES Comma-separated queries to run (default: all) of silver, bronze, "
+        "device_status, gold_device_sessions, alerts, alert_recoveries, alerts_rt, "
+        "realtime_alerts; the README's Processor section says what each writes (env "
+        "IOT_PROCESSOR_QUERIES)",
     ):
         assert expected in text
 
@@ -204,6 +230,10 @@ class _Demo(Settings):
     level: Literal["low", "high"] | None = Field(None, description="How much")
     share: float = Field(0.5, description="A 50% share")
     token: SecretStr = Field(SecretStr("default-token-9f8e7d"), description="A token")
+    mode: str = Field("default", description="default | fast")
+    window: int = Field(60, description="Default time range")
+    scope: str = Field("", description="A scope; default: the host's")
+    speed: str = Field("slow", description="slow (default) or fast")
 
 
 def test_help_lists_enum_and_optional_literal_choices_and_hides_secret_defaults(capsys):
@@ -217,6 +247,11 @@ def test_help_lists_enum_and_optional_literal_choices_and_hides_secret_defaults(
     assert "--share SHARE A 50% share (default: 0.5; env IOT_DEMO_SHARE)" in text
     assert "default-token" not in text and "9f8e7d" not in text
     assert "--token TOKEN A token (secret: set IOT_DEMO_TOKEN" in text
+    # A description that merely holds the word "default" still gets its default shown.
+    assert "--mode MODE default | fast (default: default; env IOT_DEMO_MODE)" in text
+    assert "--window WINDOW Default time range (default: 60; env IOT_DEMO_WINDOW)" in text
+    assert "--scope SCOPE A scope; default: the host's (env IOT_DEMO_SCOPE)" in text
+    assert "--speed SPEED slow (default) or fast (env IOT_DEMO_SPEED)" in text
 
 
 def test_argparse_refuses_a_value_outside_the_choices(clean_env, capsys):
