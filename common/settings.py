@@ -27,7 +27,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import (
@@ -103,8 +110,8 @@ def _hide(value: Any, secret_fields: frozenset[str], name: Any = None) -> Any:
     """
     if name in secret_fields and value is not None and not isinstance(value, SecretStr):
         return _HIDDEN
-    if isinstance(value, str):
-        return _HIDDEN if _looks_secret(value) else value
+    if isinstance(value, str | os.PathLike):
+        return _HIDDEN if _looks_secret(str(value)) else value
     if isinstance(value, dict):
         hidden = {k: _hide(v, secret_fields, k) for k, v in value.items()}
         return value if all(hidden[k] is value[k] for k in value) else hidden
@@ -169,21 +176,23 @@ class Settings(BaseSettings):
             for k, v in data.items()
         }  # fmt: skip
 
-    @model_validator(mode="after")
-    def _no_secret_in_plain_settings(self) -> Settings:
-        """Refuse a connection string given to a setting that is not secret: it could be shown."""
-        for name, info in type(self).model_fields.items():
-            value = getattr(self, name)
-            if _is_secret(info.annotation) or not isinstance(value, str | Path):
-                continue
-            if _looks_secret(str(value)):
-                secret = KafkaSettings.env_name("connection_string")
-                raise ValueError(
-                    f"{self.env_name(name)} holds what looks like an Event Hubs connection "
-                    "string (a SharedAccessKey), but it is not a secret setting and could be "
-                    f"shown: put the connection string in {secret}"
-                )
-        return self
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_connection_string_in_plain_settings(cls, value: Any, info: ValidationInfo) -> Any:
+        """Refuse a connection string given to a setting that is not secret, unshown.
+
+        Before the field's own checks, which may quote a value they refuse.
+        """
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None or _is_secret(field.annotation):
+            return value
+        if isinstance(value, str | os.PathLike) and _looks_secret(str(value)):
+            raise ValueError(
+                "holds what looks like an Event Hubs connection string (a SharedAccessKey), "
+                "and this setting is not secret: put the connection string in "
+                f"{KafkaSettings.env_name('connection_string')}"
+            )
+        return value
 
     @classmethod
     def settings_customise_sources(

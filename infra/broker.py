@@ -15,7 +15,7 @@ Command line::
 
     python -m infra.broker start [--foreground] [--data-dir DIR] [--plaintext-port N] ...
     python -m infra.broker status [--data-dir DIR] [--json]
-    python -m infra.broker stop [--data-dir DIR]
+    python -m infra.broker stop [--data-dir DIR | --all]
 
 State (ports, pid, cluster id) is kept in ``broker.json`` in the data dir, so any
 process can ask for the status of, or stop, a broker another process started, and a
@@ -214,18 +214,28 @@ def stop(data_dir: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bo
         return True
 
 
-def stop_all(root: Path, *, timeout: float = STOP_TIMEOUT_S) -> list[Path]:
+def stop_all(root: Path, *, timeout: float = STOP_TIMEOUT_S) -> tuple[list[Path], list[str]]:
     """Stop every broker whose data dir is under ``root`` (the demo's, a rehearsal's, ...).
+
+    One that cannot be stopped does not keep the others running.
 
     Args:
         root: The folder to look in, e.g. the state dir before it is deleted.
         timeout: Seconds to wait for each broker's clean shutdown before killing it.
 
     Returns:
-        The data dirs of the brokers that were running and are stopped, sorted.
+        The data dirs of the brokers that were running and are stopped, sorted, and
+        what went wrong with each of the others that could not be stopped.
     """
-    dirs = sorted({state.parent for state in root.rglob("broker.json")})
-    return [data_dir for data_dir in dirs if stop(data_dir, timeout=timeout)]
+    stopped: list[Path] = []
+    failed: list[str] = []
+    for data_dir in sorted({state.parent for state in root.rglob("broker.json")}):
+        try:
+            if stop(data_dir, timeout=timeout):
+                stopped.append(data_dir)
+        except (BrokerError, OSError, ValueError) as exc:
+            failed.append(f"{data_dir}: {cli.one_line(str(exc))}")
+    return stopped, failed
 
 
 def status(data_dir: Path | None = None) -> BrokerInfo | None:
@@ -797,10 +807,12 @@ def _cmd_topic(args: argparse.Namespace) -> int:
 def _cmd_stop(args: argparse.Namespace) -> int:
     if args.all:
         if args.data_dir is not None:
-            raise BrokerError("stop takes --all or --data-dir, not both")
+            raise cli.CliError("stop takes --all or --data-dir, not both", cli.BAD_INPUT)
         root = state_dir()
-        stopped = stop_all(root)
+        stopped, failed = stop_all(root)
         print("\n".join(f"stopped {d}" for d in stopped) or f"no broker running under {root}")
+        if failed:
+            raise BrokerError(f"could not stop {len(failed)} broker(s): {'; '.join(failed)}")
         return 0
     print("stopped" if stop(args.data_dir) else "not running")
     return 0

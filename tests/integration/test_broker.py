@@ -181,7 +181,7 @@ def test_lifecycle_restart_and_secret_hygiene(
         stale = tmp_path / "old" / "broker"
         stale.mkdir(parents=True)
         (stale / "broker.json").write_text('{"pid": null}')
-        assert broker.stop_all(tmp_path) == [data_dir]
+        assert broker.stop_all(tmp_path) == ([data_dir], [])
     assert _java_pids_for(info.data_dir) == []
 
     key = _shared_access_key(secret)

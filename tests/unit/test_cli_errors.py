@@ -228,8 +228,21 @@ def test_broker_stop_all_skips_brokers_that_are_not_running(run, tmp_path):
     code, out, err, elapsed = run(
         "infra.broker", "stop", "--all", "--data-dir", str(home / "broker"), home=home
     )
-    assert (code, out, err) == (1, "", "error: stop takes --all or --data-dir, not both\n")
+    assert (code, out, err) == (2, "", "error: stop takes --all or --data-dir, not both\n")
     assert_quiet_failure(err, elapsed)
+
+
+def test_broker_stop_all_goes_on_past_a_broker_it_cannot_stop(run, tmp_path):
+    home = tmp_path / "home"
+    (home / "a-broken" / "broker.json").mkdir(parents=True)  # not a state file
+    (home / "b-stopped").mkdir()
+    (home / "b-stopped" / "broker.json").write_text('{"pid": null}')
+    code, out, err, elapsed = run("infra.broker", "stop", "--all", home=home)
+    assert (code, out) == (1, f"no broker running under {home}\n")
+    assert err.startswith(f"error: could not stop 1 broker(s): {home / 'a-broken'}: ")
+    assert_quiet_failure(err, elapsed)
+    # The broker after the broken one was still looked at: stop() rewrote its state.
+    assert (home / "b-stopped" / "broker.json").read_text() == '{\n  "pid": null\n}\n'
 
 
 def test_producer_with_a_report_path_in_a_file_sends_nothing(run, tmp_path):

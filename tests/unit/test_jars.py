@@ -34,16 +34,13 @@ def test_ensure_jar_dir_resolves_a_stale_bundle_and_says_maven_is_missing(home):
         jars.ensure_jar_dir("kafka", quiet=True)
 
 
-def _resolved(home, bundle):
-    folder = home / "jars" / bundle
-    folder.mkdir(parents=True)
-    (folder / ".stamp").write_text(jars._pom_digest(bundle))
-
-
-def test_the_cli_fetches_the_default_bundles_and_refuses_an_unknown_one(home, capsys):
-    for bundle in jars.DEFAULT_BUNDLES:
-        _resolved(home, bundle)
+def test_the_cli_fetches_the_default_bundles_and_refuses_an_unknown_one(home, monkeypatch, capsys):
+    asked = []
+    monkeypatch.setattr(jars, "ensure_jars", lambda bundle, quiet=False: asked.append(bundle))
     assert jars.main([]) == 0
+    assert asked == ["spark", "kafka"]
+    assert jars.main(["s3"]) == 0
+    assert asked == ["spark", "kafka", "s3"]
     with pytest.raises(SystemExit) as exc:
         jars.main(["spark", "sparkk"])
     assert exc.value.code == 2

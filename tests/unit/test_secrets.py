@@ -176,7 +176,9 @@ def test_a_connection_string_given_to_the_wrong_setting_is_not_echoed(clean_env,
     with pytest.raises(SettingsError) as exc:
         load_settings(KafkaSettings)
     assert str(exc.value) == (
-        "IOT_KAFKA_AUTH (--kafka-auth): Input should be 'none', 'connection_string' or 'entra'"
+        "IOT_KAFKA_AUTH (--kafka-auth): holds what looks like an Event Hubs connection string "
+        "(a SharedAccessKey), and this setting is not secret: put the connection string in "
+        "IOT_KAFKA_CONNECTION_STRING"
     )
     monkeypatch.setenv("IOT_KAFKA_AUTH", "sas")  # not a secret: the value helps
     with pytest.raises(SettingsError) as exc:
