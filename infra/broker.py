@@ -736,8 +736,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     stop_p = sub.add_parser("stop", parents=[common], help="stop the broker")
     stop_p.add_argument(
         "--all", action="store_true",
-        help="stop every broker under the state dir (the demo's, rehearsals', load tests'), "
-        "not only --data-dir's",
+        help="stop every broker under the state dir (the demo's, rehearsals', load tests'); "
+        "not with --data-dir",
     )  # fmt: skip
     status_p = sub.add_parser("status", parents=[common], help="is the broker running?")
     status_p.add_argument("--json", action="store_true", help="print the status as JSON")
