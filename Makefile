@@ -7,7 +7,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup jars demo demo-clean test test-cluster test-fast lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
+.PHONY: setup jars demo demo-clean test test-cluster test-compose test-fast lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
 
 setup: $(STAMP)
 
@@ -29,21 +29,29 @@ demo: jars
 demo-clean: setup
 	$(PY) -m demo --clean
 
-# Every test but the standalone cluster's (make test-cluster), which alone takes about 9 min.
-# A -m in PYTEST_ARGS replaces this one (pytest keeps the last): add "and not cluster" to it.
+# Every test but the standalone cluster's (make test-cluster) and docker compose's
+# (make test-compose). A -m in PYTEST_ARGS replaces this one (pytest keeps the last): add
+# "and not cluster and not compose" to it.
 test: jars
-	$(PY) -m pytest -m "not cluster" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not cluster and not compose" $(PYTEST_ARGS)
 
 # The processor on a Spark standalone cluster that loses a worker, its lake on S3 (moto).
 test-cluster: jars
 	$(PY) -m infra.jars s3
 	$(PY) -m pytest -m cluster $(PYTEST_ARGS)
 
+# docker compose up, as a user runs it, on this machine's Docker engine: installs Debian's
+# docker.io and debootstrap if missing (as root), starts dockerd if none runs (and stops
+# it after), builds Compose from source if missing and stand-ins of the two public images
+# (tests/compose/engine.py), then the project's images from its unchanged Dockerfiles.
+test-compose: setup
+	$(PY) -m pytest -m compose tests/compose $(PYTEST_ARGS)
+
 # The tests that need no Kafka broker, no Spark and no browser, on every core (pytest-xdist).
 # The CLIs run in-process there; the tests that start them as processes run in `make test`.
 # worksteal: an idle worker takes tests queued on the other, so that the producer's
 # real-time tests (rates held for seconds) do not all end up last on one worker.
-FAST_TESTS := not integration and not browser and not slow and not spark and not broker and not subprocess
+FAST_TESTS := not integration and not browser and not slow and not spark and not broker and not subprocess and not compose
 test-fast: setup
 	$(PY) -m pytest -q -n auto --dist worksteal -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 

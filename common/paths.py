@@ -19,10 +19,12 @@ PROJECT_ROOT = _PACKAGES_DIR if _PACKAGES_DIR.is_dir() else Path.cwd()
 
 
 def state_dir() -> Path:
-    """Return the root folder for local state (jars, broker data, lake), creating it."""
-    root = Path(os.environ.get(HOME_ENV) or PROJECT_ROOT / ".local")
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    """Return the root folder for local state (jars, broker data, lake, logs).
+
+    Only the path: whatever writes under it creates its own folder, so that a default
+    that is only read (a report a page shows) never needs a writable code folder.
+    """
+    return Path(os.environ.get(HOME_ENV) or PROJECT_ROOT / ".local")
 
 
 def package_file(package: str, name: str) -> Path:

@@ -10,25 +10,12 @@ import pandas  # noqa: F401  (see below)
 import streamlit as st
 
 from dashboard import ui
+from dashboard.pages import PAGES
 
 # pandas is imported up front, before any page runs: Streamlit imports it lazily while
 # rendering, and Altair takes it from sys.modules, so a session rendering a chart while
 # another session's thread is halfway through that import failed with "partially
 # initialized module 'pandas' has no attribute 'Timestamp'".
-
-PAGES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    # file, title, icon, the page's own query parameters
-    ("views/overview.py", "Overview", ":material/dashboard:", ("metric",)),
-    ("views/device.py", "Device", ":material/sensors:", ("device",)),
-    (
-        "views/alerts.py",
-        "Alerts",
-        ":material/notifications_active:",
-        ("alert_metric", "kind", "state"),
-    ),
-    ("views/pipeline.py", "Pipeline health", ":material/monitor_heart:", ()),
-    ("views/loadtest.py", "Load test", ":material/speed:", ()),
-)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from pyspark.sql.streaming import StreamingQuery
 from common import cli
 from common.lake import Query
 from common.settings import add_settings_arguments, load_settings
-from processor import realtime_app
+from processor import health, realtime_app
 from processor.evolution import REBUILDS
 from processor.lifecycle import ChildApp, StopSignal, say, wait_for_stop
 from processor.metrics import DRAIN_TIMEOUT_S, MetricsListener
@@ -286,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             say("stopped")
             return 0
         if args.command == "run":
+            health.mark_started()
             child = ["-m", "processor", "realtime", "--supervised", *cli.given_flags(parser, args)]
             return _run(settings, stop, child, partitions)
         if args.command == "realtime":

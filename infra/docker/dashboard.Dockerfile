@@ -12,20 +12,22 @@ RUN /opt/venv/bin/pip install --constraint infra/docker/constraints.txt ".[dashb
     && /opt/venv/bin/pip uninstall --yes iot-pulse
 
 FROM python:3.11.13-slim-bookworm
-# /data/lake owned by the app user, as in the processor image: whichever container mounts
-# the shared named volume first initializes it with this ownership.
+# /data/lake and /data/producer owned by the app user, as in the processor and producer
+# images: whichever container mounts a shared named volume first initializes it.
 RUN groupadd --system --gid 10001 app \
     && useradd --system --uid 10001 --gid app --create-home --home-dir /home/app app \
-    && mkdir -p /data/lake \
+    && mkdir -p /data/lake /data/producer \
     && chown -R app:app /data
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
 COPY common common
 COPY dashboard dashboard
+# The code folder is read-only to the app user: local state goes to its home.
 ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
-    STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
+    IOT_PULSE_HOME=/home/app/.iot-pulse STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
 USER 10001:10001
 EXPOSE 8501
-HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=5 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4)"]
+# Healthy when every page renders without an error (AppTest), not only when the port answers.
+HEALTHCHECK --interval=30s --timeout=60s --start-period=30s --retries=3 \
+    CMD ["python", "-m", "dashboard.health"]
 ENTRYPOINT ["streamlit", "run", "dashboard/app.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]

@@ -40,7 +40,11 @@ COPY processor processor
 ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     PYSPARK_PYTHON=/opt/venv/bin/python \
     IOT_PROCESSOR_JARS_DIR=/opt/iot-pulse/jars \
-    IOT_LAKE_ROOT=/data/lake
+    IOT_LAKE_ROOT=/data/lake \
+    IOT_PULSE_HOME=/home/app/.iot-pulse
 USER 10001:10001
+# Healthy once the hot path has committed a micro-batch (no JVM: a look at its checkpoint).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=300s --retries=3 \
+    CMD ["python", "-m", "processor.health"]
 ENTRYPOINT ["python", "-m", "processor"]
 CMD ["run"]

@@ -227,8 +227,38 @@ def test_env_example_documents_every_default_as_compose_has_it():
     set_, commented = env_example()
     documented = set_ | commented
     defaults = {name: arg for name, op, arg in references() if op in (":-", "-")}
-    assert len(defaults) == 13
+    assert len(defaults) == 14
     assert {n: documented.get(n) for n in defaults} == defaults
+
+
+def _number_or_text(value: str) -> float | str:
+    try:
+        return float(value)
+    except ValueError:
+        return value.lower()
+
+
+def test_the_compose_demo_runs_with_make_demos_settings():
+    """The compose producer and processor get what `make demo` gives its own (demo_env)."""
+    from demo.run import _parse, demo_env
+
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    demo = demo_env(_parse([]), Path("/demo"), "kafka:29092", Path("/jars"))
+    keys = {
+        "producer": ["IOT_PRODUCER_SCENARIO", "IOT_PRODUCER_ROLLOUT_SHARE",
+                     "IOT_PRODUCER_DROPOUT_READINGS", "IOT_PRODUCER_CLOCK_SKEW_MAX_S",
+                     "IOT_PRODUCER_FLEET_SIZE", "IOT_PRODUCER_RATE"],
+        "processor": ["IOT_PROCESSOR_BACKGROUND_TRIGGER_INTERVAL", "IOT_PROCESSOR_WATERMARK",
+                      "IOT_PROCESSOR_SESSION_GAP", "IOT_PROCESSOR_FLEET_SIZE",
+                      "IOT_PROCESSOR_FAIL_ON_DATA_LOSS"],
+    }  # fmt: skip
+    for service, names in keys.items():
+        env = services[service]["environment"]
+        compose = {k: VAR_RE.sub(lambda m: m.group("arg") or "", str(env[k])) for k in names}
+        assert {k: _number_or_text(v) for k, v in compose.items()} == {
+            k: _number_or_text(demo[k]) for k in names
+        }, service
+    assert services["processor"]["environment"]["IOT_KAFKA_TOPIC"] == "${DEMO_TOPIC:-iot-events}"
 
 
 def test_env_example_holds_no_real_secret():
@@ -400,9 +430,22 @@ def test_local_pipeline_wiring(compose):
     ]
     for name in ("kafka", "processor", "dashboard", "eh-processor", "eh-dashboard"):
         assert "test" in svcs[name]["healthcheck"], name
-    assert svcs["processor"]["volumes"] == ["lake:/data"]
-    assert svcs["dashboard"]["volumes"] == ["lake:/data:ro"]
-    assert set(compose["volumes"]) == {"lake", "eh-lake"}
+    assert svcs["processor"]["volumes"] == ["lake:/data/lake"]
+    assert svcs["kafka"]["volumes"] == ["kafka-data:/var/lib/kafka/data"]
+    assert svcs["kafka"]["environment"]["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data"
+    for prefix, lake, run in (("", "lake", "producer-run"), ("eh-", "eh-lake", "eh-producer-run")):
+        assert svcs[f"{prefix}dashboard"]["volumes"] == [
+            f"{lake}:/data/lake:ro",
+            f"{run}:/data/producer:ro",
+        ]
+        assert svcs[f"{prefix}producer"]["volumes"] == [f"{run}:/data/producer"]
+        # The Load test page shows the report the producer writes, on the shared volume.
+        report = svcs[f"{prefix}producer"]["environment"]["IOT_PRODUCER_REPORT_PATH"]
+        assert report == svcs[f"{prefix}dashboard"]["environment"]["IOT_DASHBOARD_REPORT_PATH"]
+        assert report.startswith("/data/producer/")
+    assert set(compose["volumes"]) == {
+        "lake", "eh-lake", "producer-run", "eh-producer-run", "kafka-data"
+    }  # fmt: skip
     assert (
         svcs["producer"]["environment"]["IOT_PRODUCER_FLEET_SIZE"]
         == svcs["processor"]["environment"]["IOT_PROCESSOR_FLEET_SIZE"]
@@ -420,7 +463,7 @@ def test_eventhubs_profile(raw, compose):
         assert compose["services"][name]["environment"]["IOT_KAFKA_AUTH"] == "connection_string"
         assert "depends_on" not in svcs[name]
     assert svcs["eh-processor"]["environment"]["IOT_PROCESSOR_FAIL_ON_DATA_LOSS"] == "true"
-    assert svcs["eh-processor"]["volumes"] == ["eh-lake:/data"]
+    assert svcs["eh-processor"]["volumes"] == ["eh-lake:/data/lake"]
     assert svcs["eh-dashboard"]["ports"] == ["8502:8501"]
 
 
@@ -472,7 +515,7 @@ def test_compose_go_loads_the_demo(composecheck, tmp_path):
         {"mode": "ingress", "target": 8501, "published": "8501", "protocol": "tcp"}
     ]
     assert svcs["processor"]["volumes"] == [
-        {"type": "volume", "source": "lake", "target": "/data", "volume": {}}
+        {"type": "volume", "source": "lake", "target": "/data/lake", "volume": {}}
     ]
     assert svcs["producer"]["depends_on"] == {
         "kafka-init": {"condition": "service_completed_successfully", "required": True}

@@ -23,6 +23,7 @@ from streamlit.testing.v1 import AppTest
 from common.alerts import LiveAlert
 from common.settings import KafkaSettings
 from dashboard import live_alerts, ui
+from dashboard import pages as dashboard_pages
 from processor.settings import ProcessorSettings
 from producer.settings import SCENARIOS, ProducerSettings
 from tests.browser.seed import (
@@ -36,13 +37,7 @@ from tests.browser.seed import (
 
 pytestmark = pytest.mark.usefixtures("streamlit_components_scanned_once")
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
-PAGES = (
-    "views/overview.py",
-    "views/device.py",
-    "views/alerts.py",
-    "views/pipeline.py",
-    "views/loadtest.py",
-)
+PAGES = tuple(page[0] for page in dashboard_pages.PAGES)
 LABELS = {
     "temperature_c": "Avg Temperature (°C)",
     "humidity_pct": "Avg Humidity (%)",

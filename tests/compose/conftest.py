@@ -1,0 +1,48 @@
+"""The compose tests' fixtures: the engine and stand-ins (``engine.prepare``), and the stack.
+
+Every test under ``tests/compose`` is marked ``compose`` (``make test-compose``; not in
+``make test``). The stack is brought up once per module, with ports chosen free, and
+brought down with its volumes at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from common.paths import PROJECT_ROOT
+from tests.compose import engine
+from tests.compose.stack import Stack, free_port
+
+ARTIFACTS = PROJECT_ROOT / "artifacts" / "compose"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test in this folder ``compose`` (and ``slow``)."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.compose)
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[engine.Engine]:
+    """A Docker engine with Compose and the stand-in images; stopped after if started here."""
+    started = time.monotonic()
+    running = engine.prepare()
+    print(f"\n[compose-test] engine and stand-ins ready in {time.monotonic() - started:.0f} s")
+    yield running
+    running.stop()
+
+
+def new_stack(project: str, **env: str) -> Stack:
+    """A compose project on free host ports, logging its commands under artifacts/compose."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = ARTIFACTS / f"{project}.log"
+    log.write_text("")
+    ports = {"KAFKA_HOST_PORT": str(free_port()), "DASHBOARD_PORT": str(free_port())}
+    return Stack(project=project, env=ports | env, log=log)

@@ -1,0 +1,35 @@
+"""dashboard.health: every page rendered by AppTest; a page's error makes it unhealthy."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboard import health
+
+pytestmark = pytest.mark.usefixtures("streamlit_components_scanned_once")
+
+
+@pytest.fixture
+def empty_lake(tmp_path, monkeypatch):
+    monkeypatch.setenv("IOT_LAKE_ROOT", str(tmp_path / "lake"))
+    monkeypatch.setenv("IOT_DASHBOARD_REPORT_PATH", str(tmp_path / "report.json"))
+    monkeypatch.setenv("IOT_DASHBOARD_LIVE_ALERTS", "false")
+
+
+def test_every_page_of_an_empty_lake_renders(empty_lake, capsys):
+    assert health.main([]) == health.HEALTHY
+    assert capsys.readouterr().out == "healthy: every page renders\n"
+
+
+def test_a_page_that_fails_makes_the_dashboard_unhealthy(empty_lake, monkeypatch, capsys):
+    monkeypatch.setenv("IOT_DASHBOARD_REFRESH_S", "-1")
+    problem = "IOT_DASHBOARD_REFRESH_S (--refresh-s): Input should be greater than 0 (got '-1')"
+    assert health.page_problems() == [f"{title}: {problem}" for _, title, _, _ in health_pages()]
+    assert health.main([]) == health.UNHEALTHY
+    assert capsys.readouterr().out == f"unhealthy: Overview: {problem} (and 4 more)\n"
+
+
+def health_pages():
+    from dashboard.pages import PAGES
+
+    return PAGES
