@@ -88,6 +88,7 @@ def write(folder: Path) -> Path:
     for path, data in files.items():
         path.write_bytes(data)
         path.chmod(0o644)
+    kafka.chmod(0o755)
     return folder / "rehearsal.env"
 
 

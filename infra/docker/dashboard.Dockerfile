@@ -28,6 +28,6 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEB
 USER 10001:10001
 EXPOSE 8501
 # Healthy when every page renders without an error (AppTest), not only when the port answers.
-HEALTHCHECK --interval=30s --timeout=60s --start-period=30s --retries=3 \
+HEALTHCHECK --interval=60s --timeout=90s --start-period=30s --retries=3 \
     CMD ["python", "-m", "dashboard.health"]
 ENTRYPOINT ["streamlit", "run", "dashboard/app.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]

@@ -39,10 +39,22 @@ def docker_engine() -> Iterator[engine.Engine]:
     running.stop()
 
 
-def new_stack(project: str, **env: str) -> Stack:
-    """A compose project on free host ports, logging its commands under artifacts/compose."""
+def new_stack(project: str, env_file: Path | None = None, files: list[Path] | None = None) -> Stack:
+    """A compose project on free host ports, logging its commands under artifacts/compose.
+
+    Args:
+        project: The compose project name.
+        env_file: The variables a user would put in ``.env`` (default: none at all).
+        files: Compose files after ``docker-compose.yml``.
+    """
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log = ARTIFACTS / f"{project}.log"
     log.write_text("")
-    ports = {"KAFKA_HOST_PORT": str(free_port()), "DASHBOARD_PORT": str(free_port())}
-    return Stack(project=project, env=ports | env, log=log)
+    if env_file is None:
+        env_file = ARTIFACTS / f"{project}.env"
+        env_file.write_text("# no variables: the compose file's defaults\n")
+    ports = {
+        name: str(free_port())
+        for name in ("KAFKA_HOST_PORT", "DASHBOARD_PORT", "EH_DASHBOARD_PORT")
+    }
+    return Stack(project=project, env=ports, env_file=env_file, files=files or [], log=log)

@@ -6,11 +6,13 @@
   ``Engine`` that started it.
 * Docker Compose v2 built from source through the Go module proxy when ``docker compose``
   is missing, installed as the user's CLI plugin.
-* Stand-ins for the public images the Dockerfiles and the compose file name (this machine
-  reaches no image registry): a debootstrapped Debian bookworm with this machine's trusted
-  certificates (``standins/base``), and on it ``standins/python`` and ``standins/kafka``.
-  A stand-in is built only when no image of that name exists or when it is an older
-  stand-in (a label holds the hash of what built it): a real image is never replaced.
+* The public images the Dockerfiles and the compose file name: pulled when a registry
+  answers; where none does (this machine), stand-ins built locally: a debootstrapped
+  Debian bookworm with this machine's trusted certificates (``standins/base``), and on it
+  ``standins/python`` and ``standins/kafka``. A stand-in is rebuilt when what built it
+  changed (a label, ``STANDIN_LABEL``, holds its hash); a real image is never replaced.
+  ``docker image ls --filter label=io.iotpulse.standin`` lists the stand-ins, and
+  removing them lets a later ``docker compose build`` pull the real images.
 
 The image names come from the project's own files (the ``FROM`` lines of
 ``infra/docker/*.Dockerfile`` and the ``image:`` lines of ``docker-compose.yml``), so the
@@ -19,11 +21,13 @@ stand-ins follow a version bump there.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -132,14 +136,15 @@ class Engine:
             time.sleep(1)
 
     def stop(self) -> None:
-        """Stop the daemon if this object started it."""
+        """Stop the daemon if this object started it (and, if it hangs, its whole group)."""
         if self._proc is None:
             return
         self._proc.terminate()
         try:
             self._proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            self._proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)  # containerd and its shims too
             self._proc.wait()
         self._proc = None
 
@@ -210,16 +215,20 @@ def _inputs_hash(*paths: Path, extra: str = "") -> str:
     for root in paths:
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for path in files:
-            digest.update(path.name.encode() + path.read_bytes())
+            name = path.name if path == root else str(path.relative_to(root))
+            digest.update(f"{name}:{path.stat().st_mode & 0o777:o}:".encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def _needs_build(name: str, digest: str, say: Say) -> bool:
-    label = _image_label(name)
-    if label == "":
-        say(f"{name}: a real image is present; using it")
-        return False
-    return label != digest
+def _pulled(name: str, say: Say) -> bool:
+    """Whether ``docker pull`` fetched ``name`` (False at once where no registry answers)."""
+    proc = subprocess.run(
+        ["docker", "pull", "--quiet", name], capture_output=True, text=True, timeout=900,
+        check=False,
+    )  # fmt: skip
+    if proc.returncode == 0:
+        say(f"pulled {name}")
+    return proc.returncode == 0
 
 
 def _split_certificates(bundle: Path, folder: Path) -> int:
@@ -236,7 +245,7 @@ def _split_certificates(bundle: Path, folder: Path) -> int:
 def ensure_base(say: Say = _say) -> str:
     """The debootstrapped Debian bookworm base with this machine's certificates."""
     digest = _inputs_hash(STANDINS / "base", HOST_CA_BUNDLE)
-    if not _needs_build(BASE_IMAGE, digest, say):
+    if _image_label(BASE_IMAGE) == digest:
         return BASE_IMAGE
     rootfs_image = f"{BASE_IMAGE}-rootfs"
     work = state_dir() / "compose"
@@ -254,14 +263,11 @@ def ensure_base(say: Say = _say) -> str:
                 for path in (rootfs / cache).glob("*"):
                     if path.is_file():
                         path.unlink()
-            tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-            run_import = subprocess.run(
-                ["docker", "import", "-", rootfs_image], stdin=tar.stdout, capture_output=True
-            )
-            tar.wait()
-            if run_import.returncode != 0 or tar.returncode != 0:
-                raise SetupError(f"docker import failed: {run_import.stderr.decode()[-500:]}")
+            archive = Path(tmp) / "rootfs.tar"
+            run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], timeout=600)
             shutil.rmtree(rootfs, ignore_errors=True)
+            run(["docker", "import", str(archive), rootfs_image], timeout=600)
+            archive.unlink()
         context = Path(tmp) / "context"
         count = _split_certificates(HOST_CA_BUNDLE, context / "certs")
         shutil.copy(STANDINS / "base" / "Dockerfile", context / "Dockerfile")
@@ -280,16 +286,19 @@ def _build(name: str, context: Path, dockerfile: Path, digest: str, args: dict) 
 
 
 def ensure_standins(say: Say = _say) -> dict[str, str]:
-    """Build the stand-ins of the public images the project names; return them by kind."""
+    """Pull the public images the project names, or build stand-ins; return them by kind."""
     images = public_images()
+    wanted = {kind: name for kind, name in images.items() if _image_label(name) != ""}
+    if not wanted or all(_pulled(name, say) for name in wanted.values()):
+        return images
     base = ensure_base(say)
     base_id = run(["docker", "image", "inspect", base, "--format", "{{.Id}}"]).strip()
-    for kind, name in images.items():
+    for kind, name in wanted.items():
         context = STANDINS / kind
         version = name.rsplit(":", 1)[1]
         args = {"BASE": base} | ({"KAFKA_VERSION": version} if kind == "kafka" else {})
         digest = _inputs_hash(context, extra=base_id + version)
-        if not _needs_build(name, digest, say):
+        if _image_label(name) == digest:
             continue
         say(f"building the stand-in {name} ...")
         started = time.monotonic()

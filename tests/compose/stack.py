@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -23,6 +24,9 @@ from common.paths import PROJECT_ROOT
 # How long a fresh stack may take to be healthy: the processor starts two Spark
 # applications, and its healthcheck waits for the first committed micro-batch.
 HEALTHY_TIMEOUT_S = 600.0
+# Variables of the caller's shell that would change the project under test.
+CALLER_VARIABLES = re.compile(r"^(COMPOSE_|DOCKER_DEFAULT_PLATFORM$|DEMO_|EH_|IOT_)")
+SECRET_VALUE = re.compile(r"(CONNECTION_STRING=)\S+")
 
 
 def free_port() -> int:
@@ -50,27 +54,32 @@ class Stack:
 
     project: str
     env: dict[str, str]
+    env_file: Path
     files: list[Path] = field(default_factory=list)
-    env_file: Path | None = None
     log: Path | None = None
 
     def compose(self, *args: str, timeout: float = 1800, check: bool = True) -> str:
-        """``docker compose ARGS`` for this project; its output (stdout and stderr)."""
-        cmd = ["docker", "compose", "-p", self.project]
-        if self.env_file is not None:
-            cmd += ["--env-file", str(self.env_file)]
-        for path in [PROJECT_ROOT / "docker-compose.yml", *self.files] if self.files else []:
+        """``docker compose ARGS`` for this project; its output (stdout and stderr).
+
+        The compose files are named (no ``docker-compose.override.yml``), the variables
+        come from ``env_file`` (not a developer's ``.env``) and ``env``, and none of the
+        caller's own ``COMPOSE_*``, ``DEMO_*``, ``EH_*`` or ``IOT_*`` reach it.
+        """
+        cmd = ["docker", "compose", "-p", self.project, "--env-file", str(self.env_file)]
+        for path in [PROJECT_ROOT / "docker-compose.yml", *self.files]:
             cmd += ["-f", str(path)]
+        env = {k: v for k, v in os.environ.items() if not CALLER_VARIABLES.match(k)}
         proc = subprocess.run(
-            [*cmd, *args], cwd=PROJECT_ROOT, env=os.environ | self.env, capture_output=True,
+            [*cmd, *args], cwd=PROJECT_ROOT, env=env | self.env, capture_output=True,
             text=True, timeout=timeout, check=False,
         )  # fmt: skip
         output = proc.stdout + proc.stderr
+        shown = SECRET_VALUE.sub(r"\1<hidden>", " ".join(args))
         if self.log is not None:
             with self.log.open("a") as fh:
-                fh.write(f"$ docker compose {' '.join(args)}\n{output}\n")
+                fh.write(f"$ docker compose {shown}\n{output}\n")
         if check and proc.returncode != 0:
-            raise AssertionError(f"docker compose {' '.join(args)} failed:\n{output[-3000:]}")
+            raise AssertionError(f"docker compose {shown} failed:\n{output[-3000:]}")
         return output
 
     def states(self) -> dict[str, dict]:
@@ -80,37 +89,53 @@ class Stack:
         rows = [row for row in rows if "com.docker.compose.oneoff=True" not in row["Labels"]]
         return {
             row["Service"]: {"state": row["State"], "health": row.get("Health", ""),
-                             "exit_code": row.get("ExitCode"), "name": row["Name"]}
+                             "exit_code": row.get("ExitCode"), "name": row["Name"],
+                             "status": row.get("Status", "")}
             for row in rows
         }  # fmt: skip
 
     def wait_healthy(self, services: dict[str, str], timeout_s: float = HEALTHY_TIMEOUT_S) -> float:
         """Wait until each service is in its wanted state; return the seconds it took.
 
+        Fails at once, with the service's last log lines, when one is restarting, unhealthy
+        or exited other than as wanted.
+
         Args:
             services: ``"healthy"``, ``"running"`` or ``"exited 0"`` per service.
             timeout_s: The longest wait.
         """
         started = time.monotonic()
+        seen: dict[str, dict] = {}
+
+        def failed(name: str, why: str) -> AssertionError:
+            logs = self.compose("logs", "--no-color", "--tail", "60", name, check=False)
+            return AssertionError(f"{name} {why} ({seen[name]['status']}):\n{logs[-3000:]}")
 
         def reached() -> bool:
-            states = self.states()
+            seen.clear()
+            seen.update(self.states())
+            done = True
             for name, wanted in services.items():
-                got = states.get(name, {})
-                if got.get("state") == "exited" and wanted != "exited 0":
-                    raise AssertionError(f"{name} exited:\n{self.compose('logs', name)[-3000:]}")
-                if wanted == "healthy" and got.get("health") != "healthy":
-                    return False
-                if wanted == "running" and got.get("state") != "running":
-                    return False
-                if wanted == "exited 0" and (got.get("state"), got.get("exit_code")) != (
-                    "exited",
-                    0,
-                ):
-                    return False
-            return True
+                got = seen.setdefault(name, {"state": "missing", "status": "no container"})
+                state, health = got["state"], got.get("health")
+                if state == "restarting" or health == "unhealthy":
+                    raise failed(name, "is failing")
+                if state == "exited" and (wanted != "exited 0" or got.get("exit_code") != 0):
+                    raise failed(name, "exited")
+                done &= {
+                    "healthy": health == "healthy",
+                    "running": state == "running",
+                    "exited 0": state == "exited",
+                }[wanted]
+            return done
 
-        wait_for(reached, timeout_s, f"{services}")
+        try:
+            wait_for(reached, timeout_s, f"{services}")
+        except AssertionError as exc:
+            if "timed out" not in str(exc):
+                raise
+            states = {name: seen.get(name, {}).get("status") for name in services}
+            raise AssertionError(f"{exc}; last seen: {states}") from None
         return time.monotonic() - started
 
     def volume(self, name: str) -> Path:

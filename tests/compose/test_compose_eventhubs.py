@@ -44,8 +44,7 @@ def rehearsal(docker_engine, tmp_path_factory) -> Iterator[tuple[Stack, str]]:
     folder = tmp_path_factory.mktemp("compose-rehearsal")
     env_file = compose_rehearsal.write(folder)
     secret = compose_rehearsal.connection_string_in(env_file)
-    stack = new_stack("iotpulse-compose-rehearsal")
-    stack.files, stack.env_file = [compose_rehearsal.OVERRIDE], env_file
+    stack = new_stack("iotpulse-compose-rehearsal", env_file, [compose_rehearsal.OVERRIDE])
     stack.compose("down", "-v", "--remove-orphans")
     stack.compose("--profile", "eventhubs", "up", "-d", "--build", *compose_rehearsal.SERVICES)
     try:
