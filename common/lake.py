@@ -68,6 +68,13 @@ LOCAL_DISK_SPARK_CONF = {
 }
 
 
+# Stated on every table the processor creates, so that a cluster's own defaults cannot
+# give a table a feature its readers (the dashboard and `loadtest verify`, through
+# delta-rs) cannot read: Databricks workspaces often turn deletion vectors on for new
+# tables (spark.databricks.delta.properties.defaults.enableDeletionVectors).
+READER_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+
+
 def lake_scheme(root: str) -> str:
     """The URI scheme of a lake root, lower case; ``""`` for a local folder.
 

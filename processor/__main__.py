@@ -28,6 +28,7 @@ from processor.pipeline import (
     write_devices,
 )
 from processor.preflight import check_kafka, check_lake_root, check_lake_store
+from processor.readers import TableUnreadableError
 from processor.session import ConnectorJarsMissingError, build_session, quiet_console
 from processor.settings import ProcessorSettings
 from processor.sinks import (
@@ -303,7 +304,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except cli.CliError as exc:
         return cli.fail(exc)
-    except (ConnectorJarsMissingError, TableSchemaError, CheckpointSourcesError) as exc:
+    except (
+        ConnectorJarsMissingError,
+        TableSchemaError,
+        TableUnreadableError,
+        CheckpointSourcesError,
+    ) as exc:
         return cli.error(str(exc))
 
 

@@ -60,7 +60,7 @@ from pyspark.sql.types import (
 )
 
 from common.fleet import build_fleet
-from common.lake import Query, Table
+from common.lake import READER_TABLE_PROPERTIES, Query, Table
 from common.settings import LakeSettings
 from processor import evolution, realtime, sinks, sources, transforms
 from processor.detector import DetectorConfig
@@ -150,7 +150,7 @@ def write_devices(spark: SparkSession, settings: ProcessorSettings, path: str) -
     """
     devices_frame(spark, settings).write.format("delta").mode("overwrite").option(
         "overwriteSchema", "true"
-    ).save(path)
+    ).options(**READER_TABLE_PROPERTIES).save(path)
 
 
 def silver_frame(bronze: DataFrame, devices: DataFrame, watermark: str) -> DataFrame:
@@ -236,7 +236,11 @@ def ensure_tables(
         "schema_drift": transforms.field_drift(silver),
     }
     paths = tables.all()
-    return {name: sinks.ensure_table(spark, paths[name], empty) for name, empty in empties.items()}
+    options = settings.lake.storage_options()
+    return {
+        name: sinks.ensure_table(spark, paths[name], empty, options)
+        for name, empty in empties.items()
+    }
 
 
 def prepare_lake(

@@ -38,6 +38,8 @@ from pyspark.util import inheritable_thread_target
 
 from common.cli import local_path
 from common.delta_table import open_delta_table
+from common.lake import READER_TABLE_PROPERTIES
+from processor.readers import check_readable
 from processor.settings import ProcessorSettings
 
 log = logging.getLogger("iot_pulse.processor")
@@ -87,21 +89,38 @@ class TableChange:
     unwritten: tuple[str, ...] = ()
 
 
-def ensure_table(spark: SparkSession, path: str, empty: DataFrame) -> TableChange:
+def ensure_table(
+    spark: SparkSession,
+    path: str,
+    empty: DataFrame,
+    storage_options: Mapping[str, str] | None = None,
+) -> TableChange:
     """Create an empty Delta table with ``empty``'s schema unless one exists at ``path``.
 
-    An existing table is matched by column name: the columns it lacks are added (at the
-    end, null in its rows so far), so that a contract that gained a field or a metric
-    keeps the lake and the checkpoints; Delta appends and MERGEs match by name too.
-    Columns it has and the query no longer writes stay, null in new rows.
+    A new table gets ``READER_TABLE_PROPERTIES`` (what the readers need, whatever the
+    cluster's defaults). An existing one must be readable by the readers
+    (``readers.check_readable``), and is matched by column name: the columns it lacks
+    are added (at the end, null in its rows so far), so that a contract that gained a
+    field or a metric keeps the lake and the checkpoints; Delta appends and MERGEs match
+    by name too. Columns it has and the query no longer writes stay, null in new rows.
+
+    Args:
+        spark: The session.
+        path: The table's location.
+        empty: A frame with the schema the query writes.
+        storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
 
     Raises:
         TableSchemaError: a column has another type than the query writes (a breaking
             change: see the README's "Changing the schema").
+        TableUnreadableError: the table uses a feature the readers cannot read.
     """
     if not DeltaTable.isDeltaTable(spark, path):
-        empty.limit(0).write.format("delta").mode("ignore").save(path)
+        empty.limit(0).write.format("delta").mode("ignore").options(**READER_TABLE_PROPERTIES).save(
+            path
+        )
         return TableChange()
+    check_readable(path, storage_options)
     have = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
     if retyped := [
         f"{f.name} ({have[f.name].simpleString()} -> {f.dataType.simpleString()})"
