@@ -29,6 +29,30 @@ def test_a_page_that_fails_makes_the_dashboard_unhealthy(empty_lake, monkeypatch
     assert capsys.readouterr().out == f"unhealthy: Overview: {problem} (and 4 more)\n"
 
 
+def test_one_failing_page_is_named(tmp_path, monkeypatch, capsys):
+    from dashboard import data
+    from tests.browser.seed import AS_OF, seed_lake
+
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    seed_lake(lake)
+    monkeypatch.setenv("IOT_LAKE_ROOT", str(lake))
+    monkeypatch.setenv("IOT_DASHBOARD_AS_OF", AS_OF.isoformat())
+    monkeypatch.setenv("IOT_DASHBOARD_REPORT_PATH", str(tmp_path / "report.json"))
+    monkeypatch.setenv("IOT_DASHBOARD_LIVE_ALERTS", "false")
+    assert health.page_problems() == []
+
+    def broken(frame):
+        raise RuntimeError("query health could not be computed")
+
+    monkeypatch.setattr(data, "query_health", broken)
+    assert health.page_problems() == ["Pipeline health: query health could not be computed"]
+    assert health.main([]) == health.UNHEALTHY
+    assert capsys.readouterr().out == (
+        "unhealthy: Pipeline health: query health could not be computed\n"
+    )
+
+
 def health_pages():
     from dashboard.pages import PAGES
 
