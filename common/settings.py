@@ -412,6 +412,14 @@ class KafkaSettings(Settings):
 
     @model_validator(mode="after")
     def _derive_bootstrap(self) -> KafkaSettings:
+        # A setting that only one auth mode uses is refused under another, never ignored.
+        for field, mode in (("connection_string", "connection_string"), ("entra_scope", "entra")):
+            if getattr(self, field) and self.auth != mode:
+                raise ValueError(
+                    f"{self.env_name(field)} is set, but {self.env_name('auth')} is "
+                    f"{self.auth}, which does not use it: set {self.env_name('auth')}={mode}, "
+                    f"or unset {self.env_name(field)}"
+                )
         if self.auth == "connection_string" and self.connection_string is None:
             raise ValueError(
                 "auth=connection_string needs a connection string: set "

@@ -377,3 +377,34 @@ def test_a_child_app_gets_the_flags_that_were_given_and_only_those(clean_env):
     flags = ["--no-log-progress", "--kafka-topic", "run", "--lake-root", "/x"]
     assert cli.given_flags(parser, args) == flags
     assert vars(parser.parse_args(["realtime", *flags])) == vars(args) | {"command": "realtime"}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"IOT_KAFKA_CONNECTION_STRING": "Endpoint=sb://ns.servicebus.windows.net/;"
+             "SharedAccessKeyName=k;SharedAccessKey=c2VjcmV0c2VjcmV0"},
+            "IOT_KAFKA_CONNECTION_STRING is set, but IOT_KAFKA_AUTH is none, which does not use "
+            "it: set IOT_KAFKA_AUTH=connection_string, or unset IOT_KAFKA_CONNECTION_STRING",
+        ),
+        (
+            {"IOT_KAFKA_AUTH": "connection_string", "IOT_KAFKA_CONNECTION_STRING":
+             "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=a2V5",
+             "IOT_KAFKA_ENTRA_SCOPE": "https://ns.servicebus.windows.net/.default"},
+            "IOT_KAFKA_ENTRA_SCOPE is set, but IOT_KAFKA_AUTH is connection_string, which does "
+            "not use it: set IOT_KAFKA_AUTH=entra, or unset IOT_KAFKA_ENTRA_SCOPE",
+        ),
+    ],
+)  # fmt: skip
+def test_a_setting_the_auth_mode_does_not_use_is_refused_naming_both(
+    env, message, clean_env, monkeypatch, run_cli
+):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SettingsError) as refused:
+        load_settings(KafkaSettings)
+    assert str(refused.value) == f"[kafka] {message}"
+    done = run_cli("producer", "--count", "10", home=clean_env / "home", cwd=clean_env, env=env)
+    assert (done.code, done.err) == (2, f"error: invalid settings: [kafka] {message}\n")
+    assert "c2VjcmV0" not in done.err + done.out
