@@ -23,7 +23,7 @@ HEALTHY, UNHEALTHY = 0, 1
 
 
 def page_problems(timeout_s: float = RENDER_TIMEOUT_S) -> list[str]:
-    """Render every page; return one line per exception or error box, "" for none.
+    """Render every page; return one line per exception or error box (none: healthy).
 
     Args:
         timeout_s: Seconds each page may take to render.

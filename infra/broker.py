@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from common import cli
+from common.kafka import EVENTHUBS_USERNAME
 from infra import daemons
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import state_dir
@@ -61,7 +62,6 @@ STORAGE_TOOL = "kafka.tools.StorageTool"
 NODE_ID = 1
 BIND_HOST = "127.0.0.1"
 SASL_SSL_HOST = "localhost"
-EVENT_HUBS_USERNAME = "$ConnectionString"
 SAS_KEY_NAME = "RootManageSharedAccessKey"
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
@@ -454,7 +454,7 @@ def _new_cluster_id() -> str:
 def _server_properties(layout: _Layout, ports: Ports, tls: TlsFiles, connection_string: str) -> str:
     plain_jaas = (
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
-        f'user_{EVENT_HUBS_USERNAME}="{connection_string}";'
+        f'user_{EVENTHUBS_USERNAME}="{connection_string}";'
     )
     oauth_jaas = (
         "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
@@ -705,7 +705,7 @@ def describe(info: BrokerInfo) -> str:
         [
             f"running (pid {info.pid}), data dir {info.data_dir}",
             f"  PLAINTEXT   {info.plaintext}",
-            f"  SASL_SSL    {info.sasl_ssl}  (PLAIN user {EVENT_HUBS_USERNAME}, "
+            f"  SASL_SSL    {info.sasl_ssl}  (PLAIN user {EVENTHUBS_USERNAME}, "
             "or OAUTHBEARER with unsigned JWTs)",
             f"  controller  {BIND_HOST}:{info.controller_port}",
             f"  CA file                {info.ca_file}",

@@ -28,13 +28,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
+from common.kafka import EVENTHUBS_USERNAME
+from common.settings import KafkaSettings
 from infra.paths import PROJECT_ROOT, state_dir
 from infra.tls import ensure_tls
 
 OVERRIDE = PROJECT_ROOT / "infra" / "docker" / "eventhubs-rehearsal.yml"
 BROKER_HOST, SASL_SSL_PORT = "kafka", 9094
-TOPIC, ALERTS_TOPIC = "iot-events", "iot-alerts"  # what kafka-init creates by default
-EVENT_HUBS_USERNAME = "$ConnectionString"
+# The services' default topics, which kafka-init creates by default too.
+TOPIC = str(KafkaSettings.model_fields["topic"].default)
+ALERTS_TOPIC = str(KafkaSettings.model_fields["alerts_topic"].default)
 SERVICES = ("eh-producer", "eh-processor", "eh-dashboard")
 CONNECTION_STRING_VAR = "IOT_KAFKA_CONNECTION_STRING"
 
@@ -71,7 +74,7 @@ def write(folder: Path) -> Path:
     value = connection_string(base64.b64encode(secrets.token_bytes(32)).decode("ascii"))
     jaas = (
         "KafkaServer {\n  org.apache.kafka.common.security.plain.PlainLoginModule required\n"
-        f'  user_{EVENT_HUBS_USERNAME}="{value}";\n}};\n'
+        f'  user_{EVENTHUBS_USERNAME}="{value}";\n}};\n'
     )
     files = {
         kafka / "server.p12": keystore,
