@@ -66,7 +66,7 @@ def main() -> None:
         event_class = "StreamingQueryListener$QueryProgressEvent"
         jevent = getattr(jvm.org.apache.spark.sql.streaming, event_class)(jprogress)
         jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
-        listener = MetricsListener(f"{work}/lake/ops/pipeline_metrics", flush_s=3600)
+        listener = MetricsListener(spark, f"{work}/lake/ops/pipeline_metrics", flush_s=3600)
         wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
         adaptors = {
             "pyspark": wrapper(JStreamingQueryListener(listener)),

@@ -685,8 +685,8 @@ class LakeSettings(Settings):
         if not self.on_s3:
             return {}
         s3a = "spark.hadoop.fs.s3a."
-        # Delta's default for s3 and s3a, said here: commits are safe with one writing driver.
-        conf = {"spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore"}
+        # The log store is Delta's default for s3a:// (S3SingleDriverLogStore).
+        conf: dict[str, str] = {}
         if self.s3_endpoint:
             conf[s3a + "endpoint"] = self.s3_endpoint
             conf[s3a + "connection.ssl.enabled"] = str(self._tls).lower()

@@ -553,11 +553,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="print the connector jars, comma-separated, for --jars (with S3A when "
         f"{LakeSettings.env_name('root')} is on S3)",
     )
-    sub.add_parser(
-        "driver-options",
-        help="print the driver JVM's options (the collector and JIT settings a local run "
-        "gets), for --driver-java-options",
-    )
     package_p = sub.add_parser("package", parents=[common], help="zip the code for --py-files")
     package_p.add_argument(
         "--out", type=Path, default=None,
@@ -609,15 +604,6 @@ def _cmd_jars(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_driver_options(args: argparse.Namespace) -> int:
-    del args
-    # spark-submit starts the driver's JVM before the processor's session is built.
-    from processor.session import DRIVER_JVM_OPTIONS
-
-    print(" ".join(DRIVER_JVM_OPTIONS))
-    return 0
-
-
 def _cmd_package(args: argparse.Namespace) -> int:
     out = args.out or (_Layout(args.data_dir or default_data_dir()).root / APP_ZIP)
     print(package(out))
@@ -642,7 +628,6 @@ def main(argv: list[str] | None = None) -> int:
         "status": _cmd_status,
         "url": _cmd_url,
         "jars": _cmd_jars,
-        "driver-options": _cmd_driver_options,
         "package": _cmd_package,
     }
     try:

@@ -13,6 +13,7 @@ from common import cli
 from common.lake import Query
 from common.settings import add_settings_arguments, load_settings
 from processor import health, realtime_app
+from processor.checkpoints import CheckpointSourcesError
 from processor.evolution import REBUILDS
 from processor.lifecycle import ChildApp, StopSignal, say, wait_for_stop
 from processor.metrics import DRAIN_TIMEOUT_S, MetricsListener
@@ -28,16 +29,12 @@ from processor.pipeline import (
     write_devices,
 )
 from processor.preflight import check_kafka, check_lake_root, check_lake_store
+from processor.queries import tier_interval
 from processor.readers import TableUnreadableError
 from processor.session import ConnectorJarsMissingError, build_session, quiet_console
 from processor.settings import ProcessorSettings
-from processor.sinks import (
-    BatchInterruptedError,
-    CheckpointSourcesError,
-    TableSchemaError,
-    stop_queries,
-    tier_interval,
-)
+from processor.stopping import BatchInterruptedError, stop_queries
+from processor.tables import TableSchemaError
 
 log = logging.getLogger("iot_pulse.processor")
 EPILOG = (
@@ -181,10 +178,10 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
     spark = _session(settings)
     stop.install()  # again: the SparkContext replaced the SIGINT handler
     listener = MetricsListener(
+        spark,
         Tables.under(settings.lake).pipeline_metrics,
         settings.metrics_flush_s,
         log=settings.log_progress,
-        storage_options=settings.lake.storage_options(),
     )
     spark.streams.addListener(listener)
     if settings.trigger == "available_now":

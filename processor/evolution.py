@@ -1,7 +1,7 @@
 """Schema changes on a lake that already holds data: what applies in place, what rebuilds.
 
 A field or a metric added to the contract applies in place: every table gains its
-column (``sinks.ensure_table``) and the queries resume on their checkpoints, except
+column (``tables.ensure_table``) and the queries resume on their checkpoints, except
 those whose checkpointed *state* holds per-column aggregates (Spark cannot resume
 them on a state with another shape), and those whose rows add up all their input
 (a column they gained would miss what came before). Such a query is rebuilt: its checkpoint goes,
@@ -20,7 +20,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.lake import Query
-from processor.sinks import TableChange
+from processor.tables import TableChange
 
 log = logging.getLogger("iot_pulse.processor")
 

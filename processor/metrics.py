@@ -2,8 +2,8 @@
 
 A ``StreamingQueryListener`` turns each progress event into one row
 (``progress_row``, pure) and queues it; a background thread appends the queue
-to the Delta table every few seconds (delta-rs: no Spark job), so the listener
-never blocks the queries.
+to the Delta table every few seconds (in the background scheduler pool), so the
+listener never blocks the queries.
 """
 
 from __future__ import annotations
@@ -12,20 +12,19 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
-from deltalake import write_deltalake
-from deltalake.exceptions import TableNotFoundError
 from py4j.java_gateway import JavaObject
 from pyspark import SparkContext
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from common.cli import first_line, full_trace_hint
-from common.delta_table import open_delta_table
+from common.lake import READER_TABLE_PROPERTIES
 from processor.lifecycle import say
+from processor.session import BACKGROUND_POOL
 
 log = logging.getLogger("iot_pulse.processor")
 # How long closing waits for a metrics write in progress (before its own last write).
@@ -44,7 +43,7 @@ METRICS_SCHEMA = (
 def _ts(text: str | None) -> datetime | None:
     if not text:
         return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).replace(tzinfo=None)
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
 def progress_row(progress: dict[str, Any]) -> dict[str, Any]:
@@ -105,39 +104,20 @@ def progress_line(progress: dict[str, Any]) -> str:
     )
 
 
-def append_metrics(
-    rows: list[dict[str, Any]],
-    path: str,
-    storage_options: Mapping[str, str] | None = None,
-    schema: pa.Schema | None = None,
-) -> pa.Schema:
-    """Append ``progress_row`` rows to ``ops/pipeline_metrics`` with delta-rs.
+def append_metrics(spark: SparkSession, rows: list[dict[str, Any]], path: str) -> None:
+    """Append ``progress_row`` rows to ``ops/pipeline_metrics`` with Spark's writer.
+
+    A table deleted meanwhile (to clear the pipeline's history) is created anew.
 
     Args:
-        rows: The rows (``METRICS_SCHEMA``'s columns; times naive UTC).
+        spark: The session.
+        rows: The rows (``METRICS_SCHEMA``'s columns; times UTC-aware).
         path: Location of the table (``ensure_tables`` created it).
-        storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
-        schema: The table's schema from an earlier append: a table deleted since (to
-            clear the pipeline's history) is created anew with it.
-
-    Returns:
-        The table's schema, for the next append.
-
-    Raises:
-        deltalake.exceptions.TableNotFoundError: there is no table and no ``schema``.
     """
-    try:
-        table = open_delta_table(path, storage_options)
-    except TableNotFoundError:
-        if schema is None:
-            raise
-        rows_table = pa.Table.from_pylist(rows, schema=schema)
-        write_deltalake(path, rows_table, storage_options=dict(storage_options or {}))
-        say(f"{path} was gone: created it anew with these rows")
-        return schema
-    schema = pa.schema(table.schema().to_arrow())
-    write_deltalake(table, pa.Table.from_pylist(rows, schema=schema), mode="append")
-    return schema
+    # In the flushing thread: its jobs take the background queries' share.
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
+    frame = spark.createDataFrame(rows, METRICS_SCHEMA)
+    frame.write.format("delta").mode("append").options(**READER_TABLE_PROPERTIES).save(path)
 
 
 def _say_failure(what: str, exc: Exception) -> None:
@@ -207,24 +187,23 @@ class MetricsListener(StreamingQueryListener):
 
     def __init__(
         self,
+        spark: SparkSession,
         path: str,
         flush_s: float = 10.0,
         log: bool = False,
-        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         """Start the flusher thread.
 
         Args:
+            spark: The session that writes the rows.
             path: Location of ``ops/pipeline_metrics``.
             flush_s: Seconds between appends.
             log: Also print a line per micro-batch (``progress_line``) to stderr.
-            storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
         """
         self._log = log
         self._path = path
-        self._storage_options = dict(storage_options or {})
+        self._spark = spark
         self._rows: list[dict[str, Any]] = []
-        self._schema: pa.Schema | None = None  # the table's, once an append read it
         self._lock = threading.Lock()
         # Run ids of the queries seen starting and not yet seen ending.
         self._running: set[str] = set()
@@ -298,7 +277,7 @@ class MetricsListener(StreamingQueryListener):
             rows, self._rows = self._rows, []
         if not rows:
             return 0
-        self._schema = append_metrics(rows, self._path, self._storage_options, self._schema)
+        append_metrics(self._spark, rows, self._path)
         return len(rows)
 
     def _loop(self) -> None:

@@ -1,31 +1,27 @@
 """Wire sources, transforms and sinks into the streaming queries.
 
-Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``):
+Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``), each
+writing in ``foreachBatch`` with Spark's Delta writer, once per micro-batch
+(``processor.writes``):
 
 =====================  ==========================================  =========================
 query                  reads -> writes                             how
 =====================  ==========================================  =========================
-silver                 Kafka / files (or bronze) ->                foreachBatch: tagged appends
-                       silver/events, silver/quarantine,           (silver's by delta-rs, with a
-                       gold/device_1m, ops/schema_drift            txn), after a txn MERGE
-                                                                   (delta-rs) that adds the
-                                                                   batch's windows
-bronze                 Kafka / files / rate -> bronze/events       foreachBatch: tagged append
-                                                                   (delta-rs)
-device_status          silver (+ gold/device_1m) ->                foreachBatch: txn MERGE
-                       gold/device_status, gold/fleet_summary,     (delta-rs), then the summary of
-                       gold/site_type_10m                          its rows (a txn overwrite,
-                                                                   delta-rs), and the batch's
-                                                                   sliding windows rolled up from
-                                                                   device_1m (a MERGE, delta-rs)
-gold_device_sessions   silver -> gold/device_sessions              append (final sessions;
-                                                                   delta-rs)
-alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, tagged appends
-                                                                   (delta-rs)
-alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, append
-                                                                   (delta-rs)
-alerts_rt              alerts topic -> gold/alerts_rt              foreachBatch: insert-only MERGE
-                                                                   (delta-rs)
+silver                 Kafka / files (or bronze) ->                a txn MERGE that adds the
+                       silver/events, silver/quarantine,           batch's windows, then txn
+                       gold/device_1m, ops/schema_drift            appends
+bronze                 Kafka / files / rate -> bronze/events       txn append
+device_status          silver (+ gold/device_1m) ->                a txn MERGE, the summary of
+                       gold/device_status, gold/fleet_summary,     its rows (a txn overwrite),
+                       gold/site_type_10m                          the batch's sliding windows
+                                                                   rolled up from device_1m
+                                                                   (a MERGE replacing them)
+gold_device_sessions   silver -> gold/device_sessions              txn append (final sessions)
+alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, txn
+                                                                   appends
+alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, txn
+                                                                   append
+alerts_rt              alerts topic -> gold/alerts_rt              insert-only MERGE
 =====================  ==========================================  =========================
 
 The hot path is the silver query alone (``trigger_interval``): it reads the source
@@ -47,7 +43,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import (
     BinaryType,
@@ -62,13 +60,18 @@ from pyspark.sql.types import (
 from common.fleet import build_fleet
 from common.lake import READER_TABLE_PROPERTIES, Query, Table
 from common.settings import LakeSettings
-from processor import evolution, realtime, sinks, sources, transforms
+from processor import evolution, realtime, sources, transforms, writes
+from processor.checkpoints import check_checkpoint_sources
+from processor.conflicts import retry_conflicts
 from processor.detector import DetectorConfig
 from processor.device_dimension import CachedDimension
 from processor.metrics import METRICS_SCHEMA
+from processor.queries import Tier, foreach_batch_stream, table_stream
 from processor.schema import DEVICE_SCHEMA
 from processor.session import BACKGROUND_POOL, HOT_POOL
 from processor.settings import ProcessorSettings
+from processor.stopping import stop_queries
+from processor.tables import TableChange, ensure_table
 
 KAFKA_SOURCE_SCHEMA = StructType(
     [
@@ -81,8 +84,8 @@ KAFKA_SOURCE_SCHEMA = StructType(
         StructField("timestampType", IntegerType()),
     ]
 )
-# alerts_rt's micro-batch is collected into the driver for delta-rs's MERGE: a first start
-# or a rebuild reads the topic in batches of at most this many alerts (a few hundred bytes each).
+# A first start or a rebuild of alerts_rt reads the topic in batches of at most this many
+# alerts (a few hundred bytes each).
 ALERTS_RT_MAX_OFFSETS = 100_000
 KEYS = {
     "gold_device_1m": ("device_id", "window_start"),
@@ -192,7 +195,7 @@ def detector_config(settings: ProcessorSettings) -> DetectorConfig:
 
 def ensure_tables(
     spark: SparkSession, settings: ProcessorSettings, tables: Tables
-) -> dict[str, sinks.TableChange]:
+) -> dict[str, TableChange]:
     """Create every table empty, with its schema, so that downstream streams can start.
 
     The schemas come from running the transforms on empty frames, so they cannot
@@ -202,7 +205,7 @@ def ensure_tables(
         What changed, per table (``Tables`` field name).
     """
     # The dimension is the fleet's: written anew when the contract changed its columns.
-    if not sinks.DeltaTable.isDeltaTable(spark, tables.devices) or (
+    if not DeltaTable.isDeltaTable(spark, tables.devices) or (
         sources.delta_table(spark, tables.devices).columns != DEVICE_SCHEMA.names
     ):
         write_devices(spark, settings, tables.devices)
@@ -238,8 +241,7 @@ def ensure_tables(
     paths = tables.all()
     options = settings.lake.storage_options()
     return {
-        name: sinks.ensure_table(spark, paths[name], empty, options)
-        for name, empty in empties.items()
+        name: ensure_table(spark, paths[name], empty, options) for name, empty in empties.items()
     }
 
 
@@ -299,27 +301,19 @@ def silver_reads_bronze(settings: ProcessorSettings) -> bool:
     return settings.silver_input == "bronze" or settings.source == "rate"
 
 
-def bronze_tier(settings: ProcessorSettings) -> sinks.Tier:
+def bronze_tier(settings: ProcessorSettings) -> Tier:
     """Bronze's trigger tier: the hot path when silver reads it, else its own."""
     return "hot" if silver_reads_bronze(settings) else "bronze"
 
 
 def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Source -> bronze: the raw record and where it came from, stamped and appended.
-
-    One job counts each micro-batch into the cache; up to ``sinks.RUST_APPEND_MAX_ROWS``
-    records delta-rs appends (``sinks.idempotent_append``: no Spark job to write, no
-    Spark commit), a backlog's larger batch Spark's writer.
-    """
+    """Source -> bronze: the raw record and where it came from, stamped and appended once."""
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        sinks.idempotent_append(
-            transforms.stamp_ingest(batch), t.bronze, query_id, batch_id,
-            rows_at_most=batch.count(), storage_options=s.lake.storage_options(),
-        )  # fmt: skip
+        writes.append_once(transforms.stamp_ingest(batch), t.bronze, query_id, batch_id)
 
     name = Query.BRONZE
-    return sinks.foreach_batch_stream(
+    return foreach_batch_stream(
         bronze_source(spark, s), write, s.lake.checkpoint(name), name, s, tier=bronze_tier(s)
     )
 
@@ -329,9 +323,9 @@ def write_silver_batch(
 ) -> None:
     """Write one hot micro-batch (``silver_frame``'s rows) exactly once.
 
-    Its minutes go to ``gold/device_1m`` first (delta-rs's MERGE), then its rows to silver,
-    quarantine and ``ops/schema_drift``, whichever it has rows for (silver's through
-    delta-rs too, unless the batch is a backlog's: see ``sinks.idempotent_append``).
+    Its minutes go to ``gold/device_1m`` first (a MERGE once per batch), then its rows
+    to silver, quarantine and ``ops/schema_drift``, whichever it has rows for, as
+    concurrent appends.
 
     Args:
         batch: The micro-batch, cached (it is read once per write).
@@ -340,73 +334,64 @@ def write_silver_batch(
         settings: Processor settings (the watermark).
         tables: The lake's tables.
     """
-    # One job (no LIMIT: see sinks.has_rows) says which writes the batch has rows for.
+    # One job (no LIMIT: see writes.has_rows) says which writes the batch has rows for.
     held = transforms.batch_contents(batch).collect()[0]
     events = transforms.silver_rows(batch)
-    writes: list[Callable[[], None]] = []
-    store = settings.lake.storage_options()
+    appends: list[Callable[[], object]] = []
     if held.valid:
         good = silver_out(batch)  # stamped now: processed_time is before gold's commit
         # The minutes first: whoever reads a row of silver finds it in device_1m
         # (device_status rolls the sliding windows up from there).
-        sinks.merge_rows(
-            batch.sparkSession,
-            transforms.device_minute_aggregates(events, settings.watermark).toArrow(),
+        writes.merge(
+            transforms.device_minute_aggregates(events, settings.watermark),
             tables.gold_device_1m,
             KEYS["gold_device_1m"],
+            since=("window_start", held.earliest_hour_s),
             update=transforms.combine_device_minutes(),
             txn=(f"{query_id}:device_1m", batch_id),
-            since="window_start",
-            storage_options=store,
+            nonempty=True,
         )
-        writes.append(
-            lambda: sinks.idempotent_append(
-                good,
-                tables.silver,
-                f"{query_id}:silver",
-                batch_id,
-                rows_at_most=held.valid,
-                storage_options=store,
+        appends.append(
+            lambda: writes.append_once(
+                good, tables.silver, f"{query_id}:silver", batch_id, nonempty=True
             )
         )
     if held.invalid:
         bad = quarantine_out(batch)
-        writes.append(
-            # Spark's writer: a quarantined record may be as large as Kafka allows.
-            lambda: sinks.idempotent_append(
+        appends.append(
+            lambda: writes.append_once(
                 bad, tables.quarantine, f"{query_id}:quarantine", batch_id, nonempty=True
             )
         )
     if held.drifted:
         drifted = transforms.field_drift(events)
-        writes.append(
-            lambda: sinks.idempotent_append(
+        appends.append(
+            lambda: writes.append_once(
                 drifted, tables.schema_drift, f"{query_id}:drift", batch_id, nonempty=True
             )
         )
-    sinks.run_concurrently(batch.sparkSession, *writes)
+    writes.run_concurrently(batch.sparkSession, *appends)
 
 
 def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Source (or bronze) -> silver, quarantine and the 1-minute windows, exactly once.
 
     The batch's valid events, aggregated per device and minute, are added to
-    ``gold/device_1m`` by a MERGE applied once per batch (``sinks.merge_rows``, delta-rs:
-    a few rows, where Spark's MERGE costs seconds of fixed cost), then appended to silver.
-    A batch whose events carry undeclared fields also appends what it saw to
-    ``ops/schema_drift`` (``transforms.field_drift``). The device dimension is joined
-    from a cached copy, read again when the table changes (``CachedDimension``).
+    ``gold/device_1m`` by a MERGE applied once per batch (``writes.merge``), then
+    appended to silver. A batch whose events carry undeclared fields also appends what
+    it saw to ``ops/schema_drift`` (``transforms.field_drift``). The device dimension is
+    joined from a cached copy, read again when the table changes (``CachedDimension``).
     """
     from_bronze = silver_reads_bronze(s)
     # Silver read its source twice before it read it once: such a checkpoint cannot resume.
     name = Query.SILVER
-    sinks.check_checkpoint_sources(s.lake.checkpoint(name), name, expected=1)
+    check_checkpoint_sources(s.lake.checkpoint(name), name, expected=1)
     raw = sources.delta_stream(spark, t.bronze) if from_bronze else bronze_source(spark, s)
     write = functools.partial(write_silver_batch, settings=s, tables=t)
     devices = CachedDimension(spark, t.devices, s.lake.storage_options())
     try:
         frame = silver_frame(raw, devices.frame, s.watermark)
-        query = sinks.foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
+        query = foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
     except BaseException:
         devices.release()
         raise
@@ -421,31 +406,27 @@ def _silver(spark: SparkSession, t: Tables) -> DataFrame:
 def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Silver -> the newest reading per device, the fleet summary, the sliding windows.
 
-    One read of silver for three tables: delta-rs's MERGE adds the batch to each
-    device's row (once per batch: ``transforms.combine_device_status``), then
-    ``gold/fleet_summary`` is rewritten from ``device_status``'s few rows per device
-    (``transforms.fleet_summary``, written by delta-rs: ``sinks.idempotent_overwrite``),
-    and every sliding window the batch's readings fall in is recomputed from
-    ``gold/device_1m`` (``site_windows``). Both read those tables through delta-rs
-    (``sources.small_delta_table``: Spark's reader past 200,000 rows).
+    One read of silver for three tables: a MERGE adds the batch to each device's row
+    (once per batch: ``transforms.combine_device_status``), then ``gold/fleet_summary``
+    is rewritten from ``device_status``'s row per device (``transforms.fleet_summary``,
+    ``writes.overwrite_once``), and every sliding window the batch's readings fall in is
+    recomputed from ``gold/device_1m`` (``site_windows``).
     """
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        store = s.lake.storage_options()
-        latest = transforms.latest_status(batch).toArrow()  # a row per device
-        sinks.merge_rows(
-            batch.sparkSession, latest, t.device_status, KEYS["device_status"],
-            update=transforms.combine_device_status(latest.column_names),
-            txn=(f"{query_id}:status", batch_id), storage_options=store,
+        latest = transforms.latest_status(batch)  # a row per device
+        writes.merge(
+            latest, t.device_status, KEYS["device_status"],
+            update=transforms.combine_device_status(latest.columns),
+            txn=(f"{query_id}:status", batch_id),
         )  # fmt: skip
-        status = sources.small_delta_table(batch.sparkSession, t.device_status, store)
-        summary = transforms.fleet_summary(status)
-        sinks.idempotent_overwrite(summary, t.fleet_summary, f"{query_id}:fleet", batch_id, store)
+        summary = transforms.fleet_summary(sources.delta_table(batch.sparkSession, t.device_status))
+        writes.overwrite_once(summary, t.fleet_summary, f"{query_id}:fleet", batch_id)
         site_windows(batch, s, t)
 
     name = Query.DEVICE_STATUS
-    return sinks.foreach_batch_stream(
-        _silver(spark, t), write, s.lake.checkpoint(name), name, s, tier="background", cache=False
+    return foreach_batch_stream(
+        _silver(spark, t), write, s.lake.checkpoint(name), name, s, tier="background"
     )
 
 
@@ -456,23 +437,23 @@ def site_windows(silver: DataFrame, s: ProcessorSettings, t: Tables) -> None:
     so device_1m already holds every reading read here: each window is rewritten
     whole from the rows it then has (a replay rewrites the same or newer values), and
     the last batch to touch a window leaves it equal to the windows over all of silver.
-    The minutes from the earliest such window on are read by delta-rs, or Spark past
-    200,000 rows (``sources.small_delta_table``).
+    Only the minutes from the hour of the earliest such window on are read.
     """
     spark = silver.sparkSession
     length, slide = s.sliding_length, s.sliding_slide
-    store = s.lake.storage_options()
-    keys = transforms.sliding_keys(silver, length, slide).toArrow()
-    since = sinks.earliest(keys, "window_start")
+    keys = transforms.sliding_keys(silver, length, slide)
+    since = keys.agg(writes.hour_floor_s("window_start")).collect()[0][0]
     if since is None:
         return
-    minutes = sources.small_delta_table(spark, t.gold_device_1m, store, ("window_start", since))
-    windows = transforms.site_type_windows(minutes, length, slide).toArrow()
-    touched = windows.join(keys, ["window_start", "site", "device_type"], join_type="left semi")
+    minutes = sources.delta_table(spark, t.gold_device_1m).where(
+        F.col("window_start") >= F.timestamp_seconds(F.lit(since))
+    )
+    windows = transforms.site_type_windows(minutes, length, slide)
+    touched = windows.join(keys, ["window_start", "site", "device_type"], "left_semi")
     # Each window is replaced whole: a replayed batch needs no txn.
-    sinks.merge_rows(
-        spark, touched, t.site_type_10m, KEYS["site_type_10m"], since="window_start",
-        storage_options=store,
+    writes.merge(
+        touched, t.site_type_10m, KEYS["site_type_10m"], since=("window_start", since),
+        nonempty=True,
     )  # fmt: skip
 
 
@@ -480,36 +461,21 @@ def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) 
     """Silver -> connectivity sessions per device, appended once closed."""
     df = transforms.device_sessions(_silver(spark, t), s.watermark, s.session_gap)
     name = Query.GOLD_DEVICE_SESSIONS
-    return sinks.table_stream(
-        df, t.device_sessions, s.lake.checkpoint(name), name, s, tier="background"
-    )
+    return table_stream(df, t.device_sessions, s.lake.checkpoint(name), name, s, tier="background")
 
 
 def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
-    """Silver -> raised and cleared alerts (stateful detector), exactly once per batch.
-
-    One job counts the batch's transitions (and caches them); up to
-    ``sinks.RUST_APPEND_MAX_ROWS`` of them, delta-rs appends each table's
-    (``sinks.idempotent_append``).
-    """
+    """Silver -> raised and cleared alerts (stateful detector), exactly once per batch."""
     transitions = transforms.detect_alerts(_silver(spark, t), detector_config(s))
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        store = s.lake.storage_options()
-        held = batch.count()
         raised = transforms.raised_alerts(batch)
-        sinks.idempotent_append(
-            raised, t.alerts, f"{query_id}:alerts", batch_id,
-            rows_at_most=held, storage_options=store,
-        )  # fmt: skip
+        writes.append_once(raised, t.alerts, f"{query_id}:alerts", batch_id)
         cleared = transforms.cleared_alerts(batch)
-        sinks.idempotent_append(
-            cleared, t.alert_clears, f"{query_id}:clears", batch_id,
-            rows_at_most=held, storage_options=store,
-        )  # fmt: skip
+        writes.append_once(cleared, t.alert_clears, f"{query_id}:clears", batch_id)
 
     name = Query.ALERTS
-    return sinks.foreach_batch_stream(
+    return foreach_batch_stream(
         transitions, write, s.lake.checkpoint(name), name, s, tier="background"
     )
 
@@ -523,33 +489,29 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables)
         s.recovery_window,
     )
     name = Query.ALERT_RECOVERIES
-    return sinks.table_stream(
-        df, t.alert_recoveries, s.lake.checkpoint(name), name, s, tier="background"
-    )
+    return table_stream(df, t.alert_recoveries, s.lake.checkpoint(name), name, s, tier="background")
 
 
 def start_alerts_rt(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
     """Alerts topic -> ``gold/alerts_rt``: each alert id once (an insert-only MERGE).
 
-    The real-time query may send an alert twice (at-least-once); the MERGE (delta-rs)
-    keeps the first copy that landed, so the table holds each alert once however often
-    the topic or this query replays it.
+    The real-time query may send an alert twice (at-least-once); the MERGE keeps the
+    first copy that landed, so the table holds each alert once however often the topic
+    or this query replays it.
     """
 
     def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
-        sinks.merge_rows(
-            batch.sparkSession, realtime.landed_alerts(batch).toArrow(), t.alerts_rt,
-            ("alert_id",), since="event_time", keep_existing=True,
-            storage_options=s.lake.storage_options(),
-        )  # fmt: skip
+        landed = realtime.landed_alerts(batch)
+        since = landed.agg(writes.hour_floor_s("event_time")).collect()[0][0]
+        writes.merge(
+            landed, t.alerts_rt, ("alert_id",), since=("event_time", since), keep_existing=True
+        )
 
     name = Query.ALERTS_RT
     records = sources.kafka_stream(
         spark, s, topic=s.kafka.alerts_topic, max_offsets=ALERTS_RT_MAX_OFFSETS
     )
-    return sinks.foreach_batch_stream(
-        records, write, s.lake.checkpoint(name), name, s, tier="background"
-    )
+    return foreach_batch_stream(records, write, s.lake.checkpoint(name), name, s, tier="background")
 
 
 Stage = Callable[[SparkSession, ProcessorSettings, Tables], StreamingQuery]
@@ -691,7 +653,7 @@ def run_available_now(
         for query in queries:
             while not query.awaitTermination(1):
                 if should_stop():
-                    sinks.stop_queries(spark, queries)
+                    stop_queries(spark, queries)
                     return False
     return True
 
@@ -739,15 +701,15 @@ def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: flo
     OPTIMIZE commits with ``dataChange=false``, which streaming readers skip and
     which does not conflict with concurrent appends. It does conflict with a
     MERGE or an overwrite that read the files it compacted: whichever commits
-    second is refused, and runs again (``sinks.retry_conflicts``, in the streams'
+    second is refused, and runs again (``retry_conflicts``, in the streams'
     writers and here). VACUUM keeps ``retain_hours`` of history (Delta refuses
     less than 168 hours unless its check is disabled).
     """
     for name, path in Tables.under(settings.lake).all().items():
-        if not sinks.DeltaTable.isDeltaTable(spark, path):
+        if not DeltaTable.isDeltaTable(spark, path):
             continue
-        table = sinks.DeltaTable.forPath(spark, path)
-        metrics = sinks.retry_conflicts(
+        table = DeltaTable.forPath(spark, path)
+        metrics = retry_conflicts(
             lambda t=table: t.optimize().executeCompaction().select("metrics.*").first(),
             f"OPTIMIZE {name}",
         )

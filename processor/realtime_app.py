@@ -20,12 +20,14 @@ from pyspark.sql.streaming import StreamingQuery
 from common import cli
 from common.kafka import spark_kafka_options
 from common.lake import Query
-from processor import realtime, sinks, sources, transforms
+from processor import realtime, sources, transforms
+from processor.checkpoints import clear_unlogged_first_batch
 from processor.lifecycle import StopSignal, say, wait_for_stop
 from processor.pipeline import devices_frame
 from processor.preflight import check_lake_store
 from processor.session import build_session, quiet_console
 from processor.settings import ProcessorSettings
+from processor.stopping import stop_queries
 
 WHO = "realtime-alerts"
 # How long the Kafka sink's producer waits for the alerts topic's metadata, or for room
@@ -63,7 +65,7 @@ def start_realtime_alerts(spark: SparkSession, settings: ProcessorSettings) -> S
     events = transforms.to_bronze(sources.kafka_stream(spark, settings, micro_batch=False))
     alerts = realtime.threshold_alerts(events, devices_frame(spark, settings))
     name = Query.REALTIME_ALERTS
-    sinks.clear_unlogged_first_batch(spark, settings.lake.checkpoint(name))
+    clear_unlogged_first_batch(spark, settings.lake.checkpoint(name))
     return (
         realtime.alert_records(alerts)
         .writeStream.format("kafka")
@@ -104,7 +106,7 @@ def run(settings: ProcessorSettings, partitions: int, stop: StopSignal) -> int:
     )
     failure = wait_for_stop([query], stop)
     quiet_console(spark)
-    sinks.stop_queries(spark, [query])
+    stop_queries(spark, [query])
     spark.stop()
     if failure is not None:
         return cli.error(failure)

@@ -49,29 +49,40 @@ PYTHON_WORKER_WARNINGS = (
 )
 
 
-BUFFER_PAGE_SIZE = "1m"
-# How many finished jobs, stages, tasks and SQL executions Spark's status store keeps.
-STATUS_STORE_RETAINED = {
-    "ui.retainedJobs": 50,
-    "ui.retainedStages": 50,
-    "ui.retainedTasks": 1000,
-    "sql.ui.retainedExecutions": 50,
-}
 # Spark's settings that capture each DataFrame call's call site (PySpark's and the JVM's).
 CALL_SITE_CAPTURE = (
     "spark.python.sql.dataFrameDebugging.enabled",
     "spark.sql.dataFrameQueryContext.enabled",
 )
-# The driver's collector: the throughput one (Parallel), not G1. A local driver runs
+# A local driver's collector: the throughput one (Parallel), not G1. A local driver runs
 # every task, and its work is small allocations in many micro-batches: G1's write
 # barriers, card refinement and concurrent marking cost CPU all the time, while
-# Parallel's full collections of a heap of a few hundred MB live take ~0.2 s. It saved
-# 0.01-0.04 cores at 200 and 2,000 events/s, p95 unchanged (docs/processor-costs.md).
-# The JIT keeps HotSpot's own thresholds. C2 thresholds ten times higher (set on
-# 2026-11-26, when the processor was saturated) saved nothing once it was not: 0.05-0.08
-# cores more at 200 events/s in two pairs of runs, the same in a third
-# (docs/processor-costs.md, "The JIT's own thresholds").
-DRIVER_JVM_OPTIONS = ("-XX:+UseParallelGC",)
+# Parallel's full collections of a heap of a few hundred MB live are short.
+LOCAL_DRIVER_JVM_OPTIONS = ("-XX:+UseParallelGC",)
+# The local profile: settings for a local master, where the driver's JVM runs every task
+# on the cores of one machine. A cluster master gets Spark's and Delta's defaults.
+LOCAL_PROFILE = {
+    # Adaptive execution re-plans each micro-batch's shuffles after a first stage; on a
+    # few cores and micro-batches of a few thousand rows it costs more than it saves.
+    "spark.sql.adaptive.enabled": "false",
+    # Delta rebuilds a snapshot with 50 tasks by default: far too many on a few cores.
+    "spark.databricks.delta.snapshotPartitions": "2",
+    # Micro-batches are cached for one batch only: skip compressing the cache.
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # Memory pages of 1 MB, not the 32 MB Spark derives from a 2 GB driver: every
+    # micro-batch broadcasts the device dimension (a few KB) in a hash map that takes a
+    # whole page, and the driver keeps each broadcast until a GC releases it.
+    "spark.buffer.pageSize": "1m",
+    # Spark's status store (the UI's data, kept even with the UI off) holds the last
+    # 1,000 jobs, stages and SQL executions by default; seven queries make dozens a
+    # minute, and pruning so large a store costs the driver's CPU.
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "1000",
+    "spark.sql.ui.retainedExecutions": "50",
+    # Python workers forked from a daemon that has imported the transforms' modules.
+    "spark.python.daemon.module": "processor.worker_daemon",
+}
 # The JVM system property that names the log file (LOG4J2_CONFIG's file appender).
 LOG_FILE_PROPERTY = "iot.log.file"
 
@@ -201,6 +212,31 @@ def build_session(
         builder = builder.config("spark.jars.excludes", S3_PACKAGES_EXCLUDES)
     else:
         builder = builder.config("spark.jars.packages", settings.packages)
+    for key, value in session_conf(settings, log_file).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if spark._jvm.java.lang.System.getProperty("iot.log.level") is None:  # type: ignore[union-attr]
+        spark.sparkContext.setLogLevel(settings.log_level)
+    _check_classes(spark, REQUIRED_CLASSES, "Delta or the Kafka connector", "spark")
+    if s3:
+        _check_classes(spark, S3_CLASSES, "S3A (hadoop-aws and the AWS SDK)", "s3")
+    return spark
+
+
+def is_local(settings: ProcessorSettings) -> bool:
+    """Whether the processor runs on a local master (the local profile applies)."""
+    return settings.master.startswith("local")
+
+
+def session_conf(settings: ProcessorSettings, log_file: Path | None = None) -> dict[str, str]:
+    """The session's settings: what the processor needs anywhere, plus the local profile.
+
+    Args:
+        settings: Processor settings (master, shuffle partitions, log level, the lake).
+        log_file: Where the JVM also logs WARN and up (``log4j2_options``).
+    """
+    local = is_local(settings)
+    driver_options = (*(LOCAL_DRIVER_JVM_OPTIONS if local else ()),)
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -214,71 +250,42 @@ def build_session(
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": str(SCHEDULER_POOLS),
         "spark.driver.extraJavaOptions": " ".join(
-            (*DRIVER_JVM_OPTIONS, log4j2_options(settings.log_level, log_file))
+            (*driver_options, log4j2_options(settings.log_level, log_file))
         ),
         "spark.executorEnv.PYTHONWARNINGS": PYTHON_WORKER_WARNINGS,
         "spark.ui.enabled": str(settings.ui).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": settings.driver_memory,
-        "spark.databricks.delta.optimizeWrite.enabled": "false",
-        "spark.sql.adaptive.enabled": "false",
         # The contract checks make wide CASE WHEN projections; inferring constraints over
         # them costs minutes of planning per micro-batch, and buys nothing here.
         "spark.sql.constraintPropagation.enabled": "false",
         # Delta collects min/max statistics on a table's first 32 columns at every write;
         # the keys and times lead each table, so new tables index only their first 6.
         "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "6",
-        # Spark's own default, said in the table: delta-rs, which commits the MERGEs and
-        # silver's small appends and the pipeline metrics, would otherwise write a
-        # checkpoint every 100 commits.
-        "spark.databricks.delta.properties.defaults.checkpointInterval": "10",
-        # Micro-batches are cached for one batch only: skip compressing the cache.
-        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # Seven queries, Delta's own jobs and MERGEs generate a few hundred distinct
         # classes; with the default cache of 100, every micro-batch recompiles them all
         # (Janino, then the JIT again) and the processor spends its time compiling.
         "spark.sql.codegen.cache.maxEntries": "2000",
-        # Memory pages of 1 MB, not the 32 MB Spark derives from a 2 GB driver: every
-        # micro-batch broadcasts the device dimension (a few KB) in a hash map that
-        # takes a whole page, and the driver keeps each broadcast until a GC releases
-        # it; 32 MB pages filled the old generation and kept the collector busy.
-        "spark.buffer.pageSize": BUFFER_PAGE_SIZE,
-        # Spark's status store (the UI's data, kept even with the UI off) holds the
-        # last 1,000 jobs, stages and SQL executions by default; seven queries make
-        # dozens a minute, and pruning so large a store took ~7 % of the driver's CPU.
-        # Nothing here reads it (metrics come from the queries' progress).
-        **{f"spark.{key}": str(n) for key, n in STATUS_STORE_RETAINED.items()},
         # PySpark records the Python call site of every DataFrame and Column call, for
         # error messages (the "DataFrame query context"): py4j round trips around each
-        # call (Column.alias: 11 instead of 1) and a JVM stack trace. Silver's writer made
-        # ~1,900 round trips per micro-batch (1,100 without), and building its DataFrames
-        # took 540-680 ms of CPU (370-405 without). Errors keep their message and trace.
+        # call (Column.alias: 11 instead of 1) and a JVM stack trace, hundreds per
+        # micro-batch. Errors keep their message and trace.
         **{key: "false" for key in CALL_SITE_CAPTURE},
-        # Delta rebuilds its snapshot with 50 tasks by default: far too many on 2 cores.
-        "spark.databricks.delta.snapshotPartitions": "2",
-        # VACUUM lists a table's files with this many tasks, 10,000 by Spark's default:
-        # `maintain` took a minute per table on 2 cores, for a listing of a few files.
+        # VACUUM lists a table's files with this many tasks, 10,000 by Spark's default,
+        # for a listing of a few files per table.
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
             settings.shuffle_partitions
         ),
         # Parquet tries a dictionary for every column it writes; the raw payloads and the
-        # event ids are unique, so for them it is work for nothing (bronze took twice
-        # as long). Low-cardinality columns (devices, sites, status) keep theirs.
+        # event ids are unique, so for them it is work for nothing. Low-cardinality
+        # columns (devices, sites, status) keep theirs.
         **{f"spark.hadoop.parquet.enable.dictionary#{c}": "false" for c in UNIQUE_COLUMNS},
         # The lake's own settings: S3A's endpoint, region and keys for a lake on S3.
         **settings.lake.spark_conf(),
     }
-    if settings.master.startswith("local"):
-        conf["spark.python.daemon.module"] = "processor.worker_daemon"
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    if spark._jvm.java.lang.System.getProperty("iot.log.level") is None:  # type: ignore[union-attr]
-        spark.sparkContext.setLogLevel(settings.log_level)
-    _check_classes(spark, REQUIRED_CLASSES, "Delta or the Kafka connector", "spark")
-    if s3:
-        _check_classes(spark, S3_CLASSES, "S3A (hadoop-aws and the AWS SDK)", "s3")
-    return spark
+    if local:
+        conf |= LOCAL_PROFILE
+    return conf
 
 
 def _check_classes(spark: SparkSession, classes: tuple[str, ...], what: str, bundle: str) -> None:

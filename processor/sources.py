@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
-
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from common.delta_table import open_delta_table
 from common.kafka import spark_kafka_options
 from processor.settings import ProcessorSettings
 
@@ -71,53 +65,6 @@ def delta_table(spark: SparkSession, path: str) -> DataFrame:
     cached copy (``processor.device_dimension``).
     """
     return spark.read.format("delta").load(path)
-
-
-# The most rows ``small_delta_table`` collects into the driver: some tens of MB of Arrow
-# (a device_1m row has ~40 columns).
-SMALL_TABLE_MAX_ROWS = 200_000
-
-
-def small_delta_table(
-    spark: SparkSession,
-    path: str,
-    storage_options: Mapping[str, str] | None = None,
-    since: tuple[str, datetime] | None = None,
-    max_rows: int = SMALL_TABLE_MAX_ROWS,
-) -> DataFrame:
-    """A small Delta table, or its rows from a time on, read by delta-rs into a local DataFrame.
-
-    For a few thousand rows read every micro-batch from a table that other writers
-    commit to every few seconds (``gold/device_1m``, ``gold/device_status``): Spark's
-    reader rebuilds the table's state from its log at each read, with a job, where
-    delta-rs reads the files it needs. The rows pass through the driver; when more
-    than ``max_rows`` match (a long backlog's), Spark reads them instead, from the
-    hour of ``since`` on (a bound that changes once an hour keeps the generated code
-    the same from batch to batch: see ``sinks.has_rows``).
-
-    Args:
-        spark: The session.
-        path: The Delta table.
-        storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
-        since: ``(column, time)``: the rows whose ``column`` is at or after ``time``
-            (UTC-aware; files whose statistics rule them out are not read), and
-            through Spark's reader those of the same hour before it too.
-        max_rows: The most rows to collect into the driver.
-
-    Raises:
-        ValueError: ``since``'s time has no time zone.
-    """
-    if since is not None and since[1].tzinfo is None:
-        raise ValueError(f"small_delta_table: {since[1]} has no time zone")
-    dataset = open_delta_table(path, storage_options).to_pyarrow_dataset()
-    where = None if since is None else pc.field(since[0]) >= since[1]
-    if dataset.count_rows(filter=where) > max_rows:
-        table = delta_table(spark, path)
-        if since is None:
-            return table
-        hour = since[1].replace(minute=0, second=0, microsecond=0)
-        return table.where(F.col(since[0]) >= F.lit(hour))
-    return spark.createDataFrame(dataset.to_table(filter=where))
 
 
 def lines_stream(spark: SparkSession, landing_dir: str, max_files_per_trigger: int) -> DataFrame:

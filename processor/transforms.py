@@ -1,7 +1,7 @@
 """Pure DataFrame -> DataFrame steps of the medallion pipeline.
 
 Nothing here reads or writes: sources and sinks live in ``processor.sources``
-and ``processor.sinks``, and ``processor.pipeline`` wires them together. Every
+and ``processor.writes``, and ``processor.pipeline`` wires them together. Every
 function works the same on a static DataFrame and on a stream, except those that
 stamp the processing time (``with_time`` and its callers), which take one micro-batch.
 """
@@ -336,13 +336,18 @@ def carrying_extra_fields(silver: DataFrame) -> DataFrame:
 def batch_contents(parsed: DataFrame) -> DataFrame:
     """One row: how many rows of ``parsed`` are valid, invalid, and valid with undeclared fields.
 
-    A micro-batch's writes that would be empty are then skipped, on one Spark job.
+    A micro-batch's writes that would be empty are then skipped, on one Spark job, which
+    also gives the start of the hour of the earliest valid event (``earliest_hour_s``,
+    epoch seconds; null without one): the bound of the batch's MERGE into the 1-minute
+    windows (``writes.merge``'s ``since``).
     """
     valid = F.col("reason").isNull()
+    earliest = F.min(F.when(valid, F.col("event_time")))
     return parsed.agg(
         F.count_if(valid).alias("valid"),
         F.count_if(~valid).alias("invalid"),
         F.count_if(valid & F.col(EXTRA_FIELDS).isNotNull()).alias("drifted"),
+        F.unix_timestamp(F.date_trunc("hour", earliest)).alias("earliest_hour_s"),
     )
 
 
@@ -560,7 +565,7 @@ def combine_device_minutes(old: str = "t", new: str = "s") -> dict[str, str]:
     Counts add, minima and maxima keep the extreme, averages are weighted by their
     counts: the result equals ``device_minute_aggregates`` over both rows' events. A
     stored row from before a metric was added (its columns null) counts as none of it.
-    The expressions are SQL for delta-rs's MERGE (DataFusion's dialect).
+    The expressions are Spark SQL, for a MERGE's matched-row update (``writes.merge``).
 
     Args:
         old: Alias of the stored row (the MERGE target).
@@ -714,8 +719,8 @@ def combine_device_status(columns: Sequence[str], old: str = "t", new: str = "s"
     The reading's columns take the newer reading of the two (a later event time, or
     the same time and a higher ``seq``); ``events`` adds the batch's count to the
     stored one (so the MERGE must run once per batch); ``updated_time``, when the row
-    last changed, is the batch's. The expressions are SQL for delta-rs's MERGE
-    (DataFusion's dialect).
+    last changed, is the batch's. The expressions are Spark SQL, for a MERGE's
+    matched-row update (``writes.merge``).
 
     Args:
         columns: The columns of the batch's rows (``latest_status``).

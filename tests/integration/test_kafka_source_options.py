@@ -10,9 +10,10 @@ from pyspark.sql import DataFrame
 
 from common.fleet import build_fleet
 from infra.broker import ensure_topic
-from processor import sinks, sources
+from processor import sources
 from processor.pipeline import Tables, run_available_now
 from processor.settings import ProcessorSettings
+from tests.delta_log import commits
 from tests.integration.proc import send_readings
 
 pytestmark = pytest.mark.integration
@@ -44,14 +45,9 @@ def test_latest_skips_what_was_there_and_batches_hold_at_most_max_offsets(
     assert sorted(silver.to_pyarrow_table(columns=["seq"]).column("seq").to_pylist()) == list(
         range(6, 31)
     )
-    # Rows per micro-batch: Spark's writer names the metric numOutputRows, delta-rs's
-    # (a small batch's) num_added_rows.
-    appends = [
-        int(h["operationMetrics"].get("numOutputRows", h["operationMetrics"].get("num_added_rows")))
-        for h in silver.history()
-        if h["operation"] == "WRITE" and h.get("userMetadata")
-    ]
-    assert sorted(appends) == [5, 10, 10]
+    # Rows per micro-batch, each batch one append with its txn.
+    appends = [c for c in commits(Tables.under(settings.lake).silver) if c.txns]
+    assert [int(c.info["operationMetrics"]["numOutputRows"]) for c in appends] == [10, 10, 5]
 
 
 def test_a_micro_batch_reads_many_partitions_with_at_most_shuffle_partitions_tasks(
@@ -88,10 +84,8 @@ def test_a_micro_batch_reads_many_partitions_with_at_most_shuffle_partitions_tas
     assert partitions > 2  # more partitions than tasks
 
 
-def test_bronze_appends_a_small_micro_batch_through_delta_rs_and_a_backlog_through_spark(
-    spark, kafka_broker, lake_root, monkeypatch
-):
-    """Up to ``RUST_APPEND_MAX_ROWS`` records delta-rs appends; a larger batch Spark's writer."""
+def test_bronze_appends_each_micro_batch_once_with_its_txn(spark, kafka_broker, lake_root):
+    """Every bronze append is Spark's, and records its query and micro-batch in Delta."""
     topic = "bronze-writers"
     ensure_topic(kafka_broker.plaintext, topic, partitions=1)
     device = build_fleet(FLEET, SEED)[0].device_id
@@ -103,7 +97,6 @@ def test_bronze_appends_a_small_micro_batch_through_delta_rs_and_a_backlog_throu
     send_readings(kafka_broker.plaintext, topic, device, range(1, 26), T0)
     before = datetime.now(UTC)
     run_available_now(spark, settings)
-    monkeypatch.setattr(sinks, "RUST_APPEND_MAX_ROWS", 10)
     send_readings(kafka_broker.plaintext, topic, device, range(26, 41), T0)
     run_available_now(spark, settings)
     after = datetime.now(UTC)
@@ -112,10 +105,9 @@ def test_bronze_appends_a_small_micro_batch_through_delta_rs_and_a_backlog_throu
     rows = bronze.to_pyarrow_table(columns=["offset", "ingest_time"]).to_pylist()
     assert sorted(r["offset"] for r in rows) == list(range(40))
     assert all(before <= r["ingest_time"] <= after for r in rows)
-    appends = [h for h in bronze.history() if h["operation"] == "WRITE" and h.get("userMetadata")]
-    # Oldest first: delta-rs's commit (it has a clientVersion), then Spark's.
-    metrics = [(h.get("clientVersion"), h["operationMetrics"]) for h in reversed(appends)]
-    written = [
-        (by is not None, int(m.get("num_added_rows", m.get("numOutputRows")))) for by, m in metrics
-    ]
-    assert written == [(True, 25), (False, 15)]
+    appends = [c for c in commits(Tables.under(settings.lake).bronze) if c.txns]
+    assert [int(c.info["operationMetrics"]["numOutputRows"]) for c in appends] == [25, 15]
+    assert {c.engine for c in appends} == {"Apache-Spark/4.2.0"}
+    (app,) = {app for c in appends for app, _batch in c.txns}  # the query's id, kept
+    assert [batch for c in appends for _app, batch in c.txns] == [0, 1]
+    assert bronze.transaction_version(app) == 1

@@ -114,7 +114,7 @@ def test_processor_writes_the_lake_on_s3_and_verify_and_dashboard_read_it(
         assert rows["events"].sum() == COUNT
         assert rows["device_id"].n_unique() == FLEET
 
-        # device_status read device_status and device_1m back from S3 (delta-rs) for the
+        # device_status read device_status and device_1m back from S3 (Spark) for the
         # fleet summary and the sliding windows.
         summary = open_delta_table(
             settings.table(Table.GOLD_FLEET_SUMMARY), settings.storage_options()
@@ -126,7 +126,7 @@ def test_processor_writes_the_lake_on_s3_and_verify_and_dashboard_read_it(
         ).to_pyarrow_table()
         assert sum(windows["events"].to_pylist()) == 2 * COUNT  # each minute in two windows
 
-        # The pipeline metrics reached S3 too (delta-rs appends them): a row per batch.
+        # The pipeline metrics reached S3 too (Spark appends them): a row per batch.
         metrics_table = open_delta_table(
             settings.table(Table.OPS_PIPELINE_METRICS), settings.storage_options()
         )

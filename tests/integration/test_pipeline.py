@@ -23,9 +23,9 @@ from common.settings import KafkaSettings
 from infra.broker import ensure_topic
 from processor.pipeline import Tables, run_available_now
 from processor.settings import ProcessorSettings
-from processor.sinks import commit_tag_of
 from producer.__main__ import main as producer_main
 from producer.simulation import generate, simulated_clock
+from tests.delta_log import commits
 
 pytestmark = pytest.mark.integration
 
@@ -162,10 +162,10 @@ def test_events_flow_to_gold_with_exact_aggregates(spark, kafka_broker, eh_env, 
 
 
 def _batch_commit_times(path: str, writer: str) -> dict[int, int]:
-    """Batch id -> commit time (ms) of the commits ``path``'s history tags with ``writer``."""
-    out = {}
-    for commit in DeltaTable(path).history():
-        tag = commit_tag_of(commit.get("userMetadata"))
-        if tag and tag[0].endswith(writer):
-            out[tag[1]] = commit["timestamp"]
-    return out
+    """Batch id -> commit time (ms) of the commits whose Delta txn names ``writer``."""
+    return {
+        version: c.info["timestamp"]
+        for c in commits(path)
+        for app, version in c.txns
+        if app.endswith(writer)
+    }

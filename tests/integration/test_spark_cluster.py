@@ -34,7 +34,7 @@ from common.lake import Query, Table
 from common.settings import LakeSettings
 from infra import spark_cluster
 from infra.broker import ensure_topic
-from processor.session import DRIVER_JVM_OPTIONS
+from processor.session import LOCAL_DRIVER_JVM_OPTIONS
 from tests.integration.gold_expected import background_gold
 from tests.integration.proc import ROOT, overview_metrics, table_rows, wait_for
 from tests.integration.s3 import (
@@ -64,7 +64,6 @@ SUBMIT = (
     'spark-submit --master "$(python -m infra.spark_cluster url)" '
     '--jars "$(python -m infra.spark_cluster jars)" '
     '--py-files "$(python -m infra.spark_cluster package)" '
-    '--driver-java-options "$(python -m infra.spark_cluster driver-options)" '
     "--driver-memory 1g --conf spark.executor.memory=1g processor/__main__.py run"
 )
 DRAIN = f"{SUBMIT} --trigger available_now"
@@ -212,8 +211,10 @@ def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
                 lambda: bool(list_keys(s3_endpoint, BUCKET, commits)),
                 420, "silver's first batch on the cluster", submit, submit_log,
             )  # fmt: skip
-            # The driver's JVM (spark-submit's) runs with the options of a local one.
-            assert set(DRIVER_JVM_OPTIONS) <= set(_driver_jvm_args(submit.pid)), submit_log
+            # The driver's JVM (spark-submit's) runs with Spark's defaults, not the local
+            # profile's collector.
+            jvm_args = _driver_jvm_args(submit.pid)
+            assert not set(LOCAL_DRIVER_JVM_OPTIONS) & set(jvm_args), (jvm_args, submit_log)
             producer_env = env | {
                 # Anomalies (alerts) and malformed records; no late or reordered readings,
                 # so the detector's alerts are those of a batch run over silver.

@@ -24,6 +24,7 @@ from processor.detector import DetectorConfig, alert_id, detect
 from processor.metrics import MetricsListener
 from processor.pipeline import Tables, run_available_now
 from processor.settings import ProcessorSettings
+from tests.delta_log import commits
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,7 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
         kafka={"bootstrap_servers": kafka_broker.plaintext, "topic": TOPIC},
         lake={"root": str(lake_root / "semantics")},
     )  # fmt: skip
-    listener = MetricsListener(Tables.under(settings.lake).pipeline_metrics, flush_s=3600)
+    listener = MetricsListener(spark, Tables.under(settings.lake).pipeline_metrics, flush_s=3600)
     spark.streams.addListener(listener)
     run_available_now(spark, settings)
     # Max event time is 5:00, so the watermark is now 4:00.
@@ -189,11 +190,13 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
     run_available_now(spark, settings)
     kept |= {e["event_id"]: e for e in round3}
     _check_gold_beyond_device_1m(settings, fleet, thermo, kept)
-    # A micro-batch's few rows are appended by delta-rs (Spark's commits have no clientVersion).
+    # Every gold append is Spark's, and records its writer's micro-batch in Delta.
     gold = (tables.alerts, tables.alert_clears, tables.alert_recoveries, tables.device_sessions)
     for path in gold:
-        batches = [h for h in DeltaTable(path).history() if h.get("userMetadata")]
-        assert batches and all("clientVersion" in h for h in batches), path
+        # Version 0 is the empty table ensure_table created.
+        appends = [c for c in commits(path) if c.version > 0]
+        assert appends and all(len(c.txns) == 1 for c in appends), path
+        assert {c.engine for c in appends} == {"Apache-Spark/4.2.0"}, path
 
 
 def _at(e: dict) -> datetime:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from common.lake import Query
 from processor.evolution import REBUILDS, stale_queries, with_readers
-from processor.sinks import TableChange
+from processor.tables import TableChange
 
 
 def test_only_queries_with_per_column_state_are_stale_and_each_says_why():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
@@ -156,9 +156,9 @@ def test_progress_row_reads_spark_progress_json():
     }  # fmt: skip
     assert progress_row(progress) == {
         "query_name": "silver", "query_id": "q1", "run_id": "r1", "batch_id": 7,
-        "timestamp": datetime(2026, 1, 1, 0, 0, 5), "num_input_rows": 1200,
+        "timestamp": datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC), "num_input_rows": 1200,
         "input_rows_per_s": 240.0, "processed_rows_per_s": 600.0, "batch_duration_ms": 2000,
-        "watermark": datetime(2026, 1, 1), "state_rows": 55, "rows_dropped_by_watermark": 4,
+        "watermark": datetime(2026, 1, 1, tzinfo=UTC), "state_rows": 55, "rows_dropped_by_watermark": 4,
         "kafka_offsets_behind": 42,
     }  # fmt: skip
     first = progress_row({"eventTime": {"watermark": "1970-01-01T00:00:00.000Z"}, "batchId": 0})

@@ -54,7 +54,6 @@ def test_one_set_of_settings_gives_spark_and_delta_rs_the_same_store(clean_env, 
     assert lake.table("silver/events") == "s3a://lake/iot/silver/events"
     assert lake.checkpoint("silver") == "s3a://lake/iot/_checkpoints/silver"
     assert lake.spark_conf() == {
-        "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
         "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:5000",
         "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
         "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
@@ -76,7 +75,6 @@ def test_one_set_of_settings_gives_spark_and_delta_rs_the_same_store(clean_env, 
 def test_aws_itself_needs_only_the_root_and_the_region(clean_env):
     lake = LakeSettings(root="s3a://lake/iot", s3_region="eu-west-1")
     assert lake.spark_conf() == {
-        "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
         "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
     }
     assert lake.storage_options() == {"AWS_REGION": "eu-west-1"}

@@ -9,8 +9,9 @@ from pyspark.sql import functions as F
 
 from processor.session import (
     BACKGROUND_POOL,
-    DRIVER_JVM_OPTIONS,
     HOT_POOL,
+    LOCAL_DRIVER_JVM_OPTIONS,
+    LOCAL_PROFILE,
     LOG4J2_CONFIG,
     LOG_FILE_PROPERTY,
     SCHEDULER_POOLS,
@@ -62,11 +63,40 @@ def test_the_driver_jvm_keeps_hotspots_own_jit_thresholds(spark):
 
 
 def test_the_driver_jvm_collects_with_the_parallel_collector(spark):
-    """DRIVER_JVM_OPTIONS reach the session's JVM: Parallel's two collectors, not G1's."""
+    """A local driver's options reach its JVM: Parallel's two collectors, not G1's."""
     jvm = spark._jvm
     beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
-    assert DRIVER_JVM_OPTIONS == ("-XX:+UseParallelGC",)
+    assert LOCAL_DRIVER_JVM_OPTIONS == ("-XX:+UseParallelGC",)
+
+
+def test_the_local_profile_applies_to_a_local_master_only():
+    """A cluster gets Spark's and Delta's defaults plus what the processor needs anywhere."""
+    from processor.session import session_conf
+    from processor.settings import ProcessorSettings
+
+    local = session_conf(ProcessorSettings(_env_file=None, master="local[2]"))
+    cluster = session_conf(ProcessorSettings(_env_file=None, master="spark://head:7077"))
+    assert local.items() >= LOCAL_PROFILE.items()
+    assert not cluster.keys() & LOCAL_PROFILE.keys()
+    assert local.keys() - cluster.keys() == LOCAL_PROFILE.keys()
+    assert local["spark.driver.extraJavaOptions"].startswith("-XX:+UseParallelGC ")
+    assert "-XX:" not in cluster["spark.driver.extraJavaOptions"]
+    # What correctness needs is everywhere: Delta, UTC, the state store.
+    for conf in (local, cluster):
+        assert conf["spark.sql.session.timeZone"] == "UTC"
+        assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert {k: v for k, v in local.items() if k in LOCAL_PROFILE} == {
+        "spark.sql.adaptive.enabled": "false",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        "spark.buffer.pageSize": "1m",
+        "spark.ui.retainedJobs": "50",
+        "spark.ui.retainedStages": "50",
+        "spark.ui.retainedTasks": "1000",
+        "spark.sql.ui.retainedExecutions": "50",
+        "spark.python.daemon.module": "processor.worker_daemon",
+    }
 
 
 def test_a_broadcast_of_a_small_dimension_keeps_a_small_page(spark):

@@ -158,7 +158,7 @@ def test_queries_must_be_known_and_select_the_stages(clean_env):
 
 
 def test_each_tier_triggers_on_its_own_interval(clean_env, monkeypatch: pytest.MonkeyPatch) -> None:
-    from processor.sinks import tier_interval
+    from processor.queries import tier_interval
 
     s = ProcessorSettings(_env_file=None)
     assert [tier_interval(s, t) for t in ("hot", "bronze", "background")] == [

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
-
 from processor import sources
 from processor.settings import ProcessorSettings
 
@@ -47,39 +45,3 @@ def test_micro_batch_kafka_reads_take_at_most_shuffle_partitions_tasks(spark):
     )
     assert _read_tasks(sources.kafka_stream(spark, settings)) == 3
     assert _read_tasks(sources.kafka_stream(spark, settings, micro_batch=False)) is None
-
-
-def _reads_files(df) -> bool:
-    """Whether the plan scans the table's Parquet files (Spark's reader), not rows in memory."""
-    return "FileScan" in df._jdf.queryExecution().executedPlan().toString()
-
-
-def test_a_small_table_is_read_by_delta_rs_and_a_large_one_by_spark(spark, tmp_path):
-    """Past ``max_rows`` Spark reads the table, from the hour of ``since`` on (a bound that
-    changes once an hour: the same generated code from batch to batch)."""
-    from datetime import UTC, datetime, timedelta
-
-    import pytest
-    from deltalake import write_deltalake
-    from pyspark.sql import Row
-    from pyspark.testing import assertDataFrameEqual
-
-    path = str(tmp_path / "minutes")
-    t0 = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
-    at = [t0 - timedelta(minutes=1), t0, t0 + timedelta(minutes=1)]
-    write_deltalake(path, pa.table({"at": at, "n": [0, 1, 2]}))
-    write_deltalake(path, pa.table({"at": [t0 + timedelta(minutes=2)], "n": [3]}), mode="append")
-    rows = {n: Row(at=t0.replace(tzinfo=None) + timedelta(minutes=n - 1), n=n) for n in range(4)}
-    since = ("at", t0 + timedelta(minutes=1))
-
-    small = sources.small_delta_table(spark, path, since=since)
-    assert not _reads_files(small)
-    assertDataFrameEqual(small, [rows[2], rows[3]])
-    assert sources.small_delta_table(spark, path).count() == 4
-
-    large = sources.small_delta_table(spark, path, since=since, max_rows=1)
-    assert _reads_files(large)
-    assertDataFrameEqual(large, [rows[1], rows[2], rows[3]])
-
-    with pytest.raises(ValueError, match="has no time zone"):
-        sources.small_delta_table(spark, path, since=("at", datetime(2026, 1, 1, 8, 1)))

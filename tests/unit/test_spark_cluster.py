@@ -7,7 +7,6 @@ import sys
 import zipfile
 
 from infra import spark_cluster
-from processor.session import DRIVER_JVM_OPTIONS
 from tests.integration.proc import ROOT
 
 
@@ -41,13 +40,6 @@ def _cli(*args: str, cwd=ROOT) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "infra.spark_cluster", *args], cwd=cwd,
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-
-
-def test_driver_options_are_the_options_a_local_driver_gets():
-    done = _cli("driver-options")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == list(DRIVER_JVM_OPTIONS)
-    assert "-XX:+UseParallelGC" in done.stdout.split()
 
 
 def test_status_and_url_of_a_cluster_that_is_not_running(tmp_path):

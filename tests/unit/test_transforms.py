@@ -224,11 +224,13 @@ def test_batch_contents_counts_valid_invalid_and_drifted_rows_in_one_row(spark):
     batch = spark.createDataFrame(rows, "reason string, extra_fields string, event_time timestamp")
     assertDataFrameEqual(
         transforms.batch_contents(batch),
-        [Row(valid=3, invalid=2, drifted=1)],
-    )
+        # The earliest valid event is at 10:59:59 (the invalid one at 07:59:59 does not count).
+        [Row(valid=3, invalid=2, drifted=1,
+             earliest_hour_s=int(datetime(2026, 3, 1, 10, tzinfo=UTC).timestamp()))],
+    )  # fmt: skip
     assertDataFrameEqual(
         transforms.batch_contents(batch.limit(0)),
-        [Row(valid=0, invalid=0, drifted=0)],
+        [Row(valid=0, invalid=0, drifted=0, earliest_hour_s=None)],
     )
 
 

@@ -1,0 +1,98 @@
+"""Commits that lose to a concurrent one: recognised by Delta's error condition, written again.
+
+``python -m processor maintain`` compacts tables while the streams write them, and Delta
+refuses a MERGE or an overwrite whose files an OPTIMIZE rewrote meanwhile. Every write
+here is idempotent (``processor.writes``), so the refused write runs again from scratch.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from py4j.protocol import Py4JError, Py4JJavaError
+from pyspark.errors.exceptions.captured import CapturedException
+
+T = TypeVar("T")
+
+# Delta's errors for a commit that lost to a concurrent one (an OPTIMIZE that compacted
+# files a MERGE read, two overwrites, ...): the losing commit wrote nothing.
+CONFLICTS = frozenset({
+    "DELTA_CONCURRENT_APPEND", "DELTA_CONCURRENT_DELETE_READ", "DELTA_CONCURRENT_DELETE_DELETE",
+    "DELTA_CONCURRENT_TRANSACTION", "DELTA_CONCURRENT_WRITE",
+})  # fmt: skip
+CONFLICT_ATTEMPTS = 5
+# An error condition in brackets at the start of a message: ``[CLASS.SUBCLASS] ...``.
+_LEADING_CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
+
+
+def error_condition(exc: BaseException) -> str | None:
+    """The Spark error condition (class) of a JVM error, e.g. ``DELTA_CONCURRENT_APPEND``.
+
+    PySpark converts the JVM errors it knows (``CapturedException``), with the Java
+    exception as their origin. delta-spark converts its commit conflicts into its own
+    ``CapturedException`` subclasses (``delta.exceptions``) from the Java exception's
+    text alone, with no origin to ask: their condition leads the message
+    (``[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict ...``). Other Delta
+    errors reach Python as a bare ``Py4JJavaError`` around the Java exception.
+    """
+    if isinstance(exc, CapturedException):
+        condition = exc.getCondition()
+        if condition is None:
+            leading = _LEADING_CONDITION.match(str(exc))
+            condition = leading.group(1) if leading else None
+        return condition
+    if isinstance(exc, Py4JJavaError):
+        try:
+            return exc.java_exception.getErrorClass()  # a SparkThrowable, as Delta's are
+        except Py4JError:
+            return None
+    return None
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is Delta refusing a commit for a concurrent one."""
+    return (error_condition(exc) or "").split(".")[0] in CONFLICTS
+
+
+def retry_conflicts(
+    write: Callable[[], T],
+    what: str,
+    attempts: int = CONFLICT_ATTEMPTS,
+    backoff_s: float = 0.5,
+    on_conflict: Callable[[BaseException], None] | None = None,
+) -> T:
+    """Run ``write`` again (from scratch) while Delta refuses its commit for a concurrent one.
+
+    Safe only for idempotent writes, which every writer here is: what an attempt
+    committed before its conflict is skipped by the next.
+
+    Args:
+        write: The write.
+        what: What it writes, for the log line.
+        attempts: Tries in all; the last conflict is raised.
+        backoff_s: Wait before the second try, doubled for each next one.
+        on_conflict: Called with each conflict that is retried.
+
+    Returns:
+        What the successful try of ``write`` returned.
+    """
+    for attempt in range(1, attempts + 1):  # the last try returns or raises
+        try:
+            return write()
+        except (CapturedException, Py4JJavaError) as exc:
+            if attempt == attempts or not is_conflict(exc):
+                raise
+            if on_conflict is not None:
+                on_conflict(exc)
+            print(
+                f"[processor] {what}: a concurrent commit won ({error_condition(exc)}); "
+                f"writing again (try {attempt + 1} of {attempts})",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(backoff_s * 2 ** (attempt - 1))
+    raise ValueError("retry_conflicts needs at least one attempt")

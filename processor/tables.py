@@ -1,0 +1,85 @@
+"""How a table is created, and how an existing one is checked and evolved at start-up."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+
+from common.lake import READER_TABLE_PROPERTIES
+from processor.readers import check_readable
+
+
+class TableSchemaError(RuntimeError):
+    """An existing table has a column of another type than this version writes."""
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """How ``ensure_table`` found an existing table against what the query writes.
+
+    Attributes:
+        added: Columns the table gained (null in its rows so far).
+        unwritten: Columns the table has and the query no longer writes (null in new rows).
+    """
+
+    added: tuple[str, ...] = ()
+    unwritten: tuple[str, ...] = ()
+
+
+def ensure_table(
+    spark: SparkSession,
+    path: str,
+    empty: DataFrame,
+    storage_options: Mapping[str, str] | None = None,
+) -> TableChange:
+    """Create an empty Delta table with ``empty``'s schema unless one exists at ``path``.
+
+    A new table gets ``READER_TABLE_PROPERTIES`` (what the readers need, whatever the
+    cluster's defaults). An existing one must be readable by the readers
+    (``readers.check_readable``), and is matched by column name: the columns it lacks
+    are added (at the end, null in its rows so far), so that a contract that gained a
+    field or a metric keeps the lake and the checkpoints; Delta appends and MERGEs match
+    by name too. Columns it has and the query no longer writes stay, null in new rows.
+
+    Args:
+        spark: The session.
+        path: The table's location.
+        empty: A frame with the schema the query writes.
+        storage_options: How the readers (delta-rs) reach the lake
+            (``LakeSettings.storage_options``), for the readability check.
+
+    Raises:
+        TableSchemaError: a column has another type than the query writes (a breaking
+            change: see the README's "Changing the schema").
+        TableUnreadableError: the table uses a feature the readers cannot read.
+    """
+    if not DeltaTable.isDeltaTable(spark, path):
+        empty.limit(0).write.format("delta").mode("ignore").options(**READER_TABLE_PROPERTIES).save(
+            path
+        )
+        return TableChange()
+    check_readable(path, storage_options)
+    have = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
+    if retyped := [
+        f"{f.name} ({have[f.name].simpleString()} -> {f.dataType.simpleString()})"
+        for f in empty.schema.fields
+        if f.name in have and have[f.name] != f.dataType
+    ]:
+        raise TableSchemaError(
+            f"the table at {path} has columns of another type than this version writes: "
+            f"{', '.join(retyped)}. A type change is a breaking change: write to a new lake "
+            '(IOT_LAKE_ROOT), or see the README\'s "Changing the schema".'
+        )
+    added = [f for f in empty.schema.fields if f.name not in have]
+    if added:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+        print(f"[processor] {path}: added the columns {columns}", file=sys.stderr, flush=True)
+    return TableChange(
+        added=tuple(f.name for f in added),
+        unwritten=tuple(name for name in have if name not in empty.columns),
+    )

@@ -1,0 +1,183 @@
+"""How a micro-batch reaches a Delta table exactly once: Delta's own idempotent writes.
+
+Every write in a ``foreachBatch`` names its writer (``app_id``: the query's id, which
+the checkpoint keeps across restarts, and the table it writes) and the micro-batch
+(``batch_id``). Delta records the pair in the commit (a ``txn`` action) and skips a
+write of a batch it has recorded for that writer, so a batch replayed after a crash
+changes nothing:
+
+* appends and overwrites pass it as the writer options ``txnAppId``/``txnVersion``;
+* a MERGE passes it as the session settings ``spark.databricks.delta.write.txnAppId``
+  and ``...txnVersion`` (Delta's idempotent DML), set on the query's own session (each
+  streaming query runs on a clone of the application's) for that one MERGE, and unset
+  after it.
+
+A MERGE that replaces rows whole on their keys (a sliding window recomputed, an alert
+kept once) gives the same table however often it runs, and needs no ``txn``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.util import inheritable_thread_target
+
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+
+
+def has_rows(df: DataFrame) -> bool:
+    """Whether ``df`` has a row, without putting a LIMIT in its plan.
+
+    ``isEmpty()``, ``first()`` and ``head()`` run the plan under a LIMIT, and Spark
+    names each LIMIT's counter in the generated code from a process-wide sequence: every
+    such action is new code, compiled by Janino and then by the JIT, micro-batch after
+    micro-batch. The RDD's ``isEmpty`` looks for a first row partition by partition, as
+    a LIMIT would, on the plan's own generated code, which Spark has cached.
+    """
+    return not df._jdf.queryExecution().toRdd().isEmpty()
+
+
+def append_once(
+    df: DataFrame, path: str, app_id: str, batch_id: int, nonempty: bool = False
+) -> bool:
+    """Append a micro-batch's rows unless Delta has this writer's batch already.
+
+    An empty frame writes nothing (no empty commit): its replay is empty too. Columns
+    the table has and ``df`` lacks are null in the new rows.
+
+    Args:
+        df: The batch's rows.
+        path: The Delta table.
+        app_id: The writer's id (stable across restarts).
+        batch_id: The micro-batch id.
+        nonempty: The caller knows that ``df`` has rows (no Spark job to check).
+
+    Returns:
+        Whether the frame had rows to write (written now, or found written before).
+    """
+    if not nonempty and not has_rows(df):
+        return False
+    _txn_writer(df, app_id, batch_id).mode("append").save(path)
+    return True
+
+
+def overwrite_once(df: DataFrame, path: str, app_id: str, batch_id: int) -> bool:
+    """Replace a table's rows with ``df``'s unless Delta has this writer's batch already.
+
+    For a summary rewritten whole every micro-batch. An empty frame writes nothing.
+
+    Returns:
+        Whether the frame had rows to write.
+    """
+    if not has_rows(df):
+        return False
+    _txn_writer(df, app_id, batch_id).mode("overwrite").save(path)
+    return True
+
+
+def _txn_writer(df: DataFrame, app_id: str, batch_id: int):  # type: ignore[no-untyped-def]
+    return df.write.format("delta").option("txnAppId", app_id).option("txnVersion", str(batch_id))
+
+
+@contextmanager
+def dml_txn(spark: SparkSession, app_id: str, batch_id: int) -> Iterator[None]:
+    """Make the MERGE (UPDATE, DELETE) run in this block a writer's batch, once.
+
+    Args:
+        spark: The session the MERGE runs in: a streaming query's (``batch.sparkSession``),
+            whose settings no other query sees.
+        app_id: The writer's id.
+        batch_id: The micro-batch id.
+    """
+    spark.conf.set(TXN_APP_ID_CONF, app_id)
+    spark.conf.set(TXN_VERSION_CONF, str(batch_id))
+    try:
+        yield
+    finally:
+        spark.conf.unset(TXN_APP_ID_CONF)
+        spark.conf.unset(TXN_VERSION_CONF)
+
+
+def hour_floor_s(column: str) -> F.Column:
+    """An aggregate: the start of the hour of ``column``'s earliest value, in epoch seconds.
+
+    A MERGE's ``since`` bound (``merge``): it changes once an hour, so the MERGE's
+    generated code stays the same from batch to batch (see ``has_rows``).
+    """
+    return F.unix_timestamp(F.date_trunc("hour", F.min(column)))
+
+
+def merge(
+    source: DataFrame,
+    path: str,
+    keys: Sequence[str],
+    *,
+    since: tuple[str, int | None] | None = None,
+    update: Mapping[str, str] | None = None,
+    keep_existing: bool = False,
+    txn: tuple[str, int] | None = None,
+    nonempty: bool = False,
+) -> None:
+    """Upsert ``source``'s rows into a Delta table on ``keys`` (Spark's MERGE).
+
+    The table's columns that ``source`` lacks (a field the contract no longer has) are
+    null in the rows it inserts or replaces.
+
+    Args:
+        source: The rows, at most one per key.
+        path: The Delta table.
+        keys: Columns that identify a row.
+        since: ``(column, epoch seconds)``: a timestamp column that a stored row shares
+            with its match (a key, or a time every copy of the row has) and a time at or
+            before its earliest value in ``source`` (``hour_floor_s``): only stored rows
+            from then on can match, so older files need not be read. A None time: no bound.
+        update: A matched row's new values, as SQL over ``t`` (stored) and ``s`` (new)
+            (``transforms.combine_device_minutes``); None replaces every column, unless
+            ``keep_existing``.
+        keep_existing: Without ``update``: leave matched rows as they are, insert new keys.
+        txn: ``(app id, batch id)``: the MERGE runs once per batch (for a MERGE that adds
+            to what is stored); None runs it every time.
+        nonempty: The caller knows that ``source`` has rows (no Spark job to check).
+    """
+    if not nonempty and not has_rows(source):
+        return
+    cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+    if since is not None and since[1] is not None:
+        cond += f" AND t.`{since[0]}` >= timestamp_seconds({int(since[1])})"
+    spark = source.sparkSession
+    table = DeltaTable.forPath(spark, path)
+    # Every column of the table: those the source lacks (no longer written) are null.
+    row = {c: f"s.`{c}`" if c in source.columns else "NULL" for c in table.toDF().columns}
+    plan = table.alias("t").merge(source.alias("s"), cond)
+    if update is not None:
+        plan = plan.whenMatchedUpdate(set=dict(update))
+    elif not keep_existing:
+        plan = plan.whenMatchedUpdate(set=row)
+    plan = plan.whenNotMatchedInsert(values=row)
+    if txn is None:
+        plan.execute()
+        return
+    with dml_txn(spark, *txn):
+        plan.execute()
+
+
+def run_concurrently(spark: SparkSession, *writes: Callable[[], object]) -> None:
+    """Run independent writes (to different tables) as concurrent Spark jobs.
+
+    Each write's driver-side work (planning, the Delta log, the commit) overlaps the
+    others' tasks. Every write is idempotent, so a failure of one, which fails the batch,
+    is safe to replay whole. The threads inherit the caller's Spark local properties (the
+    query's job group, so that stopping the query cancels them, and its scheduler pool).
+    """
+    if not writes:
+        return
+    with ThreadPoolExecutor(max_workers=len(writes), thread_name_prefix="batch-write") as pool:
+        inherit = inheritable_thread_target(spark)
+        for future in [pool.submit(inherit(w)) for w in writes]:
+            future.result()

@@ -1,0 +1,144 @@
+"""Commits that lose to a concurrent one are written again (processor.conflicts), and
+``maintain`` compacts tables while streams write them: real Delta tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from processor import conflicts
+
+
+def _gated(spark, rows: list[tuple[int, int]], entered: Path, go: Path):
+    """A one-partition frame of (id, v) whose evaluation waits for ``go`` (once ``entered``).
+
+    It holds a MERGE that reads it while the MERGE's snapshot of the target is taken.
+    """
+    from pyspark.sql import functions as F
+
+    def gate(v: int) -> int:
+        import os
+        import time
+
+        if not os.path.exists(go):
+            open(entered, "w").close()
+            deadline = time.time() + 120
+            while not os.path.exists(go) and time.time() < deadline:
+                time.sleep(0.05)
+        return v
+
+    udf = F.udf(gate, "long", useArrow=False)  # a plain UDF; no eval type to infer from hints
+    return spark.createDataFrame(rows, "id long, v long").coalesce(1).withColumn("v", udf("v"))
+
+
+def _wait_for(path: Path, seconds: float = 120.0) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
+def test_a_merge_that_loses_to_a_concurrent_optimize_is_written_again(spark, tmp_path):
+    """OPTIMIZE compacts the files a running MERGE read: Delta refuses the MERGE's commit
+    (its compacted file is new data where the MERGE read), and ``retry_conflicts`` runs
+    it again, whole."""
+    import threading
+
+    path = str(tmp_path / "t")
+    for row in [(1, 10), (2, 20)]:  # two files, for OPTIMIZE to compact
+        spark.createDataFrame([row], "id long, v long").write.format("delta").mode("append").save(
+            path
+        )
+    entered, go = tmp_path / "entered", tmp_path / "go"
+    source = _gated(spark, [(1, 11), (3, 30)], entered, go)
+    refused: list[BaseException] = []
+    failed: list[BaseException] = []
+
+    def merge() -> None:
+        target = DeltaTable.forPath(spark, path).alias("t")
+        target.merge(
+            source.alias("s"), "t.id = s.id"
+        ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+
+    def run() -> None:
+        try:
+            conflicts.retry_conflicts(merge, "test", backoff_s=0.0, on_conflict=refused.append)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    _wait_for(entered)
+    compacted = DeltaTable.forPath(spark, path).optimize().executeCompaction()
+    assert compacted.select("metrics.numFilesRemoved").first()[0] == 2
+    go.touch()
+    thread.join(180)
+    assert not failed, failed
+    # Delta 4.4's condition has a subclass (4.0's had none).
+    assert [conflicts.error_condition(c) for c in refused] == [
+        "DELTA_CONCURRENT_APPEND.WITHOUT_HINT"
+    ]
+    assertDataFrameEqual(
+        spark.read.format("delta").load(path), [Row(id=1, v=11), Row(id=2, v=20), Row(id=3, v=30)]
+    )
+
+
+def test_retry_conflicts_raises_any_other_error_at_once(spark, tmp_path):
+    calls: list[int] = []
+
+    def missing_table() -> None:
+        calls.append(1)
+        spark.read.format("delta").load(str(tmp_path / "nothing")).collect()
+
+    with pytest.raises(Exception) as info:
+        conflicts.retry_conflicts(missing_table, "test", backoff_s=0.0)
+    assert not conflicts.is_conflict(info.value)
+    assert calls == [1]  # not a conflict: no second try
+    assert not conflicts.is_conflict(ValueError("DELTA_CONCURRENT_APPEND"))
+
+
+def test_maintain_compacts_each_table_and_keeps_its_rows(spark, tmp_path, capsys):
+    from processor.pipeline import Tables, maintain
+    from processor.settings import ProcessorSettings
+
+    settings = ProcessorSettings(lake={"root": str(tmp_path / "lake")})
+    tables = Tables.under(settings.lake)
+    for i in range(3):
+        spark.createDataFrame([(i, "x")], "id long, v string").write.format("delta").mode(
+            "append"
+        ).save(tables.bronze)
+    spark.createDataFrame([(9, "y")], "id long, v string").write.format("delta").save(
+        tables.fleet_summary
+    )
+    spark.sparkContext.setJobGroup("maintain", "maintain")
+    try:
+        maintain(spark, settings)
+    finally:
+        spark.sparkContext._jsc.clearJobGroup()  # PySpark has no clearJobGroup of its own
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[maintain]")]
+    assert lines == [
+        "[maintain] bronze: compacted 3 files into 1",
+        "[maintain] fleet_summary: compacted 0 files into 0",
+    ]
+    assertDataFrameEqual(
+        spark.read.format("delta").load(tables.bronze), [Row(id=i, v="x") for i in range(3)]
+    )
+    assert DeltaTable.forPath(spark, tables.bronze).detail().first()["numFiles"] == 1
+    # VACUUM's listing ran as many tasks as the session's shuffle partitions, not 10,000.
+    assert _most_tasks_in_a_stage(spark, "maintain") == 2
+
+
+def _most_tasks_in_a_stage(spark, group: str) -> int:
+    tracker = spark.sparkContext.statusTracker()
+    stages = [
+        tracker.getStageInfo(stage)
+        for job in tracker.getJobIdsForGroup(group)
+        for stage in tracker.getJobInfo(job).stageIds
+    ]
+    return max(s.numTasks for s in stages if s is not None)
