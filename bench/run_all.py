@@ -30,12 +30,12 @@ BENCH = Path(__file__).resolve().parent
 # bench name -> (figure, comparison, target)
 TARGETS: dict[str, list[tuple[str, str, float]]] = {
     "producer": [("events_per_s", ">=", 200_000)],  # kcat beside it is a reference only
+    # Throughput against Spark's plain Kafka -> Delta copy in the same run; cores are
+    # reported, with no target.
     "processor": [
-        ("events_per_s", ">=", 20_000),
+        ("pipeline_to_copy_ratio", ">=", 1.0),
         ("p95_latency_s_at_200", "<=", 5.0),
-        ("cores_at_200", "<=", 0.35),
         ("p95_latency_s_at_2000", "<=", 5.0),
-        ("cores_at_2000", "<=", 1.0),
     ],
     "dashboard": [("overview_render_s", "<=", 0.5)],
     "alerts": [
