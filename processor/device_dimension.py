@@ -2,8 +2,7 @@
 
 Read as a plain Delta table, the dimension costs every one of silver's micro-batches a
 snapshot update and a Spark job that lists the table's files, while the batch is
-planned: at 200 events/s, planning took 336 ms of each 1.7 s batch, and caching the
-table took the processor from 0.91 to 0.69-0.73 cores (``docs/processor-costs.md``).
+planned: a fifth of a small micro-batch's time, for a table that changes rarely.
 
 Cached, the table's scan is replaced by the in-memory copy in each micro-batch's plan
 (Spark's cache manager matches the plan). A thread checks the table's version every

@@ -132,9 +132,9 @@ class _ProgressAsJson:
     Spark's callback costs two py4j calls back (the progress, its JSON). PySpark's own
     adaptor builds Python objects from the Java event field by field, some 40 py4j calls
     per event; each Java map it copies ends in an exception that PySpark converts by
-    looking classes up across every jar. At 200 events/s that was 0.036 cores of the
-    JVM's listener thread alone (docs/processor-costs.md). A query's start
-    and end pass on its run id (``MetricsListener.drain``).
+    looking classes up across every jar, for every event of every query
+    (``bench/metrics_listener.py`` times both adaptors). A query's start and end pass
+    on its run id (``MetricsListener.drain``).
     """
 
     def __init__(

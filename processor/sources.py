@@ -8,9 +8,9 @@ from common.kafka import spark_kafka_options
 from processor.settings import ProcessorSettings
 
 # How long the broker holds a fetch that finds no new records (Kafka's default: 500 ms).
-# A micro-batch's task reads a fixed range, yet its consumer's fetches waited that long:
-# measured at 200 events/s, silver's Kafka tasks took 370 ms (median; half of them over
-# 400) for 20 ms of CPU, and its micro-batches 2.5-3.5 s; with 20 ms, 52 ms and 1.4-2.0 s.
+# A micro-batch's task reads a fixed range, yet its consumer's fetches wait that long at
+# the end of it: with the default, a task of a few milliseconds of CPU takes hundreds of
+# milliseconds, and a micro-batch of a trickle of events seconds.
 MICRO_BATCH_FETCH_MAX_WAIT_MS = 20
 
 
