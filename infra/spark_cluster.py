@@ -243,8 +243,8 @@ def connector_jars(s3: bool = False) -> list[Path]:
     Raises:
         ClusterError: Maven could not resolve them.
     """
+    from common.jars import connector_jars as jars_in
     from infra.jars import JarResolutionError, ensure_jar_dir
-    from processor.session import connector_jars as jars_in
 
     bundles = ("spark", "s3") if s3 else ("spark",)
     try:

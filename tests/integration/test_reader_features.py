@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from common.delta_table import open_delta_table
+from common.jars import connector_jars
 from common.lake import Table
 from infra.jars import bundle_dir, ensure_jar_dir
-from processor.session import connector_jars
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.subprocess]
 

@@ -16,9 +16,9 @@ import pyspark
 import pytest
 
 from common.fleet import build_fleet
+from common.jars import connector_jars
 from infra.broker import ensure_topic
 from infra.jars import bundle_dir
-from processor.session import connector_jars
 from tests.integration.proc import ROOT, processor_env, send_readings, table_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

@@ -8,11 +8,11 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from common.jars import ConnectorJarsMissingError, connector_jars
 from common.lake import LOCAL_DISK_SPARK_CONF, lake_scheme
 from common.settings import LakeSettings, SettingsError, load_settings
 from infra.jars import MAVEN_DIR
 from processor import settings as processor_settings
-from processor.session import ConnectorJarsMissingError, connector_jars
 
 SECRET = "s3-secret-value-never-shown"
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
