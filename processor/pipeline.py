@@ -451,10 +451,7 @@ def site_windows(silver: DataFrame, s: ProcessorSettings, t: Tables) -> None:
     windows = transforms.site_type_windows(minutes, length, slide)
     touched = windows.join(keys, ["window_start", "site", "device_type"], "left_semi")
     # Each window is replaced whole: a replayed batch needs no txn.
-    writes.merge(
-        touched, t.site_type_10m, KEYS["site_type_10m"], since=("window_start", since),
-        nonempty=True,
-    )  # fmt: skip
+    writes.merge(touched, t.site_type_10m, KEYS["site_type_10m"], since=("window_start", since))
 
 
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:

@@ -347,7 +347,7 @@ def batch_contents(parsed: DataFrame) -> DataFrame:
         F.count_if(valid).alias("valid"),
         F.count_if(~valid).alias("invalid"),
         F.count_if(valid & F.col(EXTRA_FIELDS).isNotNull()).alias("drifted"),
-        F.unix_timestamp(F.date_trunc("hour", earliest)).alias("earliest_hour_s"),
+        (F.floor(F.unix_seconds(earliest) / 3600) * 3600).alias("earliest_hour_s"),
     )
 
 

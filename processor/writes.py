@@ -110,7 +110,7 @@ def hour_floor_s(column: str) -> F.Column:
     A MERGE's ``since`` bound (``merge``): it changes once an hour, so the MERGE's
     generated code stays the same from batch to batch (see ``has_rows``).
     """
-    return F.unix_timestamp(F.date_trunc("hour", F.min(column)))
+    return F.floor(F.unix_seconds(F.min(column)) / 3600) * 3600  # whatever the session's zone
 
 
 def merge(

@@ -28,7 +28,7 @@ class Commit:
 def commits(path: str | Path) -> list[Commit]:
     """Every commit of the table at ``path`` (a local folder), oldest first."""
     out = []
-    for log in sorted(Path(path, "_delta_log").glob("*.json")):
+    for log in sorted(Path(path, "_delta_log").glob("[0-9]" * 20 + ".json")):
         actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
         txns = tuple((a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a)
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
