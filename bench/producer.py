@@ -160,7 +160,7 @@ def _client_worker(
         del os.environ[key]  # the settings below, as the producer's side gets them
     try:
         from common.kafka import librdkafka_config
-        from common.settings import KafkaSettings
+        from common.kafka_settings import KafkaSettings
         from producer.sinks import KafkaSink
 
         kafka = KafkaSettings(_env_file=None, bootstrap_servers=bootstrap, topic=topic, auth="none")

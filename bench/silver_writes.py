@@ -46,12 +46,15 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from common.fleet import build_fleet  # noqa: E402
-from common.settings import LakeSettings  # noqa: E402
+from common.lake import Table  # noqa: E402
+from common.lake_settings import LakeSettings  # noqa: E402
 from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.machine import processes_cpu_s  # noqa: E402
-from processor import pipeline, transforms  # noqa: E402
+from processor import lake_setup, pipeline, transforms  # noqa: E402
+from processor.schema import KAFKA_SOURCE_SCHEMA  # noqa: E402
 from processor.session import build_session  # noqa: E402
 from processor.settings import ProcessorSettings  # noqa: E402
+from processor.silver import silver_frame  # noqa: E402
 from producer.simulation import generate, simulated_clock  # noqa: E402
 
 FLEET, SEED, RATE = 200, 5, 200.0
@@ -63,7 +66,7 @@ def say(msg: str) -> None:
 
 
 def kafka_rows(n: int, start: datetime) -> list[tuple]:
-    """``n`` readings as Kafka records (``pipeline.KAFKA_SOURCE_SCHEMA``), 2 partitions."""
+    """``n`` readings as Kafka records (``processor.schema.KAFKA_SOURCE_SCHEMA``), 2 partitions."""
     stream = generate(build_fleet(FLEET, SEED), SEED, simulated_clock(start, RATE))
     now = datetime.now(UTC)
     rows = []
@@ -74,17 +77,16 @@ def kafka_rows(n: int, start: datetime) -> list[tuple]:
     return rows
 
 
-def check(
-    spark: SparkSession, tables: pipeline.Tables, settings: ProcessorSettings, sent: int
-) -> None:
+def check(spark: SparkSession, settings: ProcessorSettings, sent: int) -> None:
     """Fail unless silver holds the ``sent`` readings once and device_1m their aggregates."""
-    silver = spark.read.format("delta").load(tables.silver)
+    at = settings.lake.table
+    silver = spark.read.format("delta").load(at(Table.SILVER_EVENTS))
     if (n := silver.count()) != sent or silver.select("event_id").distinct().count() != sent:
         raise SystemExit(f"[bench] silver holds {n:,} rows, {sent:,} readings were sent")
-    if n := spark.read.format("delta").load(tables.quarantine).count():
+    if n := spark.read.format("delta").load(at(Table.SILVER_QUARANTINE)).count():
         raise SystemExit(f"[bench] {n:,} readings were quarantined; none were invalid")
     expected = transforms.device_minute_aggregates(silver, settings.watermark)
-    got = spark.read.format("delta").load(tables.gold_device_1m)
+    got = spark.read.format("delta").load(at(Table.GOLD_DEVICE_1M))
     cols = [F.round(c, 9).alias(c) if c.endswith("_avg") else F.col(c) for c in expected.columns]
     expected, got = expected.select(*cols), got.select(*cols)
     missing, extra = expected.exceptAll(got).count(), got.exceptAll(expected).count()
@@ -110,20 +112,20 @@ def main() -> None:
             fleet_size=FLEET, seed=SEED,
         )  # fmt: skip
         spark = build_session(settings, "bench-silver-writes")
-        tables = pipeline.Tables.under(settings.lake)
-        pipeline.ensure_tables(spark, settings, tables)
-        devices = spark.read.format("delta").load(tables.devices)
+        at = settings.lake.table
+        lake_setup.ensure_tables(spark, settings)
+        devices = spark.read.format("delta").load(at(Table.DIM_DEVICES))
         jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
         records = kafka_rows(args.batches * args.batch_rows, datetime.now(UTC))
         say(f"{args.batches} batches of {args.batch_rows} readings, fleet of {FLEET}")
         walls, cpus = [], []
         for b in range(args.batches):
             chunk = records[b * args.batch_rows : (b + 1) * args.batch_rows]
-            raw = spark.createDataFrame(chunk, pipeline.KAFKA_SOURCE_SCHEMA)
-            batch = pipeline.silver_frame(transforms.to_bronze(raw), devices, settings.watermark)
+            raw = spark.createDataFrame(chunk, KAFKA_SOURCE_SCHEMA)
+            batch = silver_frame(transforms.to_bronze(raw), devices, settings.watermark)
             batch.persist()
             t0, c0 = time.monotonic(), processes_cpu_s((jvm, os.getpid()))
-            pipeline.write_silver_batch(batch, b, "bench-silver", settings, tables)
+            pipeline.write_silver_batch(batch, b, "bench-silver", settings)
             walls.append(time.monotonic() - t0)
             cpus.append(processes_cpu_s((jvm, os.getpid())) - c0)
             batch.unpersist()
@@ -132,7 +134,7 @@ def main() -> None:
                     f"batch {b + 1}: last 20 took {statistics.mean(walls[-20:]):.2f} s and "
                     f"{statistics.mean(cpus[-20:]):.2f} CPU-s each"
                 )
-        check(spark, tables, settings, len(records))
+        check(spark, settings, len(records))
         spark.stop()
     half = len(walls) // 2
     wall, cpu = statistics.mean(walls[half:]), statistics.mean(cpus[half:])

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from common.settings import KafkaSettings
+from common.kafka_settings import KafkaSettings
 
 EVENTHUBS_USERNAME = "$ConnectionString"
 # Microsoft's recommended client settings for the Event Hubs Kafka endpoint; Azure

@@ -1,13 +1,20 @@
-"""The lake's layout: every table's path under the lake root, and where checkpoints go.
+"""The lake's layout: every table, who writes and reads it, and where checkpoints go.
 
 The processor writes these tables, the dashboard and the load test read them; each
 names a table by its ``Table`` member, never by its path, and a streaming query by
-its ``Query`` member.
+its ``Query`` member. ``TABLES`` is the registry the rest derives from: the query that
+writes each table (what a rebuild empties), the key its rows are matched on (what a
+MERGE joins on), the queries that stream from it (rebuilt with its writer) and the
+readers outside the processor. A table's schema is what its query's transforms return:
+the processor creates it from them (``processor.lake_setup``), so the two cannot differ.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from urllib.parse import urlparse
 
 
@@ -48,6 +55,81 @@ class Query(StrEnum):
     ALERT_RECOVERIES = "alert_recoveries"
     ALERTS_RT = "alerts_rt"
     REALTIME_ALERTS = "realtime_alerts"
+
+
+class Reader(StrEnum):
+    """A reader of the lake outside the processor; both read through delta-rs."""
+
+    DASHBOARD = "the dashboard"
+    VERIFY = "loadtest verify"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table of the registry.
+
+    Attributes:
+        writer: The streaming query that writes it; None for what the processor writes
+            itself (the device dimension at start, the metrics from its listener).
+        key: The columns that identify a row (a MERGE matches on them).
+        streamed_by: The queries that read it as a stream.
+        read_by: The readers outside the processor.
+    """
+
+    writer: Query | None
+    key: tuple[str, ...]
+    streamed_by: tuple[Query, ...] = ()
+    read_by: frozenset[Reader] = frozenset()
+
+
+_BOTH = frozenset(Reader)
+_DASHBOARD = frozenset({Reader.DASHBOARD})
+_SILVER_READERS = (Query.DEVICE_STATUS, Query.GOLD_DEVICE_SESSIONS, Query.ALERTS)
+TABLES: Mapping[Table, TableSpec] = MappingProxyType(
+    {
+        # Silver streams bronze only with silver_input=bronze (or the rate source).
+        Table.BRONZE_EVENTS: TableSpec(
+            Query.BRONZE, ("topic", "partition", "offset"), (Query.SILVER,),
+            frozenset({Reader.VERIFY}),
+        ),
+        Table.SILVER_EVENTS: TableSpec(Query.SILVER, ("event_id",), _SILVER_READERS, _BOTH),
+        Table.SILVER_QUARANTINE: TableSpec(
+            Query.SILVER, ("topic", "partition", "offset"), (), _BOTH
+        ),
+        Table.DIM_DEVICES: TableSpec(None, ("device_id",), (), _DASHBOARD),
+        Table.GOLD_DEVICE_1M: TableSpec(Query.SILVER, ("device_id", "window_start"), (), _BOTH),
+        Table.GOLD_SITE_TYPE_10M: TableSpec(
+            Query.DEVICE_STATUS, ("site", "device_type", "window_start")
+        ),
+        Table.GOLD_DEVICE_SESSIONS: TableSpec(
+            Query.GOLD_DEVICE_SESSIONS, ("device_id", "session_start"), (), _DASHBOARD
+        ),
+        Table.GOLD_ALERTS: TableSpec(
+            Query.ALERTS, ("alert_id",), (Query.ALERT_RECOVERIES,), _DASHBOARD
+        ),
+        Table.GOLD_ALERTS_RT: TableSpec(Query.ALERTS_RT, ("alert_id",)),
+        Table.GOLD_ALERT_CLEARS: TableSpec(Query.ALERTS, ("alert_id",), (Query.ALERT_RECOVERIES,)),
+        Table.GOLD_ALERT_RECOVERIES: TableSpec(
+            Query.ALERT_RECOVERIES, ("alert_id",), (), _DASHBOARD
+        ),
+        Table.GOLD_DEVICE_STATUS: TableSpec(Query.DEVICE_STATUS, ("device_id",), (), _DASHBOARD),
+        Table.GOLD_FLEET_SUMMARY: TableSpec(Query.DEVICE_STATUS, ("device_type",)),
+        Table.OPS_PIPELINE_METRICS: TableSpec(None, ("query_id", "batch_id"), (), _BOTH),
+        Table.OPS_SCHEMA_DRIFT: TableSpec(
+            Query.SILVER, ("field", "schema_version", "seen_time"), (), _DASHBOARD
+        ),
+    }
+)  # fmt: skip
+
+
+def written_by(query: Query | str) -> tuple[Table, ...]:
+    """The tables a query writes, in the registry's order."""
+    return tuple(t for t, spec in TABLES.items() if spec.writer == query)
+
+
+def read_by(reader: Reader) -> frozenset[Table]:
+    """The tables a reader outside the processor reads."""
+    return frozenset(t for t, spec in TABLES.items() if reader in spec.read_by)
 
 
 CHECKPOINTS = "_checkpoints"  # one folder per streaming query below it

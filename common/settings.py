@@ -1,4 +1,4 @@
-"""Typed settings shared by the services, and the loader that fills them.
+"""The settings framework: the base class every service's settings derive from, and the loader.
 
 Every service has one settings object. Values come from, lowest precedence first:
 
@@ -22,13 +22,11 @@ import tomllib
 import types
 import typing
 from contextvars import ContextVar
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
-    Field,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -42,18 +40,6 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
-
-from common.cli import local_path
-from common.lake import (
-    LOCAL_DISK_SPARK_CONF,
-    S3_SCHEMES,
-    Query,
-    Table,
-    checkpoint_location,
-    lake_scheme,
-    table_location,
-)
-from common.paths import state_dir
 
 CONFIG_FILE_ENV = "IOT_CONFIG_FILE"
 
@@ -144,6 +130,22 @@ def _hidden_errors(exc: ValidationError, secret_fields: frozenset[str]) -> Valid
     return ValidationError.from_exception_data(exc.title, details) if changed else exc
 
 
+def _secret_home() -> str:
+    """The environment variable of the secret setting that holds a connection string.
+
+    That setting is ``KafkaSettings.connection_string``; it is found among the classes
+    derived from ``Settings``, which this module cannot import.
+    """
+    pending = list(Settings.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        info = cls.model_fields.get("connection_string")
+        if info is not None and _is_secret(info.annotation):
+            return cls.env_name("connection_string")
+        pending += cls.__subclasses__()
+    return "the Kafka settings' connection_string"
+
+
 class Settings(BaseSettings):
     """Base of every settings class: file < .env < environment < CLI flags.
 
@@ -189,8 +191,7 @@ class Settings(BaseSettings):
         if isinstance(value, str | os.PathLike) and _looks_secret(str(value)):
             raise ValueError(
                 "holds what looks like an Event Hubs connection string (a SharedAccessKey), "
-                "and this setting is not secret: put the connection string in "
-                f"{KafkaSettings.env_name('connection_string')}"
+                f"and this setting is not secret: put the connection string in {_secret_home()}"
             )
         return value
 
@@ -254,195 +255,6 @@ class Settings(BaseSettings):
             elif _is_secret(info.annotation):
                 names.add(name)
         return frozenset(names)
-
-
-CONNECTION_STRING_SHAPE = (
-    "Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<policy>;"
-    "SharedAccessKey=<key>[;EntityPath=<event hub>]"
-)
-_WHERE_TO_COPY = (
-    "copy it whole from the portal (the namespace's or event hub's 'Shared access policies') "
-    "or from 'terraform output -raw kafka_connection_string'"
-)
-_PARTS = ("Endpoint", "SharedAccessKeyName", "SharedAccessKey", "EntityPath")
-_REQUIRED_PARTS = _PARTS[:3]
-_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
-EVENTHUBS_KAFKA_PORT = 9093
-
-
-@dataclass(frozen=True)
-class ConnectionString:
-    """The public parts of an Event Hubs connection string (the key is not kept).
-
-    Attributes:
-        host: The namespace host, e.g. ``pulse-ns.servicebus.windows.net``.
-        port: The Kafka port: the Endpoint's, else 9093.
-        key_name: The shared access policy's name.
-        entity_path: The event hub of a hub-level string, else None.
-    """
-
-    host: str
-    port: int
-    key_name: str
-    entity_path: str | None
-
-    @property
-    def bootstrap_server(self) -> str:
-        """``host:port`` of the Kafka endpoint."""
-        return f"{self.host}:{self.port}"
-
-
-def _refuse(what: str) -> ValueError:
-    return ValueError(f"the Event Hubs connection string {what}; {_WHERE_TO_COPY}")
-
-
-def _endpoint(value: str) -> tuple[str, int]:
-    """Host and port of ``sb://HOST[:PORT][/]``; errors name the part, never its value."""
-    scheme, sep, rest = value.strip().partition("://")
-    if not sep or scheme.lower() != "sb":
-        raise _refuse("has an Endpoint that does not start with sb://")
-    authority, _, path = rest.partition("/")
-    if path:
-        raise _refuse("has an Endpoint with a path after the host (expected sb://HOST[:PORT]/)")
-    host, colon, port_text = authority.partition(":")
-    if not host:
-        raise _refuse("has an Endpoint with no host (expected sb://HOST[:PORT]/)")
-    if not _HOST_RE.match(host):
-        raise _refuse("has an Endpoint whose host is not a host name")
-    if not colon:
-        return host, EVENTHUBS_KAFKA_PORT
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise _refuse("has an Endpoint whose port is not a number from 1 to 65535")
-    return host, int(port_text)
-
-
-def parse_connection_string(text: str) -> ConnectionString:
-    """Check an Event Hubs connection string and return its public parts.
-
-    The string is ``Endpoint=sb://HOST[:PORT]/;SharedAccessKeyName=...;SharedAccessKey=...``
-    with an optional ``EntityPath=...``, parts in any order, names in any case.
-
-    Args:
-        text: The connection string (a secret).
-
-    Returns:
-        Host, port, policy name and event hub.
-
-    Raises:
-        ValueError: A part is unknown, repeated, missing or empty, or the Endpoint is not
-            ``sb://HOST[:PORT]/``. The message names the part, never any of the text.
-
-    """
-    values: dict[str, str] = {}
-    segments = [seg for seg in text.split(";") if seg.strip()]
-    if not segments:
-        raise _refuse(f"is empty (expected {CONNECTION_STRING_SHAPE})")
-    canonical = {name.lower(): name for name in _PARTS}
-    for position, segment in enumerate(segments, start=1):
-        key, sep, value = segment.partition("=")
-        name = canonical.get(key.strip().lower())
-        if not sep:
-            raise _refuse(f"has a part (number {position}) without '=' ({CONNECTION_STRING_SHAPE})")
-        if name is None:
-            if key.strip().lower() == "sharedaccesssignature":
-                raise _refuse(
-                    "holds a SharedAccessSignature (a SAS token), which the Kafka endpoint "
-                    "does not accept: use a shared access policy's connection string"
-                )
-            raise _refuse(f"has a part (number {position}) that is not one of {', '.join(_PARTS)}")
-        if name in values:
-            raise _refuse(f"has {name} twice")
-        if not value.strip():
-            raise _refuse(f"has an empty {name}")
-        values[name] = value
-    missing = [name for name in _REQUIRED_PARTS if name not in values]
-    if missing:
-        raise _refuse(f"has no {' and no '.join(missing)} part ({CONNECTION_STRING_SHAPE})")
-    host, port = _endpoint(values["Endpoint"])
-    return ConnectionString(
-        host=host,
-        port=port,
-        key_name=values["SharedAccessKeyName"].strip(),
-        entity_path=values["EntityPath"].strip() if "EntityPath" in values else None,
-    )
-
-
-class KafkaSettings(Settings):
-    """How to reach the broker: local Kafka or Azure Event Hubs' Kafka endpoint.
-
-    Switching from a local broker to Event Hubs is a change of these settings only:
-    ``auth=connection_string`` with ``connection_string`` (and the namespace's
-    ``bootstrap_servers``, derived from the connection string's Endpoint when left
-    empty), or ``auth=entra`` with ``bootstrap_servers`` and an Azure credential.
-    """
-
-    config_section: ClassVar[str] = "kafka"
-    cli_prefix: ClassVar[str] = "kafka-"
-    model_config = SettingsConfigDict(env_prefix="IOT_KAFKA_")
-
-    bootstrap_servers: str = Field(
-        "",
-        description="host:port[,host:port]; Event Hubs: NS.servicebus.windows.net:9093; "
-        "default: the connection string's Endpoint (port 9093 unless it gives one), else "
-        "localhost:9092",
-    )
-    topic: str = Field("iot-events", description="Topic (Event Hubs: the event hub's name)")
-    alerts_topic: str = Field(
-        "iot-alerts",
-        description="Topic of the real-time threshold alerts (Event Hubs: another event hub)",
-    )
-    auth: Literal["none", "connection_string", "entra"] = Field(
-        "none",
-        description="none: PLAINTEXT; connection_string: SASL_SSL+PLAIN; entra: OAUTHBEARER",
-    )
-    connection_string: SecretStr | None = Field(
-        None, description="Event Hubs connection string of a namespace or event hub"
-    )
-    ssl_ca_location: Path | None = Field(
-        None, description="CA bundle (PEM) for TLS; default: the system CAs"
-    )
-    entra_scope: str = Field("", description="OAuth scope; default: https://<namespace>/.default")
-
-    @field_validator("connection_string")
-    @classmethod
-    def _well_formed(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            parse_connection_string(value.get_secret_value())
-        return value
-
-    @model_validator(mode="after")
-    def _derive_bootstrap(self) -> KafkaSettings:
-        # A setting that only one auth mode uses is refused under another, never ignored.
-        for field, mode in (("connection_string", "connection_string"), ("entra_scope", "entra")):
-            if getattr(self, field) and self.auth != mode:
-                raise ValueError(
-                    f"{self.env_name(field)} is set, but {self.env_name('auth')} is "
-                    f"{self.auth}, which does not use it: set {self.env_name('auth')}={mode}, "
-                    f"or unset {self.env_name(field)}"
-                )
-        if self.auth == "connection_string" and self.connection_string is None:
-            raise ValueError(
-                "auth=connection_string needs a connection string: set "
-                f"{self.env_name('connection_string')} (in the environment or a .env file)"
-            )
-        parts = self.connection_parts
-        if not self.bootstrap_servers and parts is not None:
-            object.__setattr__(self, "bootstrap_servers", parts.bootstrap_server)
-        if not self.bootstrap_servers:
-            object.__setattr__(self, "bootstrap_servers", "localhost:9092")
-        return self
-
-    @property
-    def connection_parts(self) -> ConnectionString | None:
-        """The connection string's public parts, if there is one."""
-        if self.connection_string is None:
-            return None
-        return parse_connection_string(self.connection_string.get_secret_value())
-
-    @property
-    def namespace_host(self) -> str:
-        """Host part of the first bootstrap server."""
-        return self.bootstrap_servers.split(",")[0].rsplit(":", 1)[0]
 
 
 S = TypeVar("S", bound=Settings)
@@ -613,132 +425,3 @@ def load_settings(cls: type[S], args: argparse.Namespace | None = None, **overri
             raise SettingsError(settings_message(cls, exc)) from None
     finally:
         _config_file.reset(token)
-
-
-class LakeSettings(Settings):
-    """Where the Delta tables and checkpoints live (processor writes, dashboard reads).
-
-    The root is one URI for every service: the processor writes it through Spark
-    (``s3a://`` through Hadoop's S3A), the dashboard and the load test read the same
-    URI through delta-rs. The ``s3_*`` settings say how to reach an S3 lake, once for
-    both: ``spark_conf`` gives them to Spark, ``storage_options`` to delta-rs. Left
-    empty, each side uses its default AWS credential chain and endpoint.
-    """
-
-    config_section: ClassVar[str] = "lake"
-    cli_prefix: ClassVar[str] = "lake-"
-    model_config = SettingsConfigDict(env_prefix="IOT_LAKE_")
-
-    root: str = Field(
-        default_factory=lambda: str(state_dir() / "lake"),
-        description="Folder or URI (abfss://, s3a://) holding every table",
-    )
-    s3_endpoint: str = Field(
-        "",
-        description="S3 endpoint URL of an S3-compatible store, e.g. http://127.0.0.1:5000 "
-        "(http:// turns TLS off); default: AWS's endpoint for the region",
-    )
-    s3_region: str = Field("", description="S3 region; default: the AWS SDKs' own lookup")
-    s3_access_key_id: str = Field(
-        "", description="S3 access key id; default: the AWS credential chain"
-    )
-    s3_secret_access_key: SecretStr | None = Field(
-        None, description="S3 secret access key (with the access key id)"
-    )
-    s3_path_style: bool = Field(
-        False,
-        description="Path-style requests (http://host/bucket/key), which most S3-compatible "
-        "stores need",
-    )
-
-    @model_validator(mode="after")
-    def _keys_in_pairs(self) -> LakeSettings:
-        if bool(self.s3_access_key_id) != (self.s3_secret_access_key is not None):
-            raise ValueError(
-                f"set both {self.env_name('s3_access_key_id')} and "
-                f"{self.env_name('s3_secret_access_key')}, or neither"
-            )
-        return self
-
-    def table(self, table: Table | str) -> str:
-        """Location of a table, e.g. ``table(Table.GOLD_DEVICE_1M)``."""
-        return table_location(self.root, table)
-
-    def checkpoint(self, query: Query | str) -> str:
-        """Checkpoint location of one streaming query; every query has its own."""
-        return checkpoint_location(self.root, query)
-
-    @property
-    def on_s3(self) -> bool:
-        """True when the root is an S3 URI (``s3a://`` or ``s3://``)."""
-        return lake_scheme(self.root) in S3_SCHEMES
-
-    def spark_conf(self) -> dict[str, str]:
-        """Spark settings for the lake: its file system's, and S3A's endpoint, region, keys.
-
-        On a local disk, checkpoints and Delta commits rename in Java
-        (``LOCAL_DISK_SPARK_CONF``). On S3, Spark redacts the keys
-        (``spark.redaction.regex``) in its UI and event logs.
-        """
-        if local_path(self.root) is not None:
-            return dict(LOCAL_DISK_SPARK_CONF)
-        if not self.on_s3:
-            return {}
-        s3a = "spark.hadoop.fs.s3a."
-        # The log store is Delta's default for s3a:// (S3SingleDriverLogStore).
-        conf: dict[str, str] = {}
-        if self.s3_endpoint:
-            conf[s3a + "endpoint"] = self.s3_endpoint
-            conf[s3a + "connection.ssl.enabled"] = str(self._tls).lower()
-        if self.s3_region:
-            conf[s3a + "endpoint.region"] = self.s3_region
-        if self.s3_path_style:
-            conf[s3a + "path.style.access"] = "true"
-        if self.s3_secret_access_key is not None:
-            conf[s3a + "access.key"] = self.s3_access_key_id
-            conf[s3a + "secret.key"] = self.s3_secret_access_key.get_secret_value()
-        return conf
-
-    def storage_options(self) -> dict[str, str]:
-        """delta-rs's (and polars') ``storage_options`` for the lake; empty off S3."""
-        if not self.on_s3:
-            return {}
-        options: dict[str, str] = {}
-        if self.s3_endpoint:
-            options["AWS_ENDPOINT_URL"] = self.s3_endpoint
-            options["AWS_ALLOW_HTTP"] = str(not self._tls).lower()
-        if self.s3_region:
-            options["AWS_REGION"] = self.s3_region
-        if self.s3_path_style:
-            options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
-        if self.s3_secret_access_key is not None:
-            options["AWS_ACCESS_KEY_ID"] = self.s3_access_key_id
-            options["AWS_SECRET_ACCESS_KEY"] = self.s3_secret_access_key.get_secret_value()
-        return options
-
-    @property
-    def _tls(self) -> bool:
-        return not self.s3_endpoint.lower().startswith("http://")
-
-
-class FleetSettings(Settings):
-    """The simulated fleet, one definition for every service that builds it.
-
-    The producer simulates this fleet, the processor writes it as the device
-    dimension, and the load test hands it to both: each service's settings class
-    derives from this one, so the fields keep that class's prefix and flags
-    (``IOT_PRODUCER_FLEET_SIZE``, ``IOT_PROCESSOR_SEED``, ``--fleet-size`` ...).
-    """
-
-    fleet_size: int = Field(
-        100, ge=1, description="Simulated devices (the producer's and the processor's must match)"
-    )
-    seed: int = Field(
-        42,
-        description="Seed of the fleet and of the producer's event stream (the producer's "
-        "and the processor's must match)",
-    )
-
-    def fleet(self) -> dict[str, int]:
-        """The fleet settings' values, e.g. ``ProcessorSettings.env_vars(**s.fleet())``."""
-        return {name: getattr(self, name) for name in FleetSettings.model_fields}

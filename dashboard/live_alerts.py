@@ -39,7 +39,7 @@ from confluent_kafka import (
 from common.alerts import LiveAlert, decode_alert
 from common.cli import one_line
 from common.kafka import librdkafka_config, tls_failure
-from common.settings import KafkaSettings
+from common.kafka_settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

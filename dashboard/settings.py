@@ -9,8 +9,10 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from common.kafka_settings import KafkaSettings
+from common.lake_settings import LakeSettings
 from common.paths import state_dir
-from common.settings import KafkaSettings, LakeSettings, Settings
+from common.settings import Settings
 
 
 def _default_report_path() -> Path:

@@ -23,8 +23,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from common.cli import one_line
+from common.kafka_settings import KafkaSettings
 from common.lake import Table
-from common.settings import KafkaSettings, load_settings
+from common.settings import load_settings
 from dashboard import data, lake, live_alerts
 from dashboard.filters import (
     REFRESH_CHOICES,

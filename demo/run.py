@@ -28,7 +28,8 @@ from types import FrameType
 
 from common import cli
 from common.child import Child
-from common.settings import KafkaSettings, LakeSettings
+from common.kafka_settings import KafkaSettings
+from common.lake_settings import LakeSettings
 from infra import broker
 from infra.jars import JarResolutionError, ensure_jar_dir, ensure_jars
 from infra.paths import PROJECT_ROOT, state_dir

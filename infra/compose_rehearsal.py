@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from common.kafka import EVENTHUBS_USERNAME
-from common.settings import KafkaSettings
+from common.kafka_settings import KafkaSettings
 from infra.paths import PROJECT_ROOT, state_dir
 from infra.tls import ensure_tls
 

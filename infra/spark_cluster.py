@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from common import cli
-from common.settings import LakeSettings
+from common.lake_settings import LakeSettings
 from infra import daemons
 from infra.paths import PROJECT_ROOT, state_dir
 

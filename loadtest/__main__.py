@@ -8,7 +8,8 @@ from datetime import datetime
 from pathlib import Path
 
 from common import cli
-from common.settings import LakeSettings, add_settings_arguments, load_settings
+from common.lake_settings import LakeSettings
+from common.settings import add_settings_arguments, load_settings
 from loadtest.lake import LakeReadError, read_lake, read_truth
 from loadtest.report import verify_markdown
 from loadtest.settings import LoadtestSettings

@@ -37,10 +37,11 @@ from deltalake.exceptions import TableNotFoundError
 
 from common.child import Child
 from common.delta_table import open_delta_table
+from common.kafka_settings import KafkaSettings
 from common.lake import Query, Table, checkpoint_location, table_location
+from common.lake_settings import LakeSettings
 from common.paths import state_dir
 from common.report import ProducerReport, ReportUnreadableError
-from common.settings import KafkaSettings, LakeSettings
 from loadtest import report as pages
 from loadtest.lake import read_lake, read_truth
 from loadtest.settings import LoadtestSettings
@@ -184,155 +185,255 @@ def _wait(condition: Callable[[], bool], timeout_s: float, child: Child) -> bool
     return False
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where one load test keeps everything: its report folder and what is in it."""
+
+    started: datetime
+    out_dir: Path | None = None  # default: a folder of its own under the state folder
+
+    @property
+    def stamp(self) -> str:
+        return self.started.strftime("%Y%m%dT%H%M%SZ")
+
+    @property
+    def out(self) -> Path:
+        return (self.out_dir or state_dir() / "loadtest" / self.stamp).resolve()
+
+    @property
+    def logs(self) -> Path:
+        return self.out / "logs"
+
+    @property
+    def lake(self) -> str:
+        return str(self.out / "lake")
+
+    @property
+    def broker_dir(self) -> Path:
+        return self.out / "broker"
+
+    @property
+    def manifest(self) -> Path:
+        return self.out / "manifest.jsonl"
+
+    @property
+    def producer_report(self) -> Path:
+        return self.out / "producer-report.json"
+
+
+@dataclass(frozen=True)
+class _Load:
+    """What the producer did: its report, exit code and log."""
+
+    report: ProducerReport
+    exit_code: int | None
+    log: Path
+
+
 def run_loadtest(
     settings: LoadtestSettings, *, say: Callable[[str], None] | None = None
 ) -> Outcome:
     """Run the load test the settings describe and write its report.
 
+    The steps are the module's: the target, the processor, the load, the drain, then
+    verify and the report.
+
     Raises:
         LoadtestError: The broker, the processor or the producer could not run.
     """
     from infra import broker
-    from infra.jars import ensure_jar_dir, ensure_jars
 
     say = say or (lambda msg: print(f"[loadtest] {msg}", file=sys.stderr, flush=True))
     started = datetime.now(UTC)
-    stamp = started.strftime("%Y%m%dT%H%M%SZ")
-    out = (settings.out_dir or state_dir() / "loadtest" / stamp).resolve()
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    lake = str(out / "lake")
-    broker_dir = out / "broker"
-    spark_jars = ensure_jar_dir("spark", quiet=True)
-    kafka = settings.kafka
-    if settings.target != "external":
-        ensure_jars("kafka", quiet=True)
-        say(f"starting a local broker in {broker_dir}")
-        info = broker.start(broker_dir, quiet=True)
-        topic = settings.topic or f"loadtest-{stamp.lower()}"
-        broker.ensure_topic(info.plaintext, topic, partitions=settings.partitions)
-        if settings.target == "local":
-            kafka = KafkaSettings(bootstrap_servers=info.plaintext, topic=topic, auth="none")
-        else:
-            kafka = KafkaSettings(
-                bootstrap_servers=info.sasl_ssl, topic=topic, auth="connection_string",
-                connection_string=info.connection_string(), ssl_ca_location=info.ca_file,
-            )  # fmt: skip
-    elif settings.topic:
-        kafka = kafka.model_copy(update={"topic": settings.topic})
-    processor = producer = None
+    layout = _Layout(started, settings.out_dir)
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    kafka = start_target(settings, layout, say)
+    processor: Child | None = None
     try:
-        fleet = settings.fleet()
-        # An external topic may hold earlier events: read only this run's.
-        starting_offsets = "latest" if settings.target == "external" else "earliest"
-        env = child_env(
-            dict(os.environ),
-            kafka,
-            **LakeSettings.env_vars(root=lake),
-            **ProcessorSettings.env_vars(
-                jars_dir=spark_jars,
-                trigger="processing_time",
-                watermark=settings.watermark,
-                starting_offsets=starting_offsets,
-                trigger_interval=settings.trigger_interval or None,
-                **fleet,
-            ),
-        )
+        env = processor_env(settings, kafka, layout.lake)
         say(f"target {settings.target}: {kafka.bootstrap_servers}, topic {kafka.topic}")
-        say(f"starting the processor (log: {logs / 'processor.log'})")
-        processor = Child("processor", ["-m", "processor", "run"], env, logs / "processor.log")
-        # Start the load once the Kafka source has fixed its starting offsets and the
-        # first (empty) batches ran: Spark's start-up is not the pipeline's latency.
-        offsets_fixed = Path(checkpoint_location(lake, Query.BRONZE)) / "sources" / "0" / "0"
-        if not _wait(
-            lambda: offsets_fixed.exists() and _warmed_up(lake),
-            settings.startup_timeout_s,
-            processor,
-        ):
-            raise LoadtestError(
-                f"the processor did not fix its Kafka offsets and finish its first silver and "
-                f"gold batches in {settings.startup_timeout_s:.0f} s (--startup-timeout-s); "
-                f"its log ({processor.log}) ends:\n{processor.tail()}"
-            )
-        manifest = out / "manifest.jsonl"
-        producer_report = out / "producer-report.json"
-        send_s = settings.warmup_s + settings.duration_s  # one profile over both
-        producer_env = env | ProducerSettings.env_vars(
-            rate=settings.rate,
-            rate_profile=settings.rate_profile,
-            duration_s=send_s,
-            scenario=settings.scenario,
-            manifest_path=manifest,
-            report_path=producer_report,
-            progress_s=10,
-            **fleet,
-        )
-        warmup = f" after a {settings.warmup_s:g} s warm-up" if settings.warmup_s else ""
-        say(
-            f"producer: {settings.rate:,.0f} events/s ({settings.rate_profile}) for "
-            f"{settings.duration_s:g} s{warmup}, {settings.fleet_size} devices, scenario "
-            f"{settings.scenario} (log: {logs / 'producer.log'})"
-        )
-        producer = Child("producer", ["-m", "producer"], producer_env, logs / "producer.log")
-        try:
-            producer_code = producer.proc.wait(send_s + 180)
-        except subprocess.TimeoutExpired:
-            producer.stop(STOP_TIMEOUT_S)
-            raise LoadtestError(f"the producer did not finish; see {producer.log}") from None
-        producer.stop(STOP_TIMEOUT_S)
-        try:
-            producer_data = ProducerReport.read(producer_report) if manifest.is_file() else None
-        except ReportUnreadableError as exc:
-            raise LoadtestError(f"the producer's report is unreadable: {exc}") from None
-        if producer_data is None:
-            raise LoadtestError(
-                f"the producer exited with code {producer_code} without a report or manifest; "
-                f"its log ends:\n{producer.tail()}"
-            )
-        say(f"producer done (exit {producer_code}); waiting for the processor to catch up")
-        expected = _expected_bronze(manifest)
-
-        def drained() -> bool:
-            bronze_rows, _, caught_up = drain_state(lake)
-            if bronze_rows < expected:
-                return False
-            if caught_up:
-                return True
-            # Silver's rows stop short of bronze's last offsets when the watermark dropped
-            # the tail: then a silver batch that started after bronze's last commit read it.
-            bronze_commit = _last_commit(lake, Table.BRONZE_EVENTS)
-            return bronze_commit is not None and _ran_after(lake, Query.SILVER, bronze_commit)
-
-        deadline = time.monotonic() + settings.drain_timeout_s
-        if not _wait(drained, settings.drain_timeout_s, processor):
-            say(f"not drained after {settings.drain_timeout_s:.0f} s; verifying what is there")
-        gold_wait = max(GOLD_WAIT_S, deadline - time.monotonic())
-        if not _wait(lambda: gold_holds_silver(lake), gold_wait, processor):
-            say("gold/device_1m did not count every silver event in time")
+        processor = start_processor(settings, env, layout, say)
+        load = send_load(settings, env, layout, say)
+        say(f"producer done (exit {load.exit_code}); waiting for the processor to catch up")
+        drain(settings, layout, processor, say)
         say("stopping the processor")
         processor_code = processor.stop(STOP_TIMEOUT_S)
         processor = None
     finally:
-        for child in (producer, processor):
-            if child is not None:
-                child.stop(STOP_TIMEOUT_S)
+        if processor is not None:
+            processor.stop(STOP_TIMEOUT_S)
         if settings.target != "external" and not settings.keep_broker:
-            broker.stop(broker_dir)
-            shutil.rmtree(broker_dir, ignore_errors=True)
+            broker.stop(layout.broker_dir)
+            shutil.rmtree(layout.broker_dir, ignore_errors=True)
+    return judge(settings, kafka, env, layout, load, processor_code, say)
 
+
+def start_target(
+    settings: LoadtestSettings, layout: _Layout, say: Callable[[str], None]
+) -> KafkaSettings:
+    """Step 1: the Kafka settings of the target, after starting a local broker for it."""
+    from infra import broker
+    from infra.jars import ensure_jars
+
+    if settings.target == "external":
+        if settings.topic:
+            return settings.kafka.model_copy(update={"topic": settings.topic})
+        return settings.kafka
+    ensure_jars("kafka", quiet=True)
+    say(f"starting a local broker in {layout.broker_dir}")
+    info = broker.start(layout.broker_dir, quiet=True)
+    topic = settings.topic or f"loadtest-{layout.stamp.lower()}"
+    broker.ensure_topic(info.plaintext, topic, partitions=settings.partitions)
+    if settings.target == "local":
+        return KafkaSettings(bootstrap_servers=info.plaintext, topic=topic, auth="none")
+    return KafkaSettings(
+        bootstrap_servers=info.sasl_ssl, topic=topic, auth="connection_string",
+        connection_string=info.connection_string(), ssl_ca_location=info.ca_file,
+    )  # fmt: skip
+
+
+def processor_env(settings: LoadtestSettings, kafka: KafkaSettings, lake: str) -> dict[str, str]:
+    """The environment the processor (and, with the load's settings, the producer) runs in."""
+    from infra.jars import ensure_jar_dir
+
+    # An external topic may hold earlier events: read only this run's.
+    starting_offsets = "latest" if settings.target == "external" else "earliest"
+    return child_env(
+        dict(os.environ),
+        kafka,
+        **LakeSettings.env_vars(root=lake),
+        **ProcessorSettings.env_vars(
+            jars_dir=ensure_jar_dir("spark", quiet=True),
+            trigger="processing_time",
+            watermark=settings.watermark,
+            starting_offsets=starting_offsets,
+            trigger_interval=settings.trigger_interval or None,
+            **settings.fleet(),
+        ),
+    )
+
+
+def start_processor(
+    settings: LoadtestSettings, env: dict[str, str], layout: _Layout, say: Callable[[str], None]
+) -> Child:
+    """Step 2: the processor, once its Kafka source has fixed its offsets and warmed up.
+
+    The load starts after the first (empty) batches ran: Spark's start-up is not the
+    pipeline's latency.
+    """
+    log = layout.logs / "processor.log"
+    say(f"starting the processor (log: {log})")
+    processor = Child("processor", ["-m", "processor", "run"], env, log)
+    offsets_fixed = Path(checkpoint_location(layout.lake, Query.BRONZE)) / "sources" / "0" / "0"
+    try:
+        ready = _wait(
+            lambda: offsets_fixed.exists() and _warmed_up(layout.lake),
+            settings.startup_timeout_s,
+            processor,
+        )
+    except BaseException:
+        processor.stop(STOP_TIMEOUT_S)
+        raise
+    if not ready:
+        processor.stop(STOP_TIMEOUT_S)
+        raise LoadtestError(
+            f"the processor did not fix its Kafka offsets and finish its first silver and "
+            f"gold batches in {settings.startup_timeout_s:.0f} s (--startup-timeout-s); "
+            f"its log ({processor.log}) ends:\n{processor.tail()}"
+        )
+    return processor
+
+
+def send_load(
+    settings: LoadtestSettings, env: dict[str, str], layout: _Layout, say: Callable[[str], None]
+) -> _Load:
+    """Step 3: the producer sends the rate profile, warm-up and measured window in one run."""
+    send_s = settings.warmup_s + settings.duration_s  # one profile over both
+    producer_env = env | ProducerSettings.env_vars(
+        rate=settings.rate,
+        rate_profile=settings.rate_profile,
+        duration_s=send_s,
+        scenario=settings.scenario,
+        manifest_path=layout.manifest,
+        report_path=layout.producer_report,
+        progress_s=10,
+        **settings.fleet(),
+    )
+    log = layout.logs / "producer.log"
+    warmup = f" after a {settings.warmup_s:g} s warm-up" if settings.warmup_s else ""
+    say(
+        f"producer: {settings.rate:,.0f} events/s ({settings.rate_profile}) for "
+        f"{settings.duration_s:g} s{warmup}, {settings.fleet_size} devices, scenario "
+        f"{settings.scenario} (log: {log})"
+    )
+    producer = Child("producer", ["-m", "producer"], producer_env, log)
+    try:
+        code = producer.proc.wait(send_s + 180)
+    except subprocess.TimeoutExpired:
+        raise LoadtestError(f"the producer did not finish; see {producer.log}") from None
+    finally:
+        producer.stop(STOP_TIMEOUT_S)
+    try:
+        data = ProducerReport.read(layout.producer_report) if layout.manifest.is_file() else None
+    except ReportUnreadableError as exc:
+        raise LoadtestError(f"the producer's report is unreadable: {exc}") from None
+    if data is None:
+        raise LoadtestError(
+            f"the producer exited with code {code} without a report or manifest; "
+            f"its log ends:\n{producer.tail()}"
+        )
+    return _Load(data, code, log)
+
+
+def drain(
+    settings: LoadtestSettings, layout: _Layout, processor: Child, say: Callable[[str], None]
+) -> None:
+    """Step 4: wait until bronze holds what was acknowledged, silver read it, gold counted it."""
+    lake = layout.lake
+    expected = _expected_bronze(layout.manifest)
+
+    def drained() -> bool:
+        bronze_rows, _, caught_up = drain_state(lake)
+        if bronze_rows < expected:
+            return False
+        if caught_up:
+            return True
+        # Silver's rows stop short of bronze's last offsets when the watermark dropped
+        # the tail: then a silver batch that started after bronze's last commit read it.
+        bronze_commit = _last_commit(lake, Table.BRONZE_EVENTS)
+        return bronze_commit is not None and _ran_after(lake, Query.SILVER, bronze_commit)
+
+    deadline = time.monotonic() + settings.drain_timeout_s
+    if not _wait(drained, settings.drain_timeout_s, processor):
+        say(f"not drained after {settings.drain_timeout_s:.0f} s; verifying what is there")
+    gold_wait = max(GOLD_WAIT_S, deadline - time.monotonic())
+    if not _wait(lambda: gold_holds_silver(lake), gold_wait, processor):
+        say("gold/device_1m did not count every silver event in time")
+
+
+def judge(
+    settings: LoadtestSettings,
+    kafka: KafkaSettings,
+    env: dict[str, str],
+    layout: _Layout,
+    load: _Load,
+    processor_code: int | None,
+    say: Callable[[str], None],
+) -> Outcome:
+    """Step 5: verify the tables against the manifest, judge the criteria, write the pages."""
     say("verifying the tables against the manifest")
     result = verify(
-        read_truth(manifest),
-        read_lake(lake),
+        read_truth(layout.manifest),
+        read_lake(layout.lake),
         VerifyConfig(
             watermark_s=interval_seconds(settings.watermark),
-            latency_from=measured_from(producer_data, settings.warmup_s),
+            latency_from=measured_from(load.report, settings.warmup_s),
         ),
     )
     criteria = settings.criteria()
-    checks = pages.evaluate(criteria, producer_data, result)
+    checks = pages.evaluate(criteria, load.report, result)
     passed = all(c.passed for c in checks)
-    producer_summary = _producer_summary(producer_data, producer.log if producer else None)
+    producer_summary = _producer_summary(load.report, load.log)
     report = {
         "passed": passed,
         "criteria": pages.checks_as_dicts(checks),
@@ -345,18 +446,19 @@ def run_loadtest(
             for k, v in env.items()
             if k.startswith(str(ProcessorSettings.model_config.get("env_prefix", "")))
         },
-        "started_at": started.isoformat(),
+        "started_at": layout.started.isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),
-        "lake": lake,
+        "lake": layout.lake,
         "processor_exit_code": processor_code,
-        "producer_exit_code": producer_code,
-        "producer": producer_data.to_dict(),
+        "producer_exit_code": load.exit_code,
+        "producer": load.report.to_dict(),
         "verify": result.to_dict(),
     }
+    out = layout.out
     files = pages.write_pages(
         out,
         report=report,
-        producer=producer_data,
+        producer=load.report,
         checks=checks,
         result=result,
         producer_summary=producer_summary,
@@ -373,7 +475,7 @@ def run_loadtest(
             "report": str(out / "report.md"),
             "finished_at": report["finished_at"],
         }
-        replace(producer_data, loadtest=verdict).write(path)
+        replace(load.report, loadtest=verdict).write(path)
         say(f"dashboard report: {path}")
     text = pages.summary(checks, producer_summary, result)
     say("report: " + ", ".join(str(f) for f in files))

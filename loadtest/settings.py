@@ -8,7 +8,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from common.settings import FleetSettings, KafkaSettings
+from common.fleet_settings import FleetSettings
+from common.kafka_settings import KafkaSettings
 from loadtest.report import Criteria
 from loadtest.verify import interval_seconds
 

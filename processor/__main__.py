@@ -10,23 +10,22 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from common import cli
-from common.lake import Query
+from common.lake import Query, Table
 from common.settings import add_settings_arguments, load_settings
 from processor import health, realtime_app
 from processor.checkpoints import CheckpointSourcesError
-from processor.evolution import REBUILDS
+from processor.evolution import REBUILDABLE
+from processor.lake_setup import write_devices
 from processor.lifecycle import ChildApp, StopSignal, say, wait_for_stop
+from processor.maintenance import maintain
 from processor.metrics import DRAIN_TIMEOUT_S, MetricsListener
 from processor.pipeline import (
-    Tables,
     bronze_tier,
-    maintain,
     rebuild,
     run_available_now,
     silver_reads_bronze,
     stages,
     start_all,
-    write_devices,
 )
 from processor.preflight import check_kafka, check_lake_root, check_lake_store
 from processor.queries import tier_interval
@@ -179,7 +178,7 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
     stop.install()  # again: the SparkContext replaced the SIGINT handler
     listener = MetricsListener(
         spark,
-        Tables.under(settings.lake).pipeline_metrics,
+        settings.lake.table(Table.OPS_PIPELINE_METRICS),
         settings.metrics_flush_s,
         log=settings.log_progress,
     )
@@ -259,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument(
         "targets", nargs="*", metavar="QUERY",
-        help=f"with rebuild: the queries to rebuild ({', '.join(REBUILDS)})",
+        help=f"with rebuild: the queries to rebuild ({', '.join(REBUILDABLE)})",
     )  # fmt: skip
     parser.add_argument("--config", help="TOML settings file ([processor], [kafka], [lake])")
     # Started by a run as its real-time app: stopped by the run's SIGTERM, not by Ctrl-C.
@@ -268,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.command == "rebuild") != bool(args.targets):
         parser.error("name the queries to rebuild after rebuild, and only then")
-    if unknown := sorted(set(args.targets) - set(REBUILDS)):
-        parser.error(f"cannot rebuild {', '.join(unknown)}; choose from {', '.join(REBUILDS)}")
+    if unknown := sorted(set(args.targets) - set(REBUILDABLE)):
+        parser.error(f"cannot rebuild {', '.join(unknown)}; choose from {', '.join(REBUILDABLE)}")
     who = realtime_app.WHO if args.command == "realtime" else "processor"
     stop = StopSignal(who, supervised=args.supervised)
     try:
@@ -293,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             return _rebuild(settings, args.targets, stop)
         spark = _session(settings)
         if args.command == "devices":
-            write_devices(spark, settings, Tables.under(settings.lake).devices)
+            write_devices(spark, settings)
         else:
             maintain(spark, settings)
         quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log

@@ -45,7 +45,7 @@ class CachedDimension:
 
     Args:
         spark: The session (the cache is its Spark application's).
-        path: The dimension's table (``Tables.devices``).
+        path: The dimension's table (``common.lake.Table.DIM_DEVICES``).
         storage_options: How delta-rs reaches the lake (``LakeSettings.storage_options``).
     """
 

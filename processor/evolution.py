@@ -19,57 +19,66 @@ from collections.abc import Iterable, Mapping
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from common.lake import Query
+from common.lake import TABLES, Query, Table, written_by
+from common.lake_settings import LakeSettings
 from processor.tables import TableChange
 
 log = logging.getLogger("iot_pulse.processor")
 
-# Queries that can be recomputed from silver (or from what they read), with the tables
-# they write and the queries that read those tables as streams (rebuilt with them: a
-# Delta stream stops at a deleted row).
-REBUILDS: Mapping[Query, tuple[str, ...]] = {
-    Query.DEVICE_STATUS: ("device_status", "fleet_summary", "site_type_10m"),
-    Query.GOLD_DEVICE_SESSIONS: ("device_sessions",),
-    Query.ALERTS: ("alerts", "alert_clears"),
-    Query.ALERT_RECOVERIES: ("alert_recoveries",),
-    Query.ALERTS_RT: ("alerts_rt",),
-}
-READERS: Mapping[Query, tuple[Query, ...]] = {Query.ALERTS: (Query.ALERT_RECOVERIES,)}
-# Queries whose output no longer fits when its table's columns change, each with why.
+# The queries that can be recomputed from what they read (silver, their own input
+# tables, or the alerts topic again). A rebuild empties the tables each writes
+# (``common.lake.TABLES``) and rebuilds with it the queries that stream from them: a
+# Delta stream stops at a deleted row.
+REBUILDABLE: tuple[Query, ...] = (
+    Query.DEVICE_STATUS,
+    Query.GOLD_DEVICE_SESSIONS,
+    Query.ALERTS,
+    Query.ALERT_RECOVERIES,
+    Query.ALERTS_RT,
+)
 _PER_COLUMN_STATE = "its state keeps one aggregate per column of {table}"
-# The tables whose columns a query's state or sums depend on, where not all it writes:
-# device_status recomputes the sliding windows whole from device_1m.
-_STATEFUL_TABLES: Mapping[Query, tuple[str, ...]] = {
-    Query.DEVICE_STATUS: ("device_status", "fleet_summary"),
-}
-STALE_ON_NEW_COLUMNS: Mapping[Query, str] = {
+# Queries whose output no longer fits when its table's columns change, each with why,
+# and the tables whose columns the state or sums depend on (device_status recomputes
+# the sliding windows whole from device_1m: their columns may change freely).
+STALE_ON_NEW_COLUMNS: Mapping[Query, tuple[str, tuple[Table, ...]]] = {
     # One aggregate buffer per output column in the checkpointed state: a change of the
     # output's columns is a change of the state's shape.
-    Query.GOLD_DEVICE_SESSIONS: _PER_COLUMN_STATE,
+    Query.GOLD_DEVICE_SESSIONS: (_PER_COLUMN_STATE, (Table.GOLD_DEVICE_SESSIONS,)),
     # Each row adds up its device's readings since the start.
-    Query.DEVICE_STATUS: "each row of {table} adds up its device's readings so far",
+    Query.DEVICE_STATUS: (
+        "each row of {table} adds up its device's readings so far",
+        (Table.GOLD_DEVICE_STATUS, Table.GOLD_FLEET_SUMMARY),
+    ),
 }
+
+
+def stream_readers(query: Query | str) -> tuple[Query, ...]:
+    """The queries that stream from the tables ``query`` writes."""
+    out: list[Query] = []
+    for table in written_by(query):
+        out += [q for q in TABLES[table].streamed_by if q not in out]
+    return tuple(out)
 
 
 def with_readers(queries: Iterable[str]) -> list[str]:
-    """``queries`` and, after each, the queries that stream from its tables (in order)."""
+    """``queries`` and, after each, the rebuildable queries that stream from its tables."""
     out: list[str] = []
     for q in queries:
-        for name in (q, *READERS.get(q, ())):
+        for name in (q, *(r for r in stream_readers(q) if r in REBUILDABLE)):
             if name not in out:
                 out.append(name)
     return out
 
 
-def stale_queries(changes: Mapping[str, TableChange]) -> dict[str, str]:
+def stale_queries(changes: Mapping[Table, TableChange]) -> dict[str, str]:
     """The queries whose checkpointed state no longer fits, each with why, in one line.
 
     Args:
-        changes: What ``ensure_table`` did, per table (``Tables`` field name).
+        changes: What ``ensure_table`` did, per table.
     """
     stale: dict[str, str] = {}
-    for query, reason in STALE_ON_NEW_COLUMNS.items():
-        for table in _STATEFUL_TABLES.get(query, REBUILDS[query]):
+    for query, (reason, tables) in STALE_ON_NEW_COLUMNS.items():
+        for table in tables:
             change = changes.get(table, TableChange())
             if change.added or change.unwritten:
                 why = ", ".join(
@@ -88,9 +97,7 @@ def delete_folder(spark: SparkSession, location: str) -> bool:
     return bool(fs.exists(path) and fs.delete(path, True))
 
 
-def reset_query(
-    spark: SparkSession, query: str, checkpoint: str, tables: Mapping[str, str]
-) -> None:
+def reset_query(spark: SparkSession, query: Query | str, lake: LakeSettings) -> None:
     """Forget a query's progress: delete its checkpoint and every row of its tables.
 
     The tables keep their schema and their history (a Delta DELETE); the query's next
@@ -98,15 +105,17 @@ def reset_query(
 
     Args:
         spark: The session.
-        query: The query's name (a key of ``REBUILDS``).
-        checkpoint: Its checkpoint location.
-        tables: ``Tables`` field name -> location, for at least the query's tables.
+        query: One of ``REBUILDABLE``.
+        lake: Where its checkpoint and tables are.
     """
+    checkpoint = lake.checkpoint(query)
     delete_folder(spark, checkpoint)
-    for table in REBUILDS[query]:
-        if DeltaTable.isDeltaTable(spark, tables[table]):
-            DeltaTable.forPath(spark, tables[table]).delete()
-    log.info("reset %s: checkpoint %s deleted, %s emptied", query, checkpoint, REBUILDS[query])
+    tables = written_by(query)
+    for table in tables:
+        location = lake.table(table)
+        if DeltaTable.isDeltaTable(spark, location):
+            DeltaTable.forPath(spark, location).delete()
+    log.info("reset %s: checkpoint %s deleted, %s emptied", query, checkpoint, ", ".join(tables))
 
 
 def say(message: str) -> None:

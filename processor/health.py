@@ -17,8 +17,8 @@ from pathlib import Path
 
 from common.cli import local_path
 from common.lake import Query, checkpoint_location
+from common.lake_settings import LakeSettings
 from common.paths import state_dir
-from common.settings import LakeSettings
 
 HEALTHY, UNHEALTHY, UNSUPPORTED = 0, 1, 2
 HOT_QUERY = Query.SILVER

@@ -112,7 +112,7 @@ def append_metrics(spark: SparkSession, rows: list[dict[str, Any]], path: str) -
     Args:
         spark: The session.
         rows: The rows (``METRICS_SCHEMA``'s columns; times UTC-aware).
-        path: Location of the table (``ensure_tables`` created it).
+        path: Location of the table (``processor.lake_setup`` created it).
     """
     # In the flushing thread: its jobs take the background queries' share.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)

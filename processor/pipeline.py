@@ -1,28 +1,9 @@
 """Wire sources, transforms and sinks into the streaming queries.
 
-Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``), each
-writing in ``foreachBatch`` with Spark's Delta writer, once per micro-batch
-(``processor.writes``):
-
-=====================  ==========================================  =========================
-query                  reads -> writes                             how
-=====================  ==========================================  =========================
-silver                 Kafka / files (or bronze) ->                a txn MERGE that adds the
-                       silver/events, silver/quarantine,           batch's windows, then txn
-                       gold/device_1m, ops/schema_drift            appends
-bronze                 Kafka / files / rate -> bronze/events       txn append
-device_status          silver (+ gold/device_1m) ->                a txn MERGE, the summary of
-                       gold/device_status, gold/fleet_summary,     its rows (a txn overwrite),
-                       gold/site_type_10m                          the batch's sliding windows
-                                                                   rolled up from device_1m
-                                                                   (a MERGE replacing them)
-gold_device_sessions   silver -> gold/device_sessions              txn append (final sessions)
-alerts                 silver -> gold/alerts, gold/alert_clears    stateful detector, txn
-                                                                   appends
-alert_recoveries       alerts x clears -> gold/alert_recoveries    stream-stream join, txn
-                                                                   append
-alerts_rt              alerts topic -> gold/alerts_rt              insert-only MERGE
-=====================  ==========================================  =========================
+One function starts each streaming query (``QUERIES``); each query has its own
+checkpoint under ``<lake>/_checkpoints/<name>`` and writes, in ``foreachBatch`` with
+Spark's Delta writer, once per micro-batch (``processor.writes``), the tables that
+``common.lake.TABLES`` says it writes (docs/tables.md says how each is written).
 
 The hot path is the silver query alone (``trigger_interval``): it reads the source
 itself, beside bronze, and each micro-batch lands in silver and in the 1-minute
@@ -41,149 +22,26 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import (
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
-from common.fleet import build_fleet
-from common.lake import READER_TABLE_PROPERTIES, Query, Table
-from common.settings import LakeSettings
+from common.lake import TABLES, Query, Table
 from processor import evolution, realtime, sources, transforms, writes
 from processor.checkpoints import check_checkpoint_sources
-from processor.conflicts import retry_conflicts
 from processor.detector import DetectorConfig
 from processor.device_dimension import CachedDimension
-from processor.metrics import METRICS_SCHEMA
+from processor.lake_setup import prepare_lake
 from processor.queries import Tier, foreach_batch_stream, table_stream
-from processor.schema import DEVICE_SCHEMA
 from processor.session import BACKGROUND_POOL, HOT_POOL
 from processor.settings import ProcessorSettings
+from processor.silver import quarantine_out, silver_frame, silver_out
 from processor.stopping import stop_queries
-from processor.tables import TableChange, ensure_table
 
-KAFKA_SOURCE_SCHEMA = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-    ]
-)
 # A first start or a rebuild of alerts_rt reads the topic in batches of at most this many
 # alerts (a few hundred bytes each).
 ALERTS_RT_MAX_OFFSETS = 100_000
-KEYS = {
-    "gold_device_1m": ("device_id", "window_start"),
-    "site_type_10m": ("site", "device_type", "window_start"),
-    "device_status": ("device_id",),
-}
-
-
-@dataclass(frozen=True)
-class Tables:
-    """Locations of every table under the lake root."""
-
-    bronze: str
-    silver: str
-    quarantine: str
-    devices: str
-    gold_device_1m: str
-    site_type_10m: str
-    device_sessions: str
-    alerts: str
-    alerts_rt: str
-    alert_clears: str
-    alert_recoveries: str
-    device_status: str
-    fleet_summary: str
-    pipeline_metrics: str
-    schema_drift: str
-
-    @classmethod
-    def under(cls, lake: LakeSettings) -> Tables:
-        """The standard layout under ``lake.root`` (see docs/tables.md)."""
-        return cls(
-            bronze=lake.table(Table.BRONZE_EVENTS),
-            silver=lake.table(Table.SILVER_EVENTS),
-            quarantine=lake.table(Table.SILVER_QUARANTINE),
-            devices=lake.table(Table.DIM_DEVICES),
-            gold_device_1m=lake.table(Table.GOLD_DEVICE_1M),
-            site_type_10m=lake.table(Table.GOLD_SITE_TYPE_10M),
-            device_sessions=lake.table(Table.GOLD_DEVICE_SESSIONS),
-            alerts=lake.table(Table.GOLD_ALERTS),
-            alerts_rt=lake.table(Table.GOLD_ALERTS_RT),
-            alert_clears=lake.table(Table.GOLD_ALERT_CLEARS),
-            alert_recoveries=lake.table(Table.GOLD_ALERT_RECOVERIES),
-            device_status=lake.table(Table.GOLD_DEVICE_STATUS),
-            fleet_summary=lake.table(Table.GOLD_FLEET_SUMMARY),
-            pipeline_metrics=lake.table(Table.OPS_PIPELINE_METRICS),
-            schema_drift=lake.table(Table.OPS_SCHEMA_DRIFT),
-        )
-
-    def all(self) -> dict[str, str]:
-        """Every table by name."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-def devices_frame(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
-    """The device dimension built from the seeded fleet (as the producer builds it)."""
-    rows = [d.as_row() for d in build_fleet(settings.fleet_size, settings.seed)]
-    return spark.createDataFrame(rows, DEVICE_SCHEMA)
-
-
-def write_devices(spark: SparkSession, settings: ProcessorSettings, path: str) -> None:
-    """(Re)write the device dimension; a running silver stream sees it a second or so later.
-
-    See ``processor.device_dimension``.
-    """
-    devices_frame(spark, settings).write.format("delta").mode("overwrite").option(
-        "overwriteSchema", "true"
-    ).options(**READER_TABLE_PROPERTIES).save(path)
-
-
-def silver_frame(bronze: DataFrame, devices: DataFrame, watermark: str) -> DataFrame:
-    """Bronze rows -> parsed, deduplicated, enriched rows, each with a ``reason``.
-
-    One pass over the source: every record is parsed once and checked against the
-    device dimension's ids; valid events are deduplicated within the watermark and
-    joined with the dimension, and invalid ones go through the same steps under keys
-    of their own, unchanged, so the writer can quarantine them
-    (``transforms.dedup_keys``). Valid rows drop their raw payload before the dedup's
-    shuffle: it would more than double the bytes shuffled, for nothing.
-    """
-    checked = transforms.flag_unknown_devices(transforms.parse_events(bronze), devices)
-    keyed = transforms.payloads_of_invalid(transforms.dedup_keys(checked))
-    deduped = transforms.deduplicate(keyed, watermark, key=transforms.DEDUP_KEY)
-    return transforms.enrich(deduped, devices).drop(transforms.DEDUP_KEY)
-
-
-def silver_out(batch: DataFrame) -> DataFrame:
-    """A batch of ``silver_frame``'s valid rows as written to silver, audit columns stamped.
-
-    The times are stamped here, on the cached batch, not in the streaming plan (see
-    ``transforms.to_bronze``).
-    """
-    return transforms.with_audit(transforms.silver_rows(batch))
-
-
-def quarantine_out(batch: DataFrame) -> DataFrame:
-    """A batch of ``silver_frame``'s invalid rows as written to quarantine."""
-    return transforms.stamp_ingest(transforms.invalid_events(batch))
 
 
 def detector_config(settings: ProcessorSettings) -> DetectorConfig:
@@ -191,90 +49,6 @@ def detector_config(settings: ProcessorSettings) -> DetectorConfig:
     return DetectorConfig(
         span=settings.zscore_span, warmup=settings.zscore_warmup, z_threshold=settings.z_threshold
     )
-
-
-def ensure_tables(
-    spark: SparkSession, settings: ProcessorSettings, tables: Tables
-) -> dict[str, TableChange]:
-    """Create every table empty, with its schema, so that downstream streams can start.
-
-    The schemas come from running the transforms on empty frames, so they cannot
-    drift from what the queries write. An existing table gains the columns it lacks.
-
-    Returns:
-        What changed, per table (``Tables`` field name).
-    """
-    # The dimension is the fleet's: written anew when the contract changed its columns.
-    if not DeltaTable.isDeltaTable(spark, tables.devices) or (
-        sources.delta_table(spark, tables.devices).columns != DEVICE_SCHEMA.names
-    ):
-        write_devices(spark, settings, tables.devices)
-    bronze = transforms.to_bronze(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
-    silver_all = silver_frame(bronze, sources.delta_table(spark, tables.devices), "1 minute")
-    silver = silver_out(silver_all)
-    transitions = spark.createDataFrame([], transforms.ALERT_TRANSITIONS_SCHEMA)
-    alerts = transforms.raised_alerts(transitions)
-    clears = transforms.cleared_alerts(transitions)
-    s = settings
-    empties = {
-        "bronze": bronze,
-        "silver": silver,
-        "quarantine": quarantine_out(silver_all),
-        "device_status": transforms.latest_status(silver),
-        "gold_device_1m": transforms.device_minute_aggregates(silver, "1 minute"),
-        "site_type_10m": transforms.site_type_windows(
-            transforms.device_minute_aggregates(silver, "1 minute"),
-            s.sliding_length,
-            s.sliding_slide,
-        ),
-        "device_sessions": transforms.device_sessions(silver, "1 minute", s.session_gap),
-        "alerts": alerts,
-        "alerts_rt": realtime.landed_alerts(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)),
-        "alert_clears": clears,
-        "alert_recoveries": transforms.alert_recoveries(
-            alerts, clears, "1 minute", s.recovery_window
-        ),
-        "fleet_summary": transforms.fleet_summary(transforms.latest_status(silver)),
-        "pipeline_metrics": spark.createDataFrame([], METRICS_SCHEMA),
-        "schema_drift": transforms.field_drift(silver),
-    }
-    paths = tables.all()
-    options = settings.lake.storage_options()
-    return {
-        name: ensure_table(spark, paths[name], empty, options) for name, empty in empties.items()
-    }
-
-
-def prepare_lake(
-    spark: SparkSession,
-    settings: ProcessorSettings,
-    tables: Tables,
-    requested: Sequence[str] = (),
-) -> None:
-    """Create or evolve the tables; reset the queries of this run whose state no longer fits.
-
-    See ``processor.evolution``. A stale query that this process does not run is
-    named, with the command that rebuilds it.
-
-    Args:
-        spark: The session.
-        settings: Processor settings.
-        tables: The lake's tables.
-        requested: Queries to reset as well (``python -m processor rebuild``).
-    """
-    stale = evolution.stale_queries(ensure_tables(spark, settings, tables))
-    wanted = settings.query_names()
-    for query in evolution.with_readers([*stale, *requested]):
-        why = stale.get(query) or (
-            "on request" if query in requested else "it reads a table that is rebuilt"
-        )
-        if query not in wanted:
-            evolution.say(
-                f"query {query} must be rebuilt ({why}): run python -m processor rebuild {query}"
-            )
-            continue
-        evolution.say(f"rebuilding {query} from its input: {why}")
-        evolution.reset_query(spark, query, settings.lake.checkpoint(query), tables.all())
 
 
 def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
@@ -306,11 +80,14 @@ def bronze_tier(settings: ProcessorSettings) -> Tier:
     return "hot" if silver_reads_bronze(settings) else "bronze"
 
 
-def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
+def start_bronze(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Source -> bronze: the raw record and where it came from, stamped and appended once."""
+    at = s.lake.table
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        writes.append_once(transforms.stamp_ingest(batch), t.bronze, query_id, batch_id)
+        writes.append_once(
+            transforms.stamp_ingest(batch), at(Table.BRONZE_EVENTS), query_id, batch_id
+        )
 
     name = Query.BRONZE
     return foreach_batch_stream(
@@ -319,7 +96,7 @@ def start_bronze(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
 
 
 def write_silver_batch(
-    batch: DataFrame, batch_id: int, query_id: str, settings: ProcessorSettings, tables: Tables
+    batch: DataFrame, batch_id: int, query_id: str, settings: ProcessorSettings
 ) -> None:
     """Write one hot micro-batch (``silver_frame``'s rows) exactly once.
 
@@ -331,9 +108,9 @@ def write_silver_batch(
         batch: The micro-batch, cached (it is read once per write).
         batch_id: The micro-batch id.
         query_id: The writing query's id (the commits' app id).
-        settings: Processor settings (the watermark).
-        tables: The lake's tables.
+        settings: Processor settings (the watermark, the lake).
     """
+    at = settings.lake.table
     # One job (no LIMIT: see writes.has_rows) says which writes the batch has rows for.
     held = transforms.batch_contents(batch).collect()[0]
     events = transforms.silver_rows(batch)
@@ -344,8 +121,8 @@ def write_silver_batch(
         # (device_status rolls the sliding windows up from there).
         writes.merge(
             transforms.device_minute_aggregates(events, settings.watermark),
-            tables.gold_device_1m,
-            KEYS["gold_device_1m"],
+            at(Table.GOLD_DEVICE_1M),
+            TABLES[Table.GOLD_DEVICE_1M].key,
             since=("window_start", held.earliest_hour_s),
             update=transforms.combine_device_minutes(),
             txn=(f"{query_id}:device_1m", batch_id),
@@ -353,27 +130,39 @@ def write_silver_batch(
         )
         appends.append(
             lambda: writes.append_once(
-                good, tables.silver, f"{query_id}:silver", batch_id, nonempty=True
+                good,
+                at(Table.SILVER_EVENTS),
+                f"{query_id}:silver",
+                batch_id,
+                nonempty=True,
             )
         )
     if held.invalid:
         bad = quarantine_out(batch)
         appends.append(
             lambda: writes.append_once(
-                bad, tables.quarantine, f"{query_id}:quarantine", batch_id, nonempty=True
+                bad,
+                at(Table.SILVER_QUARANTINE),
+                f"{query_id}:quarantine",
+                batch_id,
+                nonempty=True,
             )
         )
     if held.drifted:
         drifted = transforms.field_drift(events)
         appends.append(
             lambda: writes.append_once(
-                drifted, tables.schema_drift, f"{query_id}:drift", batch_id, nonempty=True
+                drifted,
+                at(Table.OPS_SCHEMA_DRIFT),
+                f"{query_id}:drift",
+                batch_id,
+                nonempty=True,
             )
         )
     writes.run_concurrently(batch.sparkSession, *appends)
 
 
-def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
+def start_silver(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Source (or bronze) -> silver, quarantine and the 1-minute windows, exactly once.
 
     The batch's valid events, aggregated per device and minute, are added to
@@ -382,13 +171,18 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     it saw to ``ops/schema_drift`` (``transforms.field_drift``). The device dimension is
     joined from a cached copy, read again when the table changes (``CachedDimension``).
     """
+    at = s.lake.table
     from_bronze = silver_reads_bronze(s)
     # Silver read its source twice before it read it once: such a checkpoint cannot resume.
     name = Query.SILVER
     check_checkpoint_sources(s.lake.checkpoint(name), name, expected=1)
-    raw = sources.delta_stream(spark, t.bronze) if from_bronze else bronze_source(spark, s)
-    write = functools.partial(write_silver_batch, settings=s, tables=t)
-    devices = CachedDimension(spark, t.devices, s.lake.storage_options())
+    raw = (
+        sources.delta_stream(spark, at(Table.BRONZE_EVENTS))
+        if from_bronze
+        else bronze_source(spark, s)
+    )
+    write = functools.partial(write_silver_batch, settings=s)
+    devices = CachedDimension(spark, at(Table.DIM_DEVICES), s.lake.storage_options())
     try:
         frame = silver_frame(raw, devices.frame, s.watermark)
         query = foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
@@ -399,11 +193,11 @@ def start_silver(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     return query
 
 
-def _silver(spark: SparkSession, t: Tables) -> DataFrame:
-    return sources.delta_stream(spark, t.silver)
+def _silver(spark: SparkSession, s: ProcessorSettings) -> DataFrame:
+    return sources.delta_stream(spark, s.lake.table(Table.SILVER_EVENTS))
 
 
-def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
+def start_device_status(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Silver -> the newest reading per device, the fleet summary, the sliding windows.
 
     One read of silver for three tables: a MERGE adds the batch to each device's row
@@ -412,25 +206,28 @@ def start_device_status(spark: SparkSession, s: ProcessorSettings, t: Tables) ->
     ``writes.overwrite_once``), and every sliding window the batch's readings fall in is
     recomputed from ``gold/device_1m`` (``site_windows``).
     """
+    at = s.lake.table
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
         latest = transforms.latest_status(batch)  # a row per device
         writes.merge(
-            latest, t.device_status, KEYS["device_status"],
+            latest, at(Table.GOLD_DEVICE_STATUS), TABLES[Table.GOLD_DEVICE_STATUS].key,
             update=transforms.combine_device_status(latest.columns),
             txn=(f"{query_id}:status", batch_id),
         )  # fmt: skip
-        summary = transforms.fleet_summary(sources.delta_table(batch.sparkSession, t.device_status))
-        writes.overwrite_once(summary, t.fleet_summary, f"{query_id}:fleet", batch_id)
-        site_windows(batch, s, t)
+        summary = transforms.fleet_summary(
+            sources.delta_table(batch.sparkSession, at(Table.GOLD_DEVICE_STATUS))
+        )
+        writes.overwrite_once(summary, at(Table.GOLD_FLEET_SUMMARY), f"{query_id}:fleet", batch_id)
+        site_windows(batch, s)
 
     name = Query.DEVICE_STATUS
     return foreach_batch_stream(
-        _silver(spark, t), write, s.lake.checkpoint(name), name, s, tier="background"
+        _silver(spark, s), write, s.lake.checkpoint(name), name, s, tier="background"
     )
 
 
-def site_windows(silver: DataFrame, s: ProcessorSettings, t: Tables) -> None:
+def site_windows(silver: DataFrame, s: ProcessorSettings) -> None:
     """Recompute, from ``gold/device_1m``, the sliding windows ``silver``'s readings fall in.
 
     Silver's query commits a batch's minutes to device_1m before its rows to silver,
@@ -439,37 +236,52 @@ def site_windows(silver: DataFrame, s: ProcessorSettings, t: Tables) -> None:
     the last batch to touch a window leaves it equal to the windows over all of silver.
     Only the minutes from the hour of the earliest such window on are read.
     """
+    at = s.lake.table
     spark = silver.sparkSession
     length, slide = s.sliding_length, s.sliding_slide
     keys = transforms.sliding_keys(silver, length, slide)
     since = keys.agg(writes.hour_floor_s("window_start")).collect()[0][0]
     if since is None:
         return
-    minutes = sources.delta_table(spark, t.gold_device_1m).where(
+    minutes = sources.delta_table(spark, at(Table.GOLD_DEVICE_1M)).where(
         F.col("window_start") >= F.timestamp_seconds(F.lit(since))
     )
     windows = transforms.site_type_windows(minutes, length, slide)
     touched = windows.join(keys, ["window_start", "site", "device_type"], "left_semi")
     # Each window is replaced whole: a replayed batch needs no txn.
-    writes.merge(touched, t.site_type_10m, KEYS["site_type_10m"], since=("window_start", since))
+    writes.merge(
+        touched,
+        at(Table.GOLD_SITE_TYPE_10M),
+        TABLES[Table.GOLD_SITE_TYPE_10M].key,
+        since=("window_start", since),
+    )
 
 
-def start_device_sessions(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
+def start_device_sessions(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Silver -> connectivity sessions per device, appended once closed."""
-    df = transforms.device_sessions(_silver(spark, t), s.watermark, s.session_gap)
+    at = s.lake.table
+    df = transforms.device_sessions(_silver(spark, s), s.watermark, s.session_gap)
     name = Query.GOLD_DEVICE_SESSIONS
-    return table_stream(df, t.device_sessions, s.lake.checkpoint(name), name, s, tier="background")
+    return table_stream(
+        df,
+        at(Table.GOLD_DEVICE_SESSIONS),
+        s.lake.checkpoint(name),
+        name,
+        s,
+        tier="background",
+    )
 
 
-def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
+def start_alerts(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Silver -> raised and cleared alerts (stateful detector), exactly once per batch."""
-    transitions = transforms.detect_alerts(_silver(spark, t), detector_config(s))
+    at = s.lake.table
+    transitions = transforms.detect_alerts(_silver(spark, s), detector_config(s))
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
         raised = transforms.raised_alerts(batch)
-        writes.append_once(raised, t.alerts, f"{query_id}:alerts", batch_id)
+        writes.append_once(raised, at(Table.GOLD_ALERTS), f"{query_id}:alerts", batch_id)
         cleared = transforms.cleared_alerts(batch)
-        writes.append_once(cleared, t.alert_clears, f"{query_id}:clears", batch_id)
+        writes.append_once(cleared, at(Table.GOLD_ALERT_CLEARS), f"{query_id}:clears", batch_id)
 
     name = Query.ALERTS
     return foreach_batch_stream(
@@ -477,31 +289,44 @@ def start_alerts(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Stream
     )
 
 
-def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
+def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Alerts x clears -> time to recover (stream-stream left outer join), appended."""
+    at = s.lake.table
     df = transforms.alert_recoveries(
-        sources.delta_stream(spark, t.alerts),
-        sources.delta_stream(spark, t.alert_clears),
+        sources.delta_stream(spark, at(Table.GOLD_ALERTS)),
+        sources.delta_stream(spark, at(Table.GOLD_ALERT_CLEARS)),
         s.watermark,
         s.recovery_window,
     )
     name = Query.ALERT_RECOVERIES
-    return table_stream(df, t.alert_recoveries, s.lake.checkpoint(name), name, s, tier="background")
+    return table_stream(
+        df,
+        at(Table.GOLD_ALERT_RECOVERIES),
+        s.lake.checkpoint(name),
+        name,
+        s,
+        tier="background",
+    )
 
 
-def start_alerts_rt(spark: SparkSession, s: ProcessorSettings, t: Tables) -> StreamingQuery:
+def start_alerts_rt(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Alerts topic -> ``gold/alerts_rt``: each alert id once (an insert-only MERGE).
 
     The real-time query may send an alert twice (at-least-once); the MERGE keeps the
     first copy that landed, so the table holds each alert once however often the topic
     or this query replays it.
     """
+    at = s.lake.table
 
     def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
         landed = realtime.landed_alerts(batch)
         since = landed.agg(writes.hour_floor_s("event_time")).collect()[0][0]
         writes.merge(
-            landed, t.alerts_rt, ("alert_id",), since=("event_time", since), keep_existing=True
+            landed,
+            at(Table.GOLD_ALERTS_RT),
+            TABLES[Table.GOLD_ALERTS_RT].key,
+            since=("event_time", since),
+            keep_existing=True,
         )
 
     name = Query.ALERTS_RT
@@ -511,7 +336,7 @@ def start_alerts_rt(spark: SparkSession, s: ProcessorSettings, t: Tables) -> Str
     return foreach_batch_stream(records, write, s.lake.checkpoint(name), name, s, tier="background")
 
 
-Stage = Callable[[SparkSession, ProcessorSettings, Tables], StreamingQuery]
+Stage = Callable[[SparkSession, ProcessorSettings], StreamingQuery]
 # What starts each query (``common.lake.Query`` names them all).
 QUERIES: dict[Query, Stage] = {
     Query.BRONZE: start_bronze,
@@ -579,9 +404,7 @@ def is_hot(stage: Stage, settings: ProcessorSettings) -> bool:
     return stage is start_silver or (stage is start_bronze and bronze_tier(settings) == "hot")
 
 
-def start_stage(
-    spark: SparkSession, stage: Stage, settings: ProcessorSettings, tables: Tables
-) -> StreamingQuery:
+def start_stage(spark: SparkSession, stage: Stage, settings: ProcessorSettings) -> StreamingQuery:
     """Start one query in its scheduler pool, with its settings (``stage_conf``).
 
     The query's thread, and so every job of its micro-batches, inherits the pool.
@@ -595,7 +418,7 @@ def start_stage(
     for key, value in conf.items():
         spark.conf.set(key, value)
     try:
-        return stage(spark, settings, tables)
+        return stage(spark, settings)
     finally:
         sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         for key, value in before.items():
@@ -643,10 +466,9 @@ def run_available_now(
     Returns:
         Whether every stage ran to the end.
     """
-    tables = Tables.under(settings.lake)
-    prepare_lake(spark, settings, tables, requested)
+    prepare_lake(spark, settings, requested)
     for group in stages(settings):
-        queries = [start_stage(spark, stage, settings, tables) for stage in group]
+        queries = [start_stage(spark, stage, settings) for stage in group]
         for query in queries:
             while not query.awaitTermination(1):
                 if should_stop():
@@ -674,13 +496,12 @@ def start_all(
         first_batch_timeout_s: Longest wait for a group's first batches.
         should_stop: Polled while waiting; when true, return the queries started so far.
     """
-    tables = Tables.under(settings.lake)
-    prepare_lake(spark, settings, tables)
+    prepare_lake(spark, settings)
     queries: list[StreamingQuery] = []
     for group in stages(settings):
         if should_stop():
             break
-        started = [start_stage(spark, stage, settings, tables) for stage in group]
+        started = [start_stage(spark, stage, settings) for stage in group]
         queries += started
         deadline = time.monotonic() + first_batch_timeout_s
         while (
@@ -690,27 +511,3 @@ def start_all(
         ):
             time.sleep(0.5)
     return queries
-
-
-def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: float = 168.0) -> None:
-    """OPTIMIZE (compact small files) and VACUUM every table; safe while streams run.
-
-    OPTIMIZE commits with ``dataChange=false``, which streaming readers skip and
-    which does not conflict with concurrent appends. It does conflict with a
-    MERGE or an overwrite that read the files it compacted: whichever commits
-    second is refused, and runs again (``retry_conflicts``, in the streams'
-    writers and here). VACUUM keeps ``retain_hours`` of history (Delta refuses
-    less than 168 hours unless its check is disabled).
-    """
-    for name, path in Tables.under(settings.lake).all().items():
-        if not DeltaTable.isDeltaTable(spark, path):
-            continue
-        table = DeltaTable.forPath(spark, path)
-        metrics = retry_conflicts(
-            lambda t=table: t.optimize().executeCompaction().select("metrics.*").first(),
-            f"OPTIMIZE {name}",
-        )
-        table.vacuum(retain_hours)
-        added = metrics["numFilesAdded"] if metrics else 0
-        removed = metrics["numFilesRemoved"] if metrics else 0
-        print(f"[maintain] {name}: compacted {removed} files into {added}", flush=True)

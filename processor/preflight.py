@@ -19,7 +19,8 @@ from pyspark.sql import SparkSession
 
 from common.cli import CliError, local_path, make_writable_folder, one_line
 from common.kafka import KafkaConnectionError, check_connection, librdkafka_config
-from common.settings import KafkaSettings, LakeSettings
+from common.kafka_settings import KafkaSettings
+from common.lake_settings import LakeSettings
 
 log = logging.getLogger(__name__)
 _JAVA_CLASS = re.compile(r"(?:[a-z_][\w]*\.)+[A-Z]\w*(?:Exception|Error)")

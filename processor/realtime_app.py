@@ -22,8 +22,8 @@ from common.kafka import spark_kafka_options
 from common.lake import Query
 from processor import realtime, sources, transforms
 from processor.checkpoints import clear_unlogged_first_batch
+from processor.lake_setup import devices_frame
 from processor.lifecycle import StopSignal, say, wait_for_stop
-from processor.pipeline import devices_frame
 from processor.preflight import check_lake_store
 from processor.session import build_session, quiet_console
 from processor.settings import ProcessorSettings

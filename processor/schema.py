@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pyspark.sql.types import (
+    BinaryType,
     BooleanType,
     DataType,
     DoubleType,
+    IntegerType,
     LongType,
     StringType,
     StructField,
@@ -45,4 +47,17 @@ DEVICE_SCHEMA = StructType(
 # One record of the alerts topic (``common.alerts``).
 ALERT_RECORD_SCHEMA = StructType(
     [StructField(f.name, SPARK_TYPES[f.type], nullable=not f.required) for f in ALERT_FIELDS]
+)
+
+# A record of Spark's Kafka source, as ``spark.readStream.format("kafka")`` gives it.
+KAFKA_SOURCE_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
 )

@@ -8,8 +8,10 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from common.fleet_settings import FleetSettings
+from common.kafka_settings import KafkaSettings
 from common.lake import Query
-from common.settings import FleetSettings, KafkaSettings, LakeSettings
+from common.lake_settings import LakeSettings
 
 SPARK_VERSION = "4.2.0"
 DELTA_VERSION = "4.4.0"

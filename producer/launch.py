@@ -26,8 +26,9 @@ from common.report import ProducerReport
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig
 from producer.manifest import Manifest
+from producer.pacing import Pacer
 from producer.rate import RateProfile
-from producer.run import StopFlag, run
+from producer.run import Limits, Progress, run
 from producer.settings import ProducerSettings
 from producer.simulation import Clock, firmware_rollout, simulated_clock, wall_clock
 from producer.sinks import (
@@ -38,6 +39,7 @@ from producer.sinks import (
     file_prefix,
 )
 from producer.sources import ReplaySource, SimulationSource, Source, worker_count
+from producer.stopping import StopFlag
 
 EH_EVENTS_PER_TU = 1000
 EH_BYTES_PER_TU = 1_000_000
@@ -194,19 +196,19 @@ def run_one(
     report = run(
         source,
         sink,
-        profile=profile,
-        count=worker_count(settings.count, worker, workers),
-        duration_s=settings.duration_s,
-        batch_size=settings.batch_size,
-        progress_s=settings.progress_s,
-        show_progress=workers == 1,
+        Pacer(profile, settings.batch_size),
+        limits=Limits(worker_count(settings.count, worker, workers), settings.duration_s),
+        progress=Progress(
+            every_s=settings.progress_s,
+            show=workers == 1,
+            on_tick=on_tick,
+            report_path=settings.report_path if workers == 1 else None,
+        ),
         manifest=manifest,
         stop=stop,
         install_signal_handlers=install_signal_handlers and workers == 1,
         flush_timeout_s=settings.flush_timeout_s,
-        on_tick=on_tick,
         start_gate=start_gate,
-        report_path=settings.report_path if workers == 1 else None,
     )
     if manifest is not None and manifest_path is not None:
         truth = source.ground_truth()

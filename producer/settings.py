@@ -9,7 +9,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from common.settings import FleetSettings, KafkaSettings
+from common.fleet_settings import FleetSettings
+from common.kafka_settings import KafkaSettings
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig, parse_delay
 from producer.rate import RateProfile, parse_profile

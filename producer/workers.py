@@ -26,7 +26,8 @@ from common.report import RUNNING, ProducerReport
 from common.stats import percentiles
 from producer.launch import run_one
 from producer.manifest import merge_manifests
-from producer.run import REPORT_EVERY_S, StopFlag
+from producer.run import REPORT_EVERY_S
+from producer.stopping import StopFlag
 
 _STATS = 4  # readings, sent, acked, errors
 START_WAIT_S = 30.0  # most a ready worker waits for the others before it starts anyway

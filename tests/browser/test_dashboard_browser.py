@@ -31,7 +31,7 @@ from deltalake import write_deltalake
 
 from common.alerts import ALERT_FIELDS, alert_id
 from common.contract import format_time
-from common.settings import KafkaSettings
+from common.kafka_settings import KafkaSettings
 from infra.broker import BrokerInfo, ensure_topic
 from tests.browser.seed import AS_OF, seed_lake
 

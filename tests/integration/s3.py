@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from common.settings import LakeSettings
+from common.lake_settings import LakeSettings
 
 # moto takes any key; these are the dummy values its documentation uses.
 ACCESS_KEY_ID = SECRET_ACCESS_KEY = "testing"

@@ -15,8 +15,10 @@ from deltalake import write_deltalake
 from pyspark.sql import functions as F
 
 from common.fleet import build_fleet
+from common.lake import Table
 from infra.broker import ensure_topic
-from processor.pipeline import Tables, devices_frame, start_all
+from processor.lake_setup import devices_frame
+from processor.pipeline import start_all
 from processor.settings import ProcessorSettings
 from tests.integration.proc import send_readings, table_rows
 
@@ -54,11 +56,11 @@ def test_a_running_stream_joins_with_the_rewritten_dimension(spark, kafka_broker
         kafka={"bootstrap_servers": kafka_broker.plaintext, "topic": TOPIC},
         lake={"root": str(lake_root / "dimension-refresh")},
     )  # fmt: skip
-    tables = Tables.under(settings.lake)
+    at = settings.lake.table
     queries = start_all(spark, settings)
     try:
         send_readings(kafka_broker.plaintext, TOPIC, device.device_id, range(1, 6), T0)
-        assert _wait(tables.silver, 5, queries) == dict.fromkeys(range(1, 6), device.site)
+        assert _wait(at(Table.SILVER_EVENTS), 5, queries) == dict.fromkeys(range(1, 6), device.site)
         # Both joins (the unknown-device check and the enrichment) scan the cached copy.
         assert _plan(queries[0]).count("InMemoryTableScan") == 2
 
@@ -69,17 +71,17 @@ def test_a_running_stream_joins_with_the_rewritten_dimension(spark, kafka_broker
             ),
         )
         # Written by delta-rs, as another process would: this session's Spark never sees it.
-        write_deltalake(tables.devices, moved.toArrow(), mode="overwrite")
+        write_deltalake(at(Table.DIM_DEVICES), moved.toArrow(), mode="overwrite")
         committed = time.monotonic()
         seq = 5
-        while "Relocated" not in _sites(tables.silver).values():
+        while "Relocated" not in _sites(at(Table.SILVER_EVENTS)).values():
             assert all(q.isActive for q in queries), [str(q.exception()) for q in queries]
             assert time.monotonic() - committed < 60, "silver never joined the new dimension"
             seq += 1
             send_readings(kafka_broker.plaintext, TOPIC, device.device_id, [seq], T0)
             time.sleep(0.5)
         switched_s = time.monotonic() - committed
-        sites = _wait(tables.silver, seq, queries)
+        sites = _wait(at(Table.SILVER_EVENTS), seq, queries)
         assert _plan(queries[0]).count("InMemoryTableScan") == 2
     finally:
         for q in queries:

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from common.kafka import ENTRA_LOGIN_HANDLER, spark_kafka_options
-from common.settings import KafkaSettings
+from common.kafka_settings import KafkaSettings
 from infra.broker import ensure_topic
 
 pytestmark = pytest.mark.integration

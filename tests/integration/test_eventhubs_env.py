@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from common.settings import LakeSettings
+from common.lake import Table
+from common.lake_settings import LakeSettings
 from infra.broker import ensure_topic
 from infra.jars import ensure_jar_dir
-from processor.pipeline import Tables
 
 # A Spark run: minutes on two shared cores.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -89,16 +89,18 @@ def test_producer_and_processor_take_event_hubs_settings_from_dotenv(kafka_broke
         assert secret not in text
         assert secret.split("SharedAccessKey=")[1] not in text
 
-    tables = Tables.under(LakeSettings(root=str(lake)))
-    bronze = DeltaTable(tables.bronze).to_pyarrow_table(columns=["topic", "partition", "offset"])
+    at = LakeSettings(root=str(lake)).table
+    bronze = DeltaTable(at(Table.BRONZE_EVENTS)).to_pyarrow_table(
+        columns=["topic", "partition", "offset"]
+    )
     assert bronze.num_rows == COUNT
     assert set(bronze.column("topic").to_pylist()) == {TOPIC}
-    silver = DeltaTable(tables.silver).to_pyarrow_table(columns=["event_id", "device_id"])
+    silver = DeltaTable(at(Table.SILVER_EVENTS)).to_pyarrow_table(columns=["event_id", "device_id"])
     assert silver.num_rows == COUNT
     assert len(set(silver.column("event_id").to_pylist())) == COUNT
     assert len(set(silver.column("device_id").to_pylist())) == FLEET
-    quarantine = DeltaTable(tables.quarantine).to_pyarrow_table(columns=["reason"])
+    quarantine = DeltaTable(at(Table.SILVER_QUARANTINE)).to_pyarrow_table(columns=["reason"])
     assert quarantine.num_rows == 0
-    gold = DeltaTable(tables.gold_device_1m).to_pyarrow_table(columns=["device_id", "events"])
+    gold = DeltaTable(at(Table.GOLD_DEVICE_1M)).to_pyarrow_table(columns=["device_id", "events"])
     assert sum(gold.column("events").to_pylist()) == COUNT
     assert len(set(gold.column("device_id").to_pylist())) == FLEET

@@ -25,10 +25,11 @@ import pytest
 from deltalake import DeltaTable
 
 from common.kafka import librdkafka_config
-from common.settings import KafkaSettings, LakeSettings
+from common.kafka_settings import KafkaSettings
+from common.lake import Table
+from common.lake_settings import LakeSettings
 from infra import broker
 from infra.jars import ensure_jar_dir
-from processor.pipeline import Tables
 from tests.unit.test_secrets import leaks
 
 # Its own broker and a Spark run: minutes on two shared cores.
@@ -125,10 +126,10 @@ def test_the_readme_block_delivers_every_event_over_sasl_ssl(rehearsal: Rehearsa
 
     # In the lake the block points the processor at.
     lake = rehearsal.workdir / ".local" / "rehearsal" / "lake"
-    tables = Tables.under(LakeSettings(_env_file=None, root=str(lake)))
-    bronze = DeltaTable(tables.bronze).to_pyarrow_dataset()
+    at = LakeSettings(_env_file=None, root=str(lake)).table
+    bronze = DeltaTable(at(Table.BRONZE_EVENTS)).to_pyarrow_dataset()
     assert bronze.count_rows() == count
-    silver = DeltaTable(tables.silver).to_pyarrow_table(columns=["event_id"])
+    silver = DeltaTable(at(Table.SILVER_EVENTS)).to_pyarrow_table(columns=["event_id"])
     assert len(set(silver.column("event_id").to_pylist())) == silver.num_rows == count
 
 

@@ -9,9 +9,10 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 
 from common.fleet import build_fleet
+from common.lake import Table
 from infra.broker import ensure_topic
 from processor import sources
-from processor.pipeline import Tables, run_available_now
+from processor.pipeline import run_available_now
 from processor.settings import ProcessorSettings
 from tests.delta_log import commits
 from tests.integration.proc import send_readings
@@ -41,12 +42,12 @@ def test_latest_skips_what_was_there_and_batches_hold_at_most_max_offsets(
     send_readings(kafka_broker.plaintext, TOPIC, device, range(6, 31), T0)
     run_available_now(spark, settings)
 
-    silver = DeltaTable(Tables.under(settings.lake).silver)
+    silver = DeltaTable(settings.lake.table(Table.SILVER_EVENTS))
     assert sorted(silver.to_pyarrow_table(columns=["seq"]).column("seq").to_pylist()) == list(
         range(6, 31)
     )
     # Rows per micro-batch, each batch one append with its txn.
-    appends = [c for c in commits(Tables.under(settings.lake).silver) if c.txns]
+    appends = [c for c in commits(settings.lake.table(Table.SILVER_EVENTS)) if c.txns]
     assert [int(c.info["operationMetrics"]["numOutputRows"]) for c in appends] == [10, 10, 5]
 
 
@@ -101,11 +102,11 @@ def test_bronze_appends_each_micro_batch_once_with_its_txn(spark, kafka_broker, 
     run_available_now(spark, settings)
     after = datetime.now(UTC)
 
-    bronze = DeltaTable(Tables.under(settings.lake).bronze)
+    bronze = DeltaTable(settings.lake.table(Table.BRONZE_EVENTS))
     rows = bronze.to_pyarrow_table(columns=["offset", "ingest_time"]).to_pylist()
     assert sorted(r["offset"] for r in rows) == list(range(40))
     assert all(before <= r["ingest_time"] <= after for r in rows)
-    appends = [c for c in commits(Tables.under(settings.lake).bronze) if c.txns]
+    appends = [c for c in commits(settings.lake.table(Table.BRONZE_EVENTS)) if c.txns]
     assert [int(c.info["operationMetrics"]["numOutputRows"]) for c in appends] == [25, 15]
     assert {c.engine for c in appends} == {"Apache-Spark/4.2.0"}
     (app,) = {app for c in appends for app, _batch in c.txns}  # the query's id, kept

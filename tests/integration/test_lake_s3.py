@@ -17,7 +17,7 @@ import pytest
 
 from common.delta_table import open_delta_table
 from common.lake import Query, Table
-from common.settings import LakeSettings
+from common.lake_settings import LakeSettings
 from dashboard import lake as dashboard_lake
 from infra.broker import ensure_topic
 from infra.jars import ensure_jar_dir

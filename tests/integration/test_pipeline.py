@@ -19,9 +19,10 @@ from deltalake import DeltaTable
 from common.contract import METRIC_NAMES, parse_time
 from common.fleet import build_fleet
 from common.kafka import librdkafka_config
-from common.settings import KafkaSettings
+from common.kafka_settings import KafkaSettings
+from common.lake import Table
 from infra.broker import ensure_topic
-from processor.pipeline import Tables, run_available_now
+from processor.pipeline import run_available_now
 from processor.settings import ProcessorSettings
 from producer.__main__ import main as producer_main
 from producer.simulation import generate, simulated_clock
@@ -112,23 +113,23 @@ def test_events_flow_to_gold_with_exact_aggregates(spark, kafka_broker, eh_env, 
         kafka=eh_env, lake={"root": str(lake_root / "e2e")},
     )  # fmt: skip
     run_available_now(spark, settings)
-    tables = Tables.under(settings.lake)
+    at = settings.lake.table
 
-    bronze = DeltaTable(tables.bronze).to_pyarrow_table(columns=["partition", "offset"])
+    bronze = DeltaTable(at(Table.BRONZE_EVENTS)).to_pyarrow_table(columns=["partition", "offset"])
     assert bronze.num_rows == COUNT + RESENT + len(MALFORMED)
     assert (
         len(set(zip(*(bronze.column(c).to_pylist() for c in ("partition", "offset")), strict=True)))
         == bronze.num_rows
     )
 
-    silver = DeltaTable(tables.silver).to_pyarrow_table(
+    silver = DeltaTable(at(Table.SILVER_EVENTS)).to_pyarrow_table(
         columns=["event_id", "device_type", "processed_time"]
     )
     assert silver.num_rows == COUNT
     assert len(set(silver.column("event_id").to_pylist())) == COUNT
     assert None not in silver.column("device_type").to_pylist()
 
-    quarantine = DeltaTable(tables.quarantine).to_pyarrow_table(columns=["reason", "raw"])
+    quarantine = DeltaTable(at(Table.SILVER_QUARANTINE)).to_pyarrow_table(columns=["reason", "raw"])
     assert sorted(zip(quarantine.column("reason").to_pylist(), quarantine.column("raw").to_pylist(), strict=True)) == sorted([
         ("unparsable", MALFORMED[0].decode()),
         ("wrong_type:seq", MALFORMED[1].decode()),
@@ -136,7 +137,7 @@ def test_events_flow_to_gold_with_exact_aggregates(spark, kafka_broker, eh_env, 
     ])  # fmt: skip
 
     expected = expected_gold()
-    gold = DeltaTable(tables.gold_device_1m).to_pyarrow_table().to_pylist()
+    gold = DeltaTable(at(Table.GOLD_DEVICE_1M)).to_pyarrow_table().to_pylist()
     assert len(gold) == len(expected)
     for row in gold:
         want = expected[(row["device_id"], row["window_start"].replace(tzinfo=None))]
@@ -155,8 +156,8 @@ def test_events_flow_to_gold_with_exact_aggregates(spark, kafka_broker, eh_env, 
 
     # Each batch's minutes are committed to device_1m before its readings to silver:
     # device_status rolls the sliding windows up from device_1m for silver's rows.
-    silver_at = _batch_commit_times(tables.silver, ":silver")
-    minutes_at = _batch_commit_times(tables.gold_device_1m, ":device_1m")
+    silver_at = _batch_commit_times(at(Table.SILVER_EVENTS), ":silver")
+    minutes_at = _batch_commit_times(at(Table.GOLD_DEVICE_1M), ":device_1m")
     assert silver_at and silver_at.keys() == minutes_at.keys()
     assert {b: minutes_at[b] < silver_at[b] for b in silver_at} == dict.fromkeys(silver_at, True)
 

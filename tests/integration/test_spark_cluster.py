@@ -31,7 +31,7 @@ import pytest
 
 from common.fleet import build_fleet
 from common.lake import Query, Table
-from common.settings import LakeSettings
+from common.lake_settings import LakeSettings
 from infra import spark_cluster
 from infra.broker import ensure_topic
 from processor.session import LOCAL_DRIVER_JVM_OPTIONS

@@ -18,11 +18,11 @@ from deltalake import DeltaTable
 
 from common.contract import format_time, parse_time
 from common.fleet import build_fleet
-from common.lake import Query
+from common.lake import Query, Table
 from infra.broker import ensure_topic
 from processor.detector import DetectorConfig, alert_id, detect
 from processor.metrics import MetricsListener
-from processor.pipeline import Tables, run_available_now
+from processor.pipeline import run_available_now
 from processor.settings import ProcessorSettings
 from tests.delta_log import commits
 
@@ -70,7 +70,7 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
         kafka={"bootstrap_servers": kafka_broker.plaintext, "topic": TOPIC},
         lake={"root": str(lake_root / "semantics")},
     )  # fmt: skip
-    listener = MetricsListener(spark, Tables.under(settings.lake).pipeline_metrics, flush_s=3600)
+    listener = MetricsListener(spark, settings.lake.table(Table.OPS_PIPELINE_METRICS), flush_s=3600)
     spark.streams.addListener(listener)
     run_available_now(spark, settings)
     # Max event time is 5:00, so the watermark is now 4:00.
@@ -98,16 +98,16 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
 
     kept = {e["event_id"]: e for e in round1}
     kept |= {e["event_id"]: e for e in round2 if e["event_id"] not in ("too-late",)}
-    tables = Tables.under(settings.lake)
+    at = settings.lake.table
 
     silver_ids = (
-        DeltaTable(tables.silver)
+        DeltaTable(at(Table.SILVER_EVENTS))
         .to_pyarrow_table(columns=["event_id"])
         .column("event_id")
         .to_pylist()
     )
     assert sorted(silver_ids) == sorted(kept)
-    assert DeltaTable(tables.bronze).to_pyarrow_table(columns=["offset"]).num_rows == len(
+    assert DeltaTable(at(Table.BRONZE_EVENTS)).to_pyarrow_table(columns=["offset"]).num_rows == len(
         round1
     ) + 3 + len(round2)
 
@@ -116,7 +116,7 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
         at = datetime.fromisoformat(e["event_time"].replace("Z", "+00:00"))
         expected[(e["device_id"], at.replace(second=0, microsecond=0))].append(e["temperature_c"])
     gold = (
-        DeltaTable(tables.gold_device_1m)
+        DeltaTable(at(Table.GOLD_DEVICE_1M))
         .to_pyarrow_table(
             columns=[
                 "device_id",
@@ -146,12 +146,12 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
     listener.close()
     dropped = sum(
         r["rows_dropped_by_watermark"]
-        for r in DeltaTable(tables.pipeline_metrics).to_pyarrow_table().to_pylist()
+        for r in DeltaTable(at(Table.OPS_PIPELINE_METRICS)).to_pyarrow_table().to_pylist()
         if r["query_name"] == "silver"
     )
     assert dropped == 2  # "too-late" and the resent event from minute 1
     alerts = (
-        DeltaTable(tables.alerts)
+        DeltaTable(at(Table.GOLD_ALERTS))
         .to_pyarrow_table(columns=["alert_id", "device_id", "kind", "value"])
         .to_pylist()
     )
@@ -160,7 +160,7 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
         {"alert_id": aid, "device_id": thermo, "kind": "threshold_high", "value": 35.0}
     ]
     recoveries = (
-        DeltaTable(tables.alert_recoveries)
+        DeltaTable(at(Table.GOLD_ALERT_RECOVERIES))
         .to_pyarrow_table(columns=["alert_id", "time_to_recover_s"])
         .to_pylist()
     )
@@ -168,7 +168,7 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
 
     status = {
         r["device_id"]: r["last_seq"]
-        for r in DeltaTable(tables.device_status)
+        for r in DeltaTable(at(Table.GOLD_DEVICE_STATUS))
         .to_pyarrow_table(columns=["device_id", "last_seq"])
         .to_pylist()
     }
@@ -191,7 +191,12 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
     kept |= {e["event_id"]: e for e in round3}
     _check_gold_beyond_device_1m(settings, fleet, thermo, kept)
     # Every gold append is Spark's, and records its writer's micro-batch in Delta.
-    gold = (tables.alerts, tables.alert_clears, tables.alert_recoveries, tables.device_sessions)
+    gold = (
+        at(Table.GOLD_ALERTS),
+        at(Table.GOLD_ALERT_CLEARS),
+        at(Table.GOLD_ALERT_RECOVERIES),
+        at(Table.GOLD_DEVICE_SESSIONS),
+    )
     for path in gold:
         # Version 0 is the empty table ensure_table created.
         appends = [c for c in commits(path) if c.version > 0]
@@ -207,7 +212,7 @@ def _check_gold_beyond_device_1m(
     settings: ProcessorSettings, fleet: list, thermo: str, kept: dict[str, dict]
 ) -> None:
     """Alerts and recoveries, sliding windows, sessions and the summary, from the kept events."""
-    tables = Tables.under(settings.lake)
+    at = settings.lake.table
     profile = {d.device_id: d for d in fleet}
     watermark = max(_at(e) for e in kept.values()) - timedelta(minutes=1)
 
@@ -215,12 +220,12 @@ def _check_gold_beyond_device_1m(
         return DeltaTable(path).to_pyarrow_table(columns=columns).to_pylist()
 
     # Alerts: the detector over the thermostat's silver rows in event-time order (plain Python).
-    silver_rows = [r for r in read(tables.silver, None) if r["device_id"] == thermo]
+    silver_rows = [r for r in read(at(Table.SILVER_EVENTS), None) if r["device_id"] == thermo]
     silver_rows.sort(key=lambda r: (r["event_time"], r["seq"]))
     transitions = detect(silver_rows, {}, DetectorConfig())
     raised = [t for t in transitions if t["transition"] == "raised"]
     cleared = {t["alert_id"]: t["event_time"] for t in transitions if t["transition"] == "cleared"}
-    assert sorted(r["alert_id"] for r in read(tables.alerts, ["alert_id"])) == sorted(
+    assert sorted(r["alert_id"] for r in read(at(Table.GOLD_ALERTS), ["alert_id"])) == sorted(
         t["alert_id"] for t in raised
     )
     within = timedelta(minutes=10)
@@ -237,7 +242,7 @@ def _check_gold_beyond_device_1m(
             want_recoveries[t["alert_id"]] = None
     got_recoveries = {
         r["alert_id"]: r["time_to_recover_s"]
-        for r in read(tables.alert_recoveries, ["alert_id", "time_to_recover_s"])
+        for r in read(at(Table.GOLD_ALERT_RECOVERIES), ["alert_id", "time_to_recover_s"])
     }
     assert got_recoveries == want_recoveries
     assert None in want_recoveries.values()  # the 6:00 alert, never recovered in time
@@ -256,7 +261,7 @@ def _check_gold_beyond_device_1m(
             r["events"], r["devices"], r["temperature_c_avg"]
         )
         for r in read(
-            tables.site_type_10m,
+            at(Table.GOLD_SITE_TYPE_10M),
             ["site", "device_type", "window_start", "events", "devices", "temperature_c_avg"],
         )
     }  # fmt: skip
@@ -288,7 +293,7 @@ def _check_gold_beyond_device_1m(
     got_sessions = {
         (r["device_id"], r["session_start"], r["session_end"], r["events"])
         for r in read(
-            tables.device_sessions, ["device_id", "session_start", "session_end", "events"]
+            at(Table.GOLD_DEVICE_SESSIONS), ["device_id", "session_start", "session_end", "events"]
         )
     }
     assert got_sessions == want_sessions
@@ -300,7 +305,9 @@ def _check_gold_beyond_device_1m(
         summary[profile[e["device_id"]].device_type].append(e)
     assert {
         r["device_type"]: (r["devices"], r["events"], r["last_event_time"])
-        for r in read(tables.fleet_summary, ["device_type", "devices", "events", "last_event_time"])
+        for r in read(
+            at(Table.GOLD_FLEET_SUMMARY), ["device_type", "devices", "events", "last_event_time"]
+        )
     } == {
         kind: (len({e["device_id"] for e in events}), len(events), max(_at(e) for e in events))
         for kind, events in summary.items()

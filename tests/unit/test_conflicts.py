@@ -10,6 +10,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
+from common.lake import Table
 from processor import conflicts
 
 
@@ -104,17 +105,17 @@ def test_retry_conflicts_raises_any_other_error_at_once(spark, tmp_path):
 
 
 def test_maintain_compacts_each_table_and_keeps_its_rows(spark, tmp_path, capsys):
-    from processor.pipeline import Tables, maintain
+    from processor.maintenance import maintain
     from processor.settings import ProcessorSettings
 
     settings = ProcessorSettings(lake={"root": str(tmp_path / "lake")})
-    tables = Tables.under(settings.lake)
+    at = settings.lake.table
     for i in range(3):
         spark.createDataFrame([(i, "x")], "id long, v string").write.format("delta").mode(
             "append"
-        ).save(tables.bronze)
+        ).save(at(Table.BRONZE_EVENTS))
     spark.createDataFrame([(9, "y")], "id long, v string").write.format("delta").save(
-        tables.fleet_summary
+        at(Table.GOLD_FLEET_SUMMARY)
     )
     spark.sparkContext.setJobGroup("maintain", "maintain")
     try:
@@ -123,13 +124,14 @@ def test_maintain_compacts_each_table_and_keeps_its_rows(spark, tmp_path, capsys
         spark.sparkContext._jsc.clearJobGroup()  # PySpark has no clearJobGroup of its own
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[maintain]")]
     assert lines == [
-        "[maintain] bronze: compacted 3 files into 1",
-        "[maintain] fleet_summary: compacted 0 files into 0",
+        "[maintain] bronze/events: compacted 3 files into 1",
+        "[maintain] gold/fleet_summary: compacted 0 files into 0",
     ]
     assertDataFrameEqual(
-        spark.read.format("delta").load(tables.bronze), [Row(id=i, v="x") for i in range(3)]
+        spark.read.format("delta").load(at(Table.BRONZE_EVENTS)),
+        [Row(id=i, v="x") for i in range(3)],
     )
-    assert DeltaTable.forPath(spark, tables.bronze).detail().first()["numFiles"] == 1
+    assert DeltaTable.forPath(spark, at(Table.BRONZE_EVENTS)).detail().first()["numFiles"] == 1
     # VACUUM's listing ran as many tasks as the session's shuffle partitions, not 10,000.
     assert _most_tasks_in_a_stage(spark, "maintain") == 2
 

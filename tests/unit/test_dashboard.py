@@ -21,7 +21,7 @@ from deltalake import write_deltalake
 from streamlit.testing.v1 import AppTest
 
 from common.alerts import LiveAlert
-from common.settings import KafkaSettings
+from common.kafka_settings import KafkaSettings
 from dashboard import live_alerts, ui
 from dashboard import pages as dashboard_pages
 from processor.settings import ProcessorSettings

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException, TopicPartition
 
 from common.alerts import ALERT_FIELDS, LiveAlert
-from common.settings import KafkaSettings
+from common.kafka_settings import KafkaSettings
 from dashboard.live_alerts import (
     LIVE_COLUMNS,
     AlertBuffer,

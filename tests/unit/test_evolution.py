@@ -2,29 +2,31 @@
 
 from __future__ import annotations
 
-from common.lake import Query
-from processor.evolution import REBUILDS, stale_queries, with_readers
+from common.lake import Query, Table, written_by
+from processor.evolution import REBUILDABLE, stale_queries, stream_readers, with_readers
 from processor.tables import TableChange
 
 
 def test_only_queries_with_per_column_state_are_stale_and_each_says_why():
     changes = {
-        "silver": TableChange(added=("signal_dbm",)),
-        "gold_device_1m": TableChange(added=("signal_dbm_min", "signal_dbm_avg")),
-        "site_type_10m": TableChange(added=("signal_dbm_avg",), unwritten=("co2_ppm_avg",)),
-        "fleet_summary": TableChange(),
+        Table.SILVER_EVENTS: TableChange(added=("signal_dbm",)),
+        Table.GOLD_DEVICE_1M: TableChange(added=("signal_dbm_min", "signal_dbm_avg")),
+        Table.GOLD_SITE_TYPE_10M: TableChange(
+            added=("signal_dbm_avg",), unwritten=("co2_ppm_avg",)
+        ),
+        Table.GOLD_FLEET_SUMMARY: TableChange(),
     }
     # The sliding windows keep no state: device_status recomputes them from device_1m
     # (and empties them when it is rebuilt, so windows of an old slide do not linger).
     assert stale_queries(changes) == {}
-    assert "site_type_10m" in REBUILDS[Query.DEVICE_STATUS]
-    assert stale_queries({"device_sessions": TableChange(unwritten=("x",))}) == {
+    assert Table.GOLD_SITE_TYPE_10M in written_by(Query.DEVICE_STATUS)
+    assert stale_queries({Table.GOLD_DEVICE_SESSIONS: TableChange(unwritten=("x",))}) == {
         Query.GOLD_DEVICE_SESSIONS: "its state keeps one aggregate per column of "
-        "device_sessions (column x no longer written)"
+        "gold/device_sessions (column x no longer written)"
     }
     # device_status adds up each device's readings: a new column would miss the past ones.
-    assert stale_queries({"device_status": TableChange(added=("events",))}) == {
-        Query.DEVICE_STATUS: "each row of device_status adds up its device's readings so far "
+    assert stale_queries({Table.GOLD_DEVICE_STATUS: TableChange(added=("events",))}) == {
+        Query.DEVICE_STATUS: "each row of gold/device_status adds up its device's readings so far "
         "(column events added)"
     }
     assert stale_queries({}) == {}
@@ -37,3 +39,21 @@ def test_a_rebuilt_query_brings_the_queries_that_stream_from_its_tables():
         "device_status",
         "gold_device_sessions",
     ]
+    # Silver's tables are streamed by device_status, sessions and alerts, but silver is
+    # not rebuildable (it reads Kafka): its readers are named, not rebuilt through it.
+    assert stream_readers(Query.SILVER) == (
+        Query.DEVICE_STATUS, Query.GOLD_DEVICE_SESSIONS, Query.ALERTS,
+    )  # fmt: skip
+    assert stream_readers(Query.ALERTS) == (Query.ALERT_RECOVERIES,)
+
+
+def test_a_rebuild_empties_exactly_the_tables_its_query_writes():
+    assert {q: written_by(q) for q in REBUILDABLE} == {
+        Query.DEVICE_STATUS: (
+            Table.GOLD_SITE_TYPE_10M, Table.GOLD_DEVICE_STATUS, Table.GOLD_FLEET_SUMMARY,
+        ),
+        Query.GOLD_DEVICE_SESSIONS: (Table.GOLD_DEVICE_SESSIONS,),
+        Query.ALERTS: (Table.GOLD_ALERTS, Table.GOLD_ALERT_CLEARS),
+        Query.ALERT_RECOVERIES: (Table.GOLD_ALERT_RECOVERIES,),
+        Query.ALERTS_RT: (Table.GOLD_ALERTS_RT,),
+    }  # fmt: skip

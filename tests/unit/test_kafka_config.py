@@ -15,7 +15,7 @@ from common.kafka import (
     spark_kafka_options,
     tls_failure,
 )
-from common.settings import KafkaSettings
+from common.kafka_settings import KafkaSettings
 
 CS = (
     "Endpoint=sb://pulse-ns.servicebus.windows.net/;"

@@ -10,7 +10,8 @@ import pytest
 
 from common.jars import ConnectorJarsMissingError, connector_jars
 from common.lake import LOCAL_DISK_SPARK_CONF, lake_scheme
-from common.settings import LakeSettings, SettingsError, load_settings
+from common.lake_settings import LakeSettings
+from common.settings import SettingsError, load_settings
 from infra.jars import MAVEN_DIR
 from processor import settings as processor_settings
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 from pydantic import SecretStr
 
+from common.kafka_settings import KafkaSettings
 from common.report import ProducerReport
-from common.settings import KafkaSettings
 from loadtest import svg
 from loadtest.report import Criteria, evaluate, summary, write_pages
 from loadtest.run import child_env, kafka_env, measured_from

@@ -18,10 +18,13 @@ from common.report import RUNNING
 from producer.__main__ import main
 from producer.launch import throughput_warning
 from producer.manifest import read_manifest
+from producer.pacing import Pacer
+from producer.run import Limits, Progress, run
 from producer.settings import ProducerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 START = "2026-01-01T00:00:00Z"
+QUIET = Progress(show=False)
 
 
 @pytest.fixture(autouse=True)
@@ -357,25 +360,23 @@ class _NullSink:
 
 def test_a_set_rate_is_sent_in_batches_of_about_ten_milliseconds():
     from producer.rate import parse_profile
-    from producer.run import run
 
     source, sink = _CountingSource(), _NullSink()
-    report = run(source, sink, profile=parse_profile("constant", 2000.0), duration_s=1.0,
-                 show_progress=False, install_signal_handlers=False)  # fmt: skip
+    report = run(source, sink, Pacer(parse_profile("constant", 2000.0)), limits=Limits(None, 1.0),
+                 progress=QUIET, install_signal_handlers=False)  # fmt: skip
     # 2,000 readings/s in steps of 10 ms: batches of about 20, not one reading per batch.
     assert abs(report.sent - 2000) <= 100
     assert len(source.batches) <= 110
     assert sorted(source.batches)[len(source.batches) // 2] >= 19
     # A count that is not a multiple of the step still ends exactly.
     source = _CountingSource()
-    report = run(source, _NullSink(), profile=parse_profile("constant", 2000.0), count=1005,
-                 show_progress=False, install_signal_handlers=False)  # fmt: skip
+    report = run(source, _NullSink(), Pacer(parse_profile("constant", 2000.0)),
+                 limits=Limits(count=1005), progress=QUIET, install_signal_handlers=False)  # fmt: skip
     assert report.readings == report.sent == 1005 and report.stopped_by == "count"
 
 
 def test_the_rates_sent_are_over_the_sending_not_the_wait_for_the_last_acknowledgements():
     from producer.rate import parse_profile
-    from producer.run import run
 
     class _SlowFlushSink(_NullSink):
         """Acknowledges nothing until flushed, which takes 0.5 s (a far broker)."""
@@ -389,8 +390,9 @@ def test_the_rates_sent_are_over_the_sending_not_the_wait_for_the_last_acknowled
                 self.acked, self.pending = self.acked + self.pending, 0
             return 0
 
-    report = run(_CountingSource(), _SlowFlushSink(), profile=parse_profile("constant", 1000.0),
-                 duration_s=1.0, show_progress=False, install_signal_handlers=False)  # fmt: skip
+    report = run(_CountingSource(), _SlowFlushSink(), Pacer(parse_profile("constant", 1000.0)),
+                 limits=Limits(duration_s=1.0), progress=QUIET,
+                 install_signal_handlers=False)  # fmt: skip
     assert report.acked == report.sent and abs(report.sent - 1000) <= 50
     assert report.duration_s >= report.send_s + 0.5 and report.send_s >= 1.0
     assert report.target_rate == 1000.0
@@ -404,7 +406,7 @@ def test_the_send_loop_collects_garbage_rarely_and_restores_the_collector():
     import gc
 
     from producer.rate import parse_profile
-    from producer.run import GC_THRESHOLD, run
+    from producer.run import GC_THRESHOLD
 
     marker: list[int] = []  # a tracked container alive on entry
     seen: list[tuple[tuple[int, int, int], bool]] = []
@@ -418,8 +420,9 @@ def test_the_send_loop_collects_garbage_rarely_and_restores_the_collector():
             return super().next_batch(n)
 
     def send(count: int) -> None:
-        run(_Watching(), _NullSink(), profile=parse_profile("constant", 0.0), count=count,
-            batch_size=1000, show_progress=False, install_signal_handlers=False)  # fmt: skip
+        run(_Watching(), _NullSink(), Pacer(parse_profile("constant", 0.0), batch_size=1000),
+            limits=Limits(count=count), progress=QUIET,
+            install_signal_handlers=False)  # fmt: skip
 
     before = gc.get_threshold()
     assert gc.get_freeze_count() == 0 and not frozen()
@@ -441,7 +444,6 @@ def test_progress_lines_show_the_rate_the_acknowledged_count_and_the_errors():
     import re
 
     from producer.rate import parse_profile
-    from producer.run import run
 
     class _HalfAckSink(_NullSink):
         """Acknowledges every other message; counts the rest as errors of one kind."""
@@ -451,8 +453,8 @@ def test_progress_lines_show_the_rate_the_acknowledged_count_and_the_errors():
             self.errors["_MSG_TIMED_OUT"] += len(msgs) - len(msgs) // 2
 
     lines: list[str] = []
-    run(_CountingSource(), _HalfAckSink(), profile=parse_profile("constant", 1000.0),
-        duration_s=1.3, progress_s=0.25, progress=lines.append,
+    run(_CountingSource(), _HalfAckSink(), Pacer(parse_profile("constant", 1000.0)),
+        limits=Limits(duration_s=1.3), progress=Progress(every_s=0.25, say=lines.append),
         install_signal_handlers=False)  # fmt: skip
     pattern = r"\[producer\] +([\d.]+)s sent ([\d,]+) acked ([\d,]+) rate ([\d,]+)/s errors (\d+)"
     parsed = [re.fullmatch(pattern, line) for line in lines]
@@ -481,7 +483,7 @@ def test_step_and_spike_profiles_are_held_second_by_second(tmp_path, profile, wa
 
 def test_the_clock_starts_after_the_source_is_prepared_and_the_sink_is_ready():
     from producer.rate import parse_profile
-    from producer.run import READY_TIMEOUT_S, run
+    from producer.run import READY_TIMEOUT_S
 
     calls: list[object] = []
 
@@ -498,8 +500,8 @@ def test_the_clock_starts_after_the_source_is_prepared_and_the_sink_is_ready():
             calls.append(("wait_ready", timeout_s, stop()))
             return 0.25
 
-    report = run(_Source(), _SlowSink(), profile=parse_profile("constant", 0.0), count=20,
-                 batch_size=10, show_progress=False, install_signal_handlers=False,
+    report = run(_Source(), _SlowSink(), Pacer(parse_profile("constant", 0.0), batch_size=10),
+                 limits=Limits(count=20), progress=QUIET, install_signal_handlers=False,
                  start_gate=lambda: calls.append("gate"))  # fmt: skip
     assert calls == ["prepare", ("wait_ready", READY_TIMEOUT_S, False), "gate", "batch", "batch"]
     assert report.ready_wait_s == 0.25 and report.sent == 20

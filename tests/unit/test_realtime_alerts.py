@@ -11,8 +11,7 @@ from pyspark.testing import assertDataFrameEqual
 from common.alerts import decode_alert
 from common.fleet import Device
 from processor import realtime, transforms
-from processor.pipeline import KAFKA_SOURCE_SCHEMA
-from processor.schema import DEVICE_SCHEMA
+from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
 
 T0 = datetime(2026, 1, 1, 0, 0, 0)  # the session's time zone is UTC
 EVENT_TIME = "2026-01-01T00:00:10.000Z"

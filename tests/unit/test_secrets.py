@@ -14,13 +14,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from common.settings import (
-    CONNECTION_STRING_SHAPE,
-    KafkaSettings,
-    SettingsError,
-    load_settings,
-    parse_connection_string,
-)
+from common.eventhubs import CONNECTION_STRING_SHAPE, parse_connection_string
+from common.kafka_settings import KafkaSettings
+from common.settings import SettingsError, load_settings
 from producer.settings import ProducerSettings
 from tests.cli_runs import CliRun, run_python
 

@@ -11,14 +11,9 @@ import pytest
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import SettingsConfigDict
 
-from common.settings import (
-    KafkaSettings,
-    Settings,
-    SettingsError,
-    add_settings_arguments,
-    load_settings,
-    parse_connection_string,
-)
+from common.eventhubs import parse_connection_string
+from common.kafka_settings import KafkaSettings
+from common.settings import Settings, SettingsError, add_settings_arguments, load_settings
 from loadtest.settings import LoadtestSettings
 from processor.settings import ProcessorSettings
 from producer.settings import ProducerSettings
@@ -283,7 +278,7 @@ def test_argparse_refuses_a_value_outside_the_choices(clean_env, capsys):
 
 
 def test_env_vars_are_named_by_the_model_and_read_back_by_it(monkeypatch, tmp_path):
-    from common.settings import KafkaSettings
+    from common.kafka_settings import KafkaSettings
     from processor.settings import ProcessorSettings
 
     assert KafkaSettings.env_vars(
@@ -309,7 +304,7 @@ def test_env_vars_are_named_by_the_model_and_read_back_by_it(monkeypatch, tmp_pa
 
 
 def test_the_fleet_is_one_model_named_by_each_service(monkeypatch):
-    from common.settings import FleetSettings
+    from common.fleet_settings import FleetSettings
     from loadtest.settings import LoadtestSettings
 
     for cls, prefix in (

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from processor import pipeline
+from processor import lake_setup, pipeline
 from processor.settings import ProcessorSettings
 
 
@@ -43,7 +43,7 @@ def test_silver_runs_a_batch_only_when_there_are_rows(spark, tmp_path):
     s = _settings(tmp_path)
     land = Path(s.landing_dir)
     land.mkdir()
-    device = pipeline.devices_frame(spark, s).first().device_id
+    device = lake_setup.devices_frame(spark, s).first().device_id
     for i, minute in enumerate((0, 10)):
         event = {
             "event_id": f"e{i}", "device_id": device, "seq": i + 1,
@@ -51,10 +51,9 @@ def test_silver_runs_a_batch_only_when_there_are_rows(spark, tmp_path):
             "status": "online",
         }  # fmt: skip
         (land / f"part-{i}.jsonl").write_text(json.dumps(event) + "\n")
-    tables = pipeline.Tables.under(s.lake)
-    pipeline.ensure_tables(spark, s, tables)
+    lake_setup.ensure_tables(spark, s)
     before = spark.conf.get(pipeline.NO_DATA_BATCHES_CONF)
-    query = pipeline.start_stage(spark, pipeline.start_silver, s, tables)
+    query = pipeline.start_stage(spark, pipeline.start_silver, s)
     try:
         query.processAllAvailable()
         time.sleep(3)  # six triggers: time for a no-data batch, were there one

@@ -24,7 +24,7 @@ from typing import Any
 import hcl2
 import pytest
 
-from common.settings import KafkaSettings
+from common.kafka_settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 TF_DIR = ROOT / "infra" / "eventhubs"

@@ -10,8 +10,8 @@ from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
 from processor import sources, transforms
-from processor.pipeline import KAFKA_SOURCE_SCHEMA, silver_frame, silver_out
-from processor.schema import DEVICE_SCHEMA
+from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
+from processor.silver import silver_frame, silver_out
 
 T0 = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
 
@@ -191,7 +191,6 @@ def test_dedup_keys_keep_every_invalid_record_and_one_copy_of_each_event(spark):
 
 
 def test_silver_frame_keeps_payloads_for_quarantine_only_and_flags_devices_before_dedup(spark):
-    from processor.pipeline import silver_frame
 
     known = json.dumps(_event(event_id="k"))
     stranger = json.dumps(_event(event_id="u", device_id="dev-99999"))
@@ -236,7 +235,6 @@ def test_batch_contents_counts_valid_invalid_and_drifted_rows_in_one_row(spark):
 
 def test_valid_rows_reach_the_dedup_shuffle_without_their_payload(spark):
     """The payload of valid rows is nulled below the dedup, so the shuffle does not carry it."""
-    from processor.pipeline import silver_frame
 
     devices = spark.createDataFrame([("dev-00000",)], "device_id string")
     frame = silver_frame(_bronze(spark, [json.dumps(_event())]), devices, "1 minute")
@@ -266,7 +264,6 @@ def test_lines_to_bronze_gives_each_line_its_exact_bytes_and_index(spark, tmp_pa
 def test_one_streaming_pass_quarantines_late_and_repeated_bad_records(spark, tmp_path):
     """Through a real stream (files, one per micro-batch): invalid records are neither
     dropped as late nor deduplicated, while late and repeated valid events are."""
-    from processor.pipeline import silver_frame
 
     land = tmp_path / "land"
     land.mkdir()

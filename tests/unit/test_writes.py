@@ -325,7 +325,7 @@ def test_no_streaming_write_runs_an_action_under_a_limit():
     # and OPTIMIZE's metrics (maintain).
     allowed = {
         ("writes.py", "toRdd().isEmpty()"), ("tables.py", "empty.limit(0)"),
-        ("pipeline.py", ".first(),"),
+        ("maintenance.py", ".first(),"),
     }  # fmt: skip
     found = []
     for path in sorted(Path(processor.__file__).parent.glob("*.py")):

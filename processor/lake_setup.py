@@ -1,0 +1,132 @@
+"""How the lake's tables are created and evolved before any query starts.
+
+Every table of ``common.lake.TABLES`` is created empty with the schema its query's
+transforms return on empty frames (``table_frames``), so that a table cannot differ
+from what is written to it and downstream streams can start on an empty lake. An
+existing table gains the columns it lacks (``processor.tables.ensure_table``); the
+queries whose checkpointed state no longer fits are reset (``processor.evolution``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+
+from common.fleet import build_fleet
+from common.lake import READER_TABLE_PROPERTIES, Table
+from processor import evolution, realtime, sources, transforms
+from processor.metrics import METRICS_SCHEMA
+from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
+from processor.settings import ProcessorSettings
+from processor.silver import quarantine_out, silver_frame, silver_out
+from processor.tables import TableChange, ensure_table
+
+
+def devices_frame(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
+    """The device dimension built from the seeded fleet (as the producer builds it)."""
+    rows = [d.as_row() for d in build_fleet(settings.fleet_size, settings.seed)]
+    return spark.createDataFrame(rows, DEVICE_SCHEMA)
+
+
+def write_devices(spark: SparkSession, settings: ProcessorSettings) -> None:
+    """(Re)write the device dimension; a running silver stream sees it a second or so later.
+
+    See ``processor.device_dimension``.
+    """
+    devices_frame(spark, settings).write.format("delta").mode("overwrite").option(
+        "overwriteSchema", "true"
+    ).options(**READER_TABLE_PROPERTIES).save(settings.lake.table(Table.DIM_DEVICES))
+
+
+def table_frames(
+    spark: SparkSession, settings: ProcessorSettings, devices: DataFrame
+) -> dict[Table, DataFrame]:
+    """Every table of ``common.lake.TABLES`` but the dimension, as an empty frame of its rows.
+
+    Args:
+        spark: The session.
+        settings: Processor settings (the windows' lengths shape some columns).
+        devices: The device dimension (silver's rows carry its columns).
+    """
+    s = settings
+    bronze = transforms.to_bronze(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
+    silver_all = silver_frame(bronze, devices, "1 minute")
+    silver = silver_out(silver_all)
+    minutes = transforms.device_minute_aggregates(silver, "1 minute")
+    transitions = spark.createDataFrame([], transforms.ALERT_TRANSITIONS_SCHEMA)
+    alerts = transforms.raised_alerts(transitions)
+    clears = transforms.cleared_alerts(transitions)
+    return {
+        Table.BRONZE_EVENTS: bronze,
+        Table.SILVER_EVENTS: silver,
+        Table.SILVER_QUARANTINE: quarantine_out(silver_all),
+        Table.GOLD_DEVICE_1M: minutes,
+        Table.GOLD_SITE_TYPE_10M: transforms.site_type_windows(
+            minutes, s.sliding_length, s.sliding_slide
+        ),
+        Table.GOLD_DEVICE_SESSIONS: transforms.device_sessions(silver, "1 minute", s.session_gap),
+        Table.GOLD_ALERTS: alerts,
+        Table.GOLD_ALERTS_RT: realtime.landed_alerts(
+            spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
+        ),
+        Table.GOLD_ALERT_CLEARS: clears,
+        Table.GOLD_ALERT_RECOVERIES: transforms.alert_recoveries(
+            alerts, clears, "1 minute", s.recovery_window
+        ),
+        Table.GOLD_DEVICE_STATUS: transforms.latest_status(silver),
+        Table.GOLD_FLEET_SUMMARY: transforms.fleet_summary(transforms.latest_status(silver)),
+        Table.OPS_PIPELINE_METRICS: spark.createDataFrame([], METRICS_SCHEMA),
+        Table.OPS_SCHEMA_DRIFT: transforms.field_drift(silver),
+    }
+
+
+def ensure_tables(spark: SparkSession, settings: ProcessorSettings) -> dict[Table, TableChange]:
+    """Create every table empty, with its schema, so that downstream streams can start.
+
+    An existing table gains the columns it lacks.
+
+    Returns:
+        What changed, per table.
+    """
+    devices = settings.lake.table(Table.DIM_DEVICES)
+    # The dimension is the fleet's: written anew when the contract changed its columns.
+    if not DeltaTable.isDeltaTable(spark, devices) or (
+        sources.delta_table(spark, devices).columns != DEVICE_SCHEMA.names
+    ):
+        write_devices(spark, settings)
+    frames = table_frames(spark, settings, sources.delta_table(spark, devices))
+    options = settings.lake.storage_options()
+    return {
+        table: ensure_table(spark, settings.lake.table(table), empty, options)
+        for table, empty in frames.items()
+    }
+
+
+def prepare_lake(
+    spark: SparkSession, settings: ProcessorSettings, requested: Sequence[str] = ()
+) -> None:
+    """Create or evolve the tables; reset the queries of this run whose state no longer fits.
+
+    See ``processor.evolution``. A stale query that this process does not run is
+    named, with the command that rebuilds it.
+
+    Args:
+        spark: The session.
+        settings: Processor settings.
+        requested: Queries to reset as well (``python -m processor rebuild``).
+    """
+    stale = evolution.stale_queries(ensure_tables(spark, settings))
+    wanted = settings.query_names()
+    for query in evolution.with_readers([*stale, *requested]):
+        why = stale.get(query) or (
+            "on request" if query in requested else "it reads a table that is rebuilt"
+        )
+        if query not in wanted:
+            evolution.say(
+                f"query {query} must be rebuilt ({why}): run python -m processor rebuild {query}"
+            )
+            continue
+        evolution.say(f"rebuilding {query} from its input: {why}")
+        evolution.reset_query(spark, query, settings.lake)

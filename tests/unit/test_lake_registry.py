@@ -1,0 +1,59 @@
+"""The table registry (``common.lake.TABLES``) against what reads, writes and documents it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from common.lake import TABLES, Query, Reader, Table, read_by, written_by
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_table_and_every_query_of_the_main_app_is_in_the_registry():
+    from processor.pipeline import QUERIES
+
+    assert list(TABLES) == list(Table)
+    writers = {spec.writer for spec in TABLES.values()} - {None}
+    # realtime_alerts writes the alerts topic, in an application of its own.
+    assert writers == set(QUERIES) == set(Query) - {Query.REALTIME_ALERTS}
+    assert [t for t, spec in TABLES.items() if spec.writer is None] == [
+        Table.DIM_DEVICES, Table.OPS_PIPELINE_METRICS,
+    ]  # fmt: skip
+    assert written_by(Query.SILVER) == (
+        Table.SILVER_EVENTS, Table.SILVER_QUARANTINE, Table.GOLD_DEVICE_1M,
+        Table.OPS_SCHEMA_DRIFT,
+    )  # fmt: skip
+
+
+def test_each_table_is_created_from_its_query_and_has_its_key_columns(spark, tmp_path):
+    from processor.lake_setup import devices_frame, table_frames
+    from processor.settings import ProcessorSettings
+
+    settings = ProcessorSettings(_env_file=None, fleet_size=3, lake={"root": str(tmp_path)})
+    devices = devices_frame(spark, settings)
+    frames = table_frames(spark, settings, devices)
+    assert set(frames) == set(TABLES) - {Table.DIM_DEVICES}
+    frames[Table.DIM_DEVICES] = devices
+    missing = {t: set(TABLES[t].key) - set(f.columns) for t, f in frames.items()}
+    assert {t: cols for t, cols in missing.items() if cols} == {}
+
+
+def test_the_readers_read_the_tables_the_registry_gives_them():
+    from dashboard.ui import EMPTY_STATES
+    from loadtest.lake import COLUMNS
+
+    assert set(EMPTY_STATES) == read_by(Reader.DASHBOARD)
+    # verify reads device_1m's history (its MERGE commits' times), not its rows.
+    assert set(COLUMNS) | {Table.GOLD_DEVICE_1M} == read_by(Reader.VERIFY)
+
+
+def test_docs_tables_lists_every_table_with_its_key():
+    rows = re.findall(
+        r"^\| `([a-z_]+/[a-z_0-9]+)` \| [^\n]*? \| ([a-z_, ]+) \| [^|\n]+ \|$",
+        (ROOT / "docs" / "tables.md").read_text(),
+        flags=re.M,
+    )
+    assert {name: key for name, key in rows} == {
+        str(t): ", ".join(spec.key) for t, spec in TABLES.items()
+    }
