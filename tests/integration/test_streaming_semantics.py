@@ -113,8 +113,8 @@ def test_watermark_dedup_and_ordering_semantics(spark, kafka_broker, lake_root):
 
     expected: dict[tuple[str, datetime], list[float]] = defaultdict(list)
     for e in kept.values():
-        at = datetime.fromisoformat(e["event_time"].replace("Z", "+00:00"))
-        expected[(e["device_id"], at.replace(second=0, microsecond=0))].append(e["temperature_c"])
+        when = datetime.fromisoformat(e["event_time"].replace("Z", "+00:00"))
+        expected[(e["device_id"], when.replace(second=0, microsecond=0))].append(e["temperature_c"])
     gold = (
         DeltaTable(at(Table.GOLD_DEVICE_1M))
         .to_pyarrow_table(
