@@ -45,18 +45,48 @@ def utc_tooltip(field: str, title: str, *, seconds: bool = False) -> alt.Tooltip
     return alt.Tooltip(f"{field}:T", timeUnit=unit, title=f"{title} (UTC)")
 
 
+def legend_below(title: str) -> alt.Legend:
+    """A legend under the chart, wrapped in rows, its labels never cut short."""
+    return alt.Legend(
+        title=title, orient="bottom", direction="horizontal", columns=4, labelLimit=0,
+        symbolStrokeWidth=2,
+    )  # fmt: skip
+
+
 def lines(
-    frame: pl.DataFrame, x: str, y: str, color: str, *, title: str, y_title: str
+    frame: pl.DataFrame,
+    x: str,
+    y: str,
+    color: str,
+    *,
+    title: str,
+    y_title: str,
+    y_format: str | None = None,
 ) -> alt.Chart:
-    """A multi-series line chart over time."""
+    """A multi-series line chart over time.
+
+    Each series has its own colour, dash and point shape, so that a line drawn over
+    another of equal values still shows; the legend sits below the chart, every
+    series named in full. ``y_format`` is a d3 format of the y axis (``",d"``).
+    """
+    legend = legend_below(color.replace("_", " "))
+    axis = alt.Axis(format=y_format, tickMinStep=1) if y_format else alt.Axis()
+    # Points only while few enough to read (and cheap to draw).
+    points = alt.OverlayMarkDef(size=36, filled=False) if frame.height <= 240 else False
     return (
         alt.Chart(frame, title=title)
-        .mark_line(point=frame.height <= 120)
+        .mark_line(point=points, strokeWidth=2)
         .encode(
             x=utc_x(x),
-            y=alt.Y(f"{y}:Q", title=y_title),
-            color=alt.Color(f"{color}:N", title=color.replace("_", " ")),
-            tooltip=[utc_tooltip(x, "time", seconds=True), f"{color}:N", f"{y}:Q"],
+            y=alt.Y(f"{y}:Q", title=y_title, axis=axis),
+            color=alt.Color(f"{color}:N", legend=legend),
+            strokeDash=alt.StrokeDash(f"{color}:N", legend=legend),
+            shape=alt.Shape(f"{color}:N", legend=legend),
+            tooltip=[
+                utc_tooltip(x, "time", seconds=True),
+                alt.Tooltip(f"{color}:N", title=color.replace("_", " ")),
+                alt.Tooltip(f"{y}:Q", title=y_title, format=y_format or ",.2f"),
+            ],
         )
         .properties(height=HEIGHT)
     )
@@ -159,8 +189,15 @@ def bars(frame: pl.DataFrame, x: str, y: str, *, title: str, color: str | None =
     chart = alt.Chart(frame, title=title).mark_bar()
     x_field, y_field = x.split(":")[0], y.split(":")[0]
     tooltip: list[object] = [x_field, y_field]
+    height: int | alt.Step = HEIGHT
     if y.endswith(":N"):
-        x_enc, y_enc = alt.X(x), alt.Y(y, sort="-x", axis=alt.Axis(labelLimit=320))
+        # A row per category, each labelled: the chart grows with the categories.
+        axis = alt.Axis(labelLimit=320, labelOverlap=False, title=None)
+        x_enc, y_enc = (
+            alt.X(x, axis=alt.Axis(format=",d", tickMinStep=1)),
+            alt.Y(y, sort="-x", axis=axis),
+        )
+        height = alt.Step(22)
     elif x.endswith(":T"):
         x_enc, y_enc = utc_x(x_field, minutes=True), alt.Y(y, axis=alt.Axis(tickMinStep=1))
         tooltip = [utc_tooltip(x_field, x_field), y_field]
@@ -168,8 +205,9 @@ def bars(frame: pl.DataFrame, x: str, y: str, *, title: str, color: str | None =
         x_enc, y_enc = alt.X(x, title=None), alt.Y(y)
     encoding: dict[str, object] = {"x": x_enc, "y": y_enc, "tooltip": tooltip}
     if color is not None:
-        encoding["color"] = color
-    return chart.encode(**encoding).properties(height=HEIGHT)
+        name = color.split(":")[0]
+        encoding["color"] = alt.Color(color, legend=legend_below(name.replace("_", " ")))
+    return chart.encode(**encoding).properties(height=height)
 
 
 def send_rate(per_second: pl.DataFrame) -> alt.LayerChart:

@@ -40,6 +40,7 @@ from common.alerts import LiveAlert, decode_alert
 from common.cli import one_line
 from common.kafka import librdkafka_config, tls_failure
 from common.kafka_settings import KafkaSettings
+from dashboard.display import metric_label
 
 log = logging.getLogger(__name__)
 
@@ -504,7 +505,7 @@ def alert_table(frame: pl.DataFrame, now: datetime) -> pl.DataFrame:
     """The rows of ``alert_frame`` as the page prints them (text, times in UTC)."""
     rows = [
         (format_alert_time(r["alert_time"], now), r["device_id"], r["site"] or "—",
-         r["metric"], r["kind"], f"{r['value']:,.2f}", f"{r['threshold']:,.2f}",
+         metric_label(r["metric"]), r["kind"], f"{r['value']:,.2f}", f"{r['threshold']:,.2f}",
          format_latency(r["latency_s"]), r["alert_id"])
         for r in frame.iter_rows(named=True)
     ]  # fmt: skip

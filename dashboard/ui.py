@@ -26,7 +26,7 @@ from common.cli import one_line
 from common.kafka_settings import KafkaSettings
 from common.lake import Table
 from common.settings import load_settings
-from dashboard import data, lake, live_alerts
+from dashboard import data, display, lake, live_alerts
 from dashboard.filters import (
     REFRESH_CHOICES,
     Filters,
@@ -53,10 +53,20 @@ def utc_time_column(label: str) -> object:
 def alert_column_config() -> dict[str, object]:
     """Column formats shared by every table of alerts (alerts page, device page)."""
     return {
-        "event_time": utc_time_column("alert time"),
+        "event_time": utc_time_column("reading"),
+        "device_id": "device",
+        "device_type": "device type",
+        "value": st.column_config.NumberColumn("value", format="%.2f"),
+        "threshold": st.column_config.NumberColumn("threshold", format="%.2f"),
+        "zscore": st.column_config.NumberColumn("z-score", format="%.2f"),
         "recovered_time": utc_time_column("recovered"),
         "time_to_recover_s": st.column_config.NumberColumn("time to recover (s)", format="%.1f"),
     }
+
+
+def table(frame: pl.DataFrame, column_config: Mapping[str, object] | None = None) -> None:
+    """A table as every page shows one: no index, a missing value as a blank cell."""
+    st.dataframe(frame, hide_index=True, column_config=dict(column_config or {}), placeholder="")
 
 
 @dataclass(frozen=True)
@@ -228,11 +238,13 @@ class EmptyState:
         noun: What the rows are, e.g. ``"the alerts"``.
         none: The empty state's opening, e.g. ``"No alerts"``.
         why: What it means and what to do.
+        late: Why the rows can lag while the page shows other data already.
     """
 
     noun: str
     none: str
     why: str
+    late: str = "They show once the processor has written them."
 
 
 _DEMO = "make demo starts the producer and the processor"
@@ -246,6 +258,8 @@ EMPTY_STATES: dict[str, EmptyState] = {
         "the devices' status",
         "No devices",
         f"A device appears here once its first reading has been processed ({_DEMO}).",
+        "The devices' status is written by a streaming query of its own, which has not "
+        "committed yet; it shows once that query's first batch is in.",
     ),
     Table.GOLD_ALERTS: EmptyState(
         "the alerts",
@@ -301,28 +315,35 @@ def empty_state(name: str) -> EmptyState:
     return EMPTY_STATES.get(name, EmptyState("the data", "No data", "It appears once written."))
 
 
-def waiting(loaded: Loaded | LoadedParts) -> None:
+def waiting(
+    loaded: Loaded | LoadedParts, *, ranged: bool = True, already: str | None = None
+) -> None:
     """The state of a table without rows to show, worded for a person.
 
     Args:
         loaded: The read result.
+        ranged: Whether the read kept a time range.
+        already: What the page shows already (``display.empty_text``), so that the
+            note never contradicts a number beside it.
     """
-    missing = loaded.frame is None if isinstance(loaded, Loaded) else loaded.parts is None
+    exists = loaded.frame is not None if isinstance(loaded, Loaded) else loaded.parts is not None
     scoped = loaded.scoped if isinstance(loaded, Loaded) else True
+    view = st.session_state.get(VIEW_KEY)
+    restricted = bool(
+        scoped and view is not None and (view.filters.sites or view.filters.device_types)
+    )
     text = empty_state(loaded.name)
-    if loaded.problem is not None:
-        st.warning(
-            f"Cannot read {text.noun} right now ({loaded.problem}); retrying at the next refresh.",
-            icon=":material/warning:",
-        )
-    elif missing:
-        st.info(f"{text.none} yet. {text.why}", icon=":material/hourglass_empty:")
+    state = display.emptiness(
+        problem=loaded.problem, exists=exists, ranged=ranged, restricted=restricted
+    )
+    words = display.empty_text(
+        emptiness=state, noun=text.noun, none=text.none, why=text.why, late=text.late,
+        ranged=ranged, restricted=restricted, problem=loaded.problem, already=already,
+    )  # fmt: skip
+    if state is display.Emptiness.UNREADABLE:
+        st.warning(words, icon=":material/warning:")
     else:
-        where = "time range, sites and device types" if scoped else "time range"
-        st.info(
-            f"{text.none} in the selected {where}. {text.why}",
-            icon=":material/hourglass_empty:",
-        )
+        st.info(words, icon=":material/hourglass_empty:")
 
 
 # ---------------------------------------------------------------- the live alert feed

@@ -15,10 +15,20 @@ import streamlit as st
 from common.alerts import ALERT_KINDS as KINDS
 from common.contract import METRIC_NAMES
 from common.lake import Table
-from dashboard import charts, data, lake, live_alerts, ui
+from dashboard import charts, data, display, lake, live_alerts, ui
 from dashboard.settings import DashboardSettings
 
 STATES = ("all", "open", "recovered")
+LIVE_WHAT = (
+    "The real-time path: each reading outside its device's thresholds, as the processor "
+    "sends it to the alerts topic, newest first, whatever the time range; whether it "
+    "has recovered is not known here."
+)
+HISTORY_WHAT = (
+    "The lake's alerts in the selected time range: the detector's threshold and z-score "
+    "alerts, one row per reading and metric with the kinds it raised, and when it "
+    "recovered. They land a few seconds to a minute after the live ones."
+)
 
 view = ui.current_view()
 settings, filters = view.settings, view.filters
@@ -42,6 +52,7 @@ def render_live(feed: live_alerts.LiveFeed) -> None:
 def live_section() -> None:
     """The newest alerts of the alerts topic, refreshed every ``live_refresh_s``."""
     st.subheader("Live alerts")
+    st.caption(LIVE_WHAT)
     if not settings.live_alerts:
         st.caption(
             ":material/notifications_off: Live alerts are off "
@@ -60,6 +71,7 @@ def live_section() -> None:
 st.title("Alerts")
 live_section()
 st.subheader("History")
+st.caption(HISTORY_WHAT)
 left, middle, right = st.columns(3)
 metrics = left.multiselect(
     "Metrics", METRIC_NAMES, format_func=data.metric_label, key="alert_metric",
@@ -97,17 +109,19 @@ def render(now: datetime) -> None:
     )  # fmt: skip
     if recoveries.frame is None:
         ui.waiting(recoveries)
-    rows = data.alerts_with_recovery(alerts.frame, recoveries.frame)
+    rows = display.group_alerts(data.alerts_with_recovery(alerts.frame, recoveries.frame))
     if metrics:
         rows = rows.filter(pl.col("metric").is_in(metrics))
-    if kinds:
-        rows = rows.filter(pl.col("kind").is_in(kinds))
+    rows = display.with_any_kind(rows, kinds)
     if state != "all":
         rows = rows.filter(pl.col("state") == state)
 
     summary = data.alert_summary(rows)
     c = st.columns(5)
-    c[0].metric("Alerts", f"{summary.total:,}")
+    c[0].metric(
+        "Alerts", f"{summary.total:,}",
+        help="Readings and metrics that alerted in the range, whatever kinds each raised",
+    )  # fmt: skip
     c[1].metric("Open", f"{summary.open:,}", help="Not recovered (yet, or within the window)")
     c[2].metric("Recovered", f"{summary.recovered:,}")
     c[3].metric("Median time to recover", data.format_duration(summary.median_ttr_s))
@@ -117,18 +131,17 @@ def render(now: datetime) -> None:
         return
     st.altair_chart(
         charts.bars(
-            data.alerts_per_minute(rows, now), "minute:T", "alerts:Q",
+            display.metric_labels(data.alerts_per_minute(rows, now)), "minute:T", "alerts:Q",
             title="Alerts per ended minute by metric", color="metric:N",
         ),
         width="stretch",
     )  # fmt: skip
-    st.dataframe(
-        rows.select(
-            "event_time", "device_id", "device_type", "site", "metric", "kind", "value",
-            "threshold", "zscore", "state", "recovered_time", "time_to_recover_s", "alert_id",
+    ui.table(
+        display.alert_rows(rows).select(
+            "event_time", "device_id", "device_type", "site", "metric", "kinds", "value",
+            "threshold", "zscore", "state", "recovered_time", "time_to_recover_s",
         ),
-        hide_index=True,
-        column_config=ui.alert_column_config(),
+        ui.alert_column_config(),
     )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 import streamlit as st
 
 from common.lake import Table
-from dashboard import charts, data, lake, ui
+from dashboard import charts, data, display, lake, ui
 
 view = ui.current_view()
 settings, filters = view.settings, view.filters
@@ -51,7 +51,7 @@ def _profile(device_id: str) -> dict[str, object] | None:
         settings, Table.DIM_DEVICES, lake.DEVICE_DIM_COLUMNS, equals={"device_id": device_id}
     )
     if dim.frame is None or dim.frame.height == 0:
-        ui.waiting(dim)
+        ui.waiting(dim, ranged=False)
         return None
     row = dim.frame.row(0, named=True)
     st.caption(
@@ -62,12 +62,14 @@ def _profile(device_id: str) -> dict[str, object] | None:
     return row
 
 
-def _status(device_id: str, now: datetime) -> None:
+def _status(device_id: str, now: datetime, events: int) -> None:
+    """The device's status, battery and last event; ``events`` of it are in the range."""
     status = ui.load(
         settings, Table.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS, equals={"device_id": device_id}
     )
     if status.frame is None or status.frame.height == 0:
-        ui.waiting(status)
+        already = f"{events:,} of its events are in the selected time range" if events else None
+        ui.waiting(status, ranged=False, already=already)
         return
     row = data.shown_status(status.frame, now, settings.active_minutes).row(0, named=True)
     c = st.columns(3)
@@ -89,12 +91,13 @@ def render(now: datetime) -> None:
         st.info(f"{text.none} yet. {text.why}", icon=":material/hourglass_empty:")
         return
     profile = _profile(device)
-    _status(device, now)
     start, end = filters.start(now), ui.reads_end(view)
     gold = ui.load(
         settings, Table.GOLD_DEVICE_1M, lake.DEVICE_GOLD_COLUMNS,
         time_column="window_start", start=start, end=end, equals={"device_id": device},
     )  # fmt: skip
+    events = int(gold.frame["events"].sum()) if gold.ready else 0  # type: ignore[index]
+    _status(device, now, events)
     alerts = ui.load(
         settings, Table.GOLD_ALERTS, lake.ALERT_COLUMNS,
         time_column="event_time", start=start, end=end, equals={"device_id": device},
@@ -109,7 +112,7 @@ def render(now: datetime) -> None:
     )  # fmt: skip
     limits = data.thresholds(profile)
     joined = (
-        data.alerts_with_recovery(alerts.frame, recoveries.frame)
+        display.group_alerts(data.alerts_with_recovery(alerts.frame, recoveries.frame))
         if alerts.frame is not None
         else None
     )
@@ -118,7 +121,7 @@ def render(now: datetime) -> None:
         bands = {m: data.metric_band(gold.frame, m) for m in data.metrics_present(gold.frame)}
 
     c = st.columns(4)
-    c[0].metric("Events", f"{int(gold.frame['events'].sum()):,}" if gold.ready else "—")  # type: ignore[index]
+    c[0].metric("Events", f"{events:,}" if gold.ready else "—")
     breaches = sum(
         data.threshold_breaches(b, *limits.get(m, (None, None))) for m, b in bands.items()
     )
@@ -128,7 +131,11 @@ def render(now: datetime) -> None:
         help="1-minute windows whose min or max crossed one of the profile's thresholds",
     )
     summary = data.alert_summary(joined) if joined is not None else None
-    c[2].metric("Alerts (open)", f"{summary.total:,} ({summary.open:,})" if summary else "—")
+    c[2].metric(
+        "Alerts (open)", f"{summary.total:,} ({summary.open:,})" if summary else "—",
+        help="Readings and metrics that alerted in the range, whatever kinds each raised "
+        "(open: not recovered yet)",
+    )  # fmt: skip
     session_summary = data.session_summary(sessions.frame) if sessions.frame is not None else None
     c[3].metric(
         "Sessions", f"{session_summary.sessions:,}" if session_summary else "—",
@@ -152,13 +159,12 @@ def render(now: datetime) -> None:
     if joined is None or joined.height == 0:
         ui.waiting(alerts if joined is None else alerts.scope(filters))
     else:
-        st.dataframe(
-            joined.select(
-                "event_time", "metric", "kind", "value", "threshold", "zscore", "state",
+        ui.table(
+            display.alert_rows(joined).select(
+                "event_time", "metric", "kinds", "value", "threshold", "zscore", "state",
                 "recovered_time", "time_to_recover_s",
             ),
-            hide_index=True,
-            column_config=ui.alert_column_config(),
+            ui.alert_column_config(),
         )  # fmt: skip
 
     st.subheader("Connectivity sessions")
@@ -167,12 +173,11 @@ def render(now: datetime) -> None:
     else:
         ordered = sessions.frame.sort("session_start")
         st.altair_chart(charts.sessions_timeline(ordered), width="stretch")
-        st.dataframe(
+        ui.table(
             ordered.select("session_start", "session_end", "events", "duration_s").sort(
                 "session_start", descending=True
             ),
-            hide_index=True,
-            column_config={
+            {
                 "session_start": ui.utc_time_column("start"),
                 "session_end": ui.utc_time_column("end"),
                 "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),

@@ -13,7 +13,7 @@ import polars as pl
 import streamlit as st
 
 from common.report import ProducerReport, ReportUnreadableError
-from dashboard import charts, data, ui
+from dashboard import charts, data, display, ui
 
 PASS_RATIO = 0.9  # Azure streaming-at-scale: at least 90 % of the target rate
 
@@ -34,6 +34,11 @@ def loadtest_part(report: ProducerReport) -> dict[str, Any] | None:
     return part if part is not None and isinstance(part.get("criteria"), list) else None
 
 
+def _text(value: object) -> str:
+    """A criterion's figure as text; a missing one blank, never ``None``."""
+    return "" if value is None else str(value)
+
+
 def render_verdict(part: dict[str, Any]) -> None:
     """The load test's criteria (rate, latency, loss, duplicates, sequence) and verdict."""
     st.subheader("Load test verdict")
@@ -42,16 +47,15 @@ def render_verdict(part: dict[str, Any]) -> None:
         st.success("Passed: every criterion met.", icon=":material/check_circle:")
     else:
         st.error(f"Failed: {', '.join(failed) or 'see the report'}.", icon=":material/error:")
-    st.dataframe(
+    ui.table(
         pl.DataFrame(
             {
                 "criterion": [str(c.get("name")) for c in part["criteria"]],
-                "target": [str(c.get("target")) for c in part["criteria"]],
-                "measured": [str(c.get("measured")) for c in part["criteria"]],
+                "target": [_text(c.get("target")) for c in part["criteria"]],
+                "measured": [_text(c.get("measured")) for c in part["criteria"]],
                 "result": ["pass" if c.get("passed") else "FAIL" for c in part["criteria"]],
             }
-        ),
-        hide_index=True,
+        )
     )
     st.markdown(f"Full report (verify, latency per stage, plots): `{part.get('report', '')}`")
 
@@ -102,14 +106,21 @@ def render(now: datetime) -> None:
     )
     if report.per_second:
         st.altair_chart(charts.send_rate(data.per_second_frame(report)), width="stretch")
-    if report.errors:
-        st.subheader("Errors")
-        errors = pl.DataFrame(
-            {"kind": list(report.errors), "count": list(report.errors.values())}
-        ).sort("count", descending=True)
-        st.dataframe(errors, hide_index=True)
+    failed = display.delivery_errors(report)
+    real = failed.filter(pl.col("cause") == display.DELIVERY_ERROR)
+    injected = failed.filter(pl.col("cause") == display.INJECTED)
+    if real.height:
+        st.subheader("Delivery errors")
+        ui.table(real.drop("cause"))
     else:
         st.success("No delivery errors.", icon=":material/check_circle:")
+    if injected.height:
+        st.subheader("Injected faults")
+        st.caption(
+            "Messages the producer's fault injection made fail on purpose (oversized "
+            "payloads the broker must refuse): expected, not errors."
+        )
+        ui.table(injected)
     verdict = loadtest_part(report)
     if verdict is not None:
         render_verdict(verdict)

@@ -9,8 +9,8 @@ import streamlit as st
 
 from common.contract import METRIC_NAMES
 from common.lake import Table
-from dashboard import charts, data, lake, ui
-from dashboard.filters import filters_to_params, floor_minute
+from dashboard import charts, data, display, lake, ui
+from dashboard.filters import filters_to_params, floor_minute, range_label
 
 view = ui.current_view()
 settings, filters = view.settings, view.filters
@@ -24,11 +24,12 @@ metric = st.selectbox(
 ui.publish("metric", metric, METRIC_NAMES[0])
 
 
-def _kpis(now: datetime, gold: data.GoldParts) -> None:
+def _kpis(now: datetime, gold: data.GoldParts) -> int:
+    """The KPIs of the range; returns the active devices."""
     kpi = data.overview_kpis(gold, now, settings.active_minutes)
     start = filters.start(now)
     alerts = ui.load(
-        settings, Table.GOLD_ALERTS, ("alert_id", "device_type", "site", "event_time"),
+        settings, Table.GOLD_ALERTS, lake.ALERT_COLUMNS,
         time_column="event_time", start=start, end=ui.reads_end(view),
     ).scope(filters)  # fmt: skip
     recoveries = ui.load(
@@ -58,26 +59,28 @@ def _kpis(now: datetime, gold: data.GoldParts) -> None:
     )
     if alerts.frame is not None:
         joined = data.alerts_with_recovery(alerts.frame, recoveries.frame)
-        open_alerts = f"{data.alert_summary(joined).open:,}"
-        alerts_help = "Alerts in the range without a recovery"
+        open_alerts = f"{data.alert_summary(display.group_alerts(joined)).open:,}"
+        alerts_help = display.OPEN_ALERTS_HELP
     else:
         open_alerts = "—"
         alerts_help = "No alerts can be read yet"
-    c[2].metric("Open alerts", open_alerts, help=alerts_help)
+    c[2].metric(
+        display.open_alerts_label(range_label(filters.range)), open_alerts, help=alerts_help
+    )
     c[3].metric(
-        "End-to-end latency (p50)",
+        display.latency_label(settings.latency_window_s),
         f"{latency.p50_s:.1f} s" if latency else "—",
-        help=(
-            f"Event time to processed in silver, over {latency.events:,} events of the last "
-            f"{settings.latency_window_s} s; p95 {latency.p95_s:.1f} s"
-            if latency
-            else f"No events processed in the last {settings.latency_window_s} s"
+        help=display.latency_help(
+            settings.latency_window_s,
+            latency.events if latency else None,
+            latency.p95_s if latency else None,
+            settings.env_name("latency_window_s"),
         ),
     )
     c[4].metric(
-        "Data freshness",
+        display.FRESHNESS_LABEL,
         data.format_duration(kpi.freshness_s),
-        help="Time since the newest event aggregated in gold",
+        help="Time since the newest event of the fleet's 1-minute figures",
     )
     present = [m for m in METRIC_NAMES if m in kpi.metric_averages]
     for row in range(0, len(present), 4):
@@ -88,12 +91,20 @@ def _kpis(now: datetime, gold: data.GoldParts) -> None:
                 f"{kpi.metric_averages[m]:,.1f}",
                 help="Event-weighted mean of the 1-minute averages in the range",
             )
+    return kpi.active_devices
 
 
-def _devices(now: datetime) -> None:
+def _devices(now: datetime, active: int = 0) -> None:
+    """The devices by site and status; ``active`` devices are known to report already."""
     status = ui.load(settings, Table.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS).scope(filters)
     if not status.ready or status.frame is None:
-        ui.waiting(status)
+        already = (
+            f"{active:,} device{'s' if active != 1 else ''} sent readings in the last "
+            f"{settings.active_minutes} min"
+            if active
+            else None
+        )
+        ui.waiting(status, ranged=False, already=already)
         return
     shown = data.shown_status(status.frame, now, settings.active_minutes)
     grid = data.with_device_links(
@@ -115,14 +126,14 @@ def render(now: datetime) -> None:
         ui.waiting(gold)
         _devices(now)
         return
-    _kpis(now, gold.parts)
+    active = _kpis(now, gold.parts)
     cube = data.complete_windows(gold.parts.cube, now)
     if cube.height == 0:
         st.info(
             f"The charts start after the first complete minute: {data.PARTIAL_MINUTES}.",
             icon=":material/hourglass_empty:",
         )
-        _devices(now)
+        _devices(now, active)
         return
     left, right = st.columns(2)
     left.altair_chart(
@@ -154,7 +165,7 @@ def render(now: datetime) -> None:
             f"No {data.metric_label(metric)} readings in the selection.", icon=":material/info:"
         )
     st.caption(f"Complete minutes only: {data.PARTIAL_MINUTES}.")
-    _devices(now)
+    _devices(now, active)
 
 
 ui.live(view, render)

@@ -27,26 +27,25 @@ def _queries(now: datetime) -> None:
     health = data.query_health(metrics.frame)
     st.subheader("Streaming queries")
     st.caption("Latest progress of each query; late rows dropped are summed over the range.")
-    st.dataframe(
+    number = st.column_config.NumberColumn
+    ui.table(
         health.select(
             "query_name", "last_batch_time", "batch_id", "input_rows_per_s",
             "processed_rows_per_s", "batch_duration_ms", "watermark_delay_s",
             "kafka_offsets_behind", "rows_dropped_by_watermark", "state_rows", "batches",
         ),
-        hide_index=True,
-        column_config={
+        {
             "query_name": "query",
             "last_batch_time": ui.utc_time_column("last batch"),
-            "input_rows_per_s": st.column_config.NumberColumn("input rows/s", format="%.1f"),
-            "processed_rows_per_s": st.column_config.NumberColumn(
-                "processed rows/s", format="%.1f"
-            ),
-            "batch_duration_ms": st.column_config.NumberColumn("batch duration (ms)"),
-            "watermark_delay_s": st.column_config.NumberColumn(
-                "watermark delay (s)", format="%.1f"
-            ),
-            "kafka_offsets_behind": st.column_config.NumberColumn("Kafka offsets behind"),
-            "rows_dropped_by_watermark": st.column_config.NumberColumn("late rows dropped"),
+            "batch_id": number("batch", format="%d", width="small"),
+            "input_rows_per_s": number("in rows/s", format="%.1f", width="small"),
+            "processed_rows_per_s": number("done rows/s", format="%.1f", width="small"),
+            "batch_duration_ms": number("batch (ms)", format="%d", width="small"),
+            "watermark_delay_s": number("watermark delay (s)", format="%.1f", width="small"),
+            "kafka_offsets_behind": number("offsets behind", format="%d", width="small"),
+            "rows_dropped_by_watermark": number("late rows dropped", format="%d", width="small"),
+            "state_rows": number("state rows", format="%d", width="small"),
+            "batches": number("batches", format="%d", width="small"),
         },
     )  # fmt: skip
     frame = metrics.frame.sort("timestamp")
@@ -70,7 +69,7 @@ def _queries(now: datetime) -> None:
         st.altair_chart(
             charts.lines(
                 kafka, "timestamp", "kafka_offsets_behind", "query_name",
-                title="Kafka offsets behind", y_title="offsets",
+                title="Kafka offsets behind", y_title="offsets", y_format=",d",
             ),
             width="stretch",
         )  # fmt: skip
@@ -98,7 +97,8 @@ def _quarantine(now: datetime) -> None:
         charts.bars(counts, "rows:Q", "reason:N", title="Quarantined rows by reason"),
         width="stretch",
     )
-    right.dataframe(counts, hide_index=True)
+    with right:
+        ui.table(counts)
 
 
 def _drift(now: datetime) -> None:
@@ -126,12 +126,11 @@ def _drift(now: datetime) -> None:
         "Readings keep these fields' values with them (extra_fields); declare a field in "
         "the contract to give it a column of its own (README, Changing the schema)."
     )
-    st.dataframe(
+    ui.table(
         fields.with_columns(
             pl.col("versions").list.eval(pl.element().cast(pl.String)).list.join(", ")
         ),
-        hide_index=True,
-        column_config={
+        {
             "first_seen": ui.utc_time_column("first seen"),
             "last_seen": ui.utc_time_column("last seen"),
             "versions": "schema versions",

@@ -392,7 +392,10 @@ REPORT: dict[str, object] = {
     "undelivered": 4,
     "duration_s": 99.206,
     "achieved_rate": 200.6,
-    "errors": {"_MSG_TIMED_OUT": 4},
+    "errors": {"_MSG_TIMED_OUT": 4, "MSG_SIZE_TOO_LARGE": 1},
+    # The oversized message the fault injection sends on purpose, counted in both.
+    "expected_errors": {"MSG_SIZE_TOO_LARGE": 1},
+    "unexpected_errors": {"_MSG_TIMED_OUT": 4},
     "ack_latency_ms": {"p50": 3.25, "p95": 12.5, "p99": 40.125},
     "throttle_events": 2,
     "stopped_by": "SIGTERM",

@@ -153,10 +153,10 @@ def test_alert_table_prints_every_column():
     table = alert_table(frame, T0)
     assert tuple(table.columns) == LIVE_COLUMNS
     assert table.rows() == [
-        ("17:00:32.000", "dev-00003", "Austin", "co2_ppm", "threshold_high", "1,534.25",
+        ("17:00:32.000", "dev-00003", "Austin", "CO₂ (ppm)", "threshold_high", "1,534.25",
          "1,200.00", "0.25 s", "e2:co2_ppm"),
-        ("17:00:31.000", "dev-00001", "—", "temperature_c", "threshold_low", "9.50", "10.00",
-         "—", "e1:temperature_c"),
+        ("17:00:31.000", "dev-00001", "—", "Temperature (°C)", "threshold_low", "9.50",
+         "10.00", "—", "e1:temperature_c"),
     ]  # fmt: skip
     assert alert_table(alert_frame([]), T0).rows() == []
 
