@@ -7,7 +7,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup jars demo demo-clean test test-cluster test-compose test-fast lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
+.PHONY: setup jars demo demo-clean docs test test-cluster test-compose test-fast lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
 
 setup: $(STAMP)
 
@@ -28,6 +28,11 @@ demo: jars
 # The demo from scratch: its lake, broker data, logs and producer report go (not the jars).
 demo-clean: setup
 	$(PY) -m demo --clean
+
+# The documentation site (mkdocs.yml, docs/) into the git-ignored site/; warnings, such as a
+# broken link, fail it. The reference pages are rendered from the code (docs/hooks/).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Every test but the standalone cluster's (make test-cluster) and docker compose's
 # (make test-compose). A -m in PYTEST_ARGS replaces this one (pytest keeps the last): add

@@ -22,6 +22,7 @@ import tomllib
 import types
 import typing
 from contextvars import ContextVar
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
@@ -323,6 +324,71 @@ def _help(cls: type[Settings], name: str, info: FieldInfo) -> str:
         extra = f"default: {_shown_default(info)}; env {env}"
     text = f"{info.description} ({extra})" if info.description else extra
     return text.replace("%", "%%")  # argparse formats help with %
+
+
+@dataclass(frozen=True)
+class SettingDoc:
+    """One setting as a user meets it: its variable, its flag, its default and its values.
+
+    Attributes:
+        section: The TOML table it belongs to (``kafka``, ``producer`` ...).
+        name: The field's name, also its key in that table.
+        env: Its environment variable (``Settings.env_name``).
+        flag: Its command-line flag (``Settings.flag``).
+        default: The default as ``--help`` shows it; None for a secret or for a
+            description that says what the default is itself.
+        choices: The allowed values of a ``Literal`` or ``Enum`` field, else None.
+        description: The field's description.
+        secret: Whether it is a secret (never shown, set in the environment or ``.env``).
+        boolean: Whether it is a switch (``--flag`` / ``--no-flag``).
+    """
+
+    section: str
+    name: str
+    env: str
+    flag: str
+    default: str | None
+    choices: tuple[str, ...] | None
+    description: str
+    secret: bool
+    boolean: bool
+
+
+def setting_docs(cls: type[Settings]) -> list[SettingDoc]:
+    """The settings of ``cls`` itself, as ``--help`` gives them (nested classes left out).
+
+    The documentation renders these, so that it says what ``--help`` says.
+    """
+    out = []
+    for name, info in cls.model_fields.items():
+        if _nested_settings(info.annotation) is not None:
+            continue
+        secret = _is_secret(info.annotation)
+        says_default = _SAYS_DEFAULT.search(info.description or "")
+        choices = _choices(info.annotation)
+        out.append(
+            SettingDoc(
+                section=cls.config_section,
+                name=name,
+                env=cls.env_name(name),
+                flag=cls.flag(name),
+                default=None if secret or says_default else _shown_default(info),
+                choices=tuple(choices) if choices is not None else None,
+                description=info.description or "",
+                secret=secret,
+                boolean=_is_bool(info.annotation),
+            )
+        )
+    return out
+
+
+def nested_settings(cls: type[Settings]) -> list[type[Settings]]:
+    """The settings classes that ``cls`` holds as fields (``KafkaSettings`` ...), in order."""
+    return [
+        nested
+        for info in cls.model_fields.values()
+        if (nested := _nested_settings(info.annotation)) is not None
+    ]
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[Settings]) -> None:

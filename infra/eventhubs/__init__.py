@@ -1,1 +1,1 @@
-"""Terraform for an Azure Event Hubs namespace that the pipeline can use (see README)."""
+"""Terraform for an Azure Event Hubs namespace that the pipeline can use (see docs/eventhubs.md)."""
