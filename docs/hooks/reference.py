@@ -15,6 +15,7 @@ A page may also ask for a generated block with a marker line, e.g.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,16 @@ COMMANDS: dict[str, str] = {
 NO_FLAGS = frozenset({"dashboard"})
 
 
+def _importable() -> None:
+    """Put the checkout first on the import path, for packages newer than the venv's install.
+
+    An editable install maps the packages that existed when it was made; ``mkdocs`` (a
+    script, not ``python -m``) does not add the working directory either.
+    """
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
+
 def settings_modules() -> list[str]:
     """The modules that hold settings: each package's ``settings``, ``common/*_settings``."""
     packages = sorted(
@@ -60,6 +71,7 @@ def settings_classes() -> list[type[Settings]]:
     A class that another holds as a field (``KafkaSettings``) is shared; the others are
     services. Each group is in the order of ``settings_modules``.
     """
+    _importable()
     modules = settings_modules()
     for name in modules:
         importlib.import_module(name)

@@ -1,6 +1,6 @@
-"""README "Point it at your Event Hubs", step 0 (Rehearse locally), run exactly as written.
+"""The Event Hubs page's "Rehearse locally" step (docs/eventhubs.md), run exactly as written.
 
-The fenced block of that step is read from README.md and run by bash in a fresh working
+The fenced block of that step is read from the page and run by bash in a fresh working
 directory that has the repository's ``.venv`` and ``.local/jars`` (as the repository
 root has them after ``make jars``) and nothing else: no ``.env``, no ``IOT_*`` variable.
 The block starts a broker of its own, whose connection string's ``Endpoint`` carries the
@@ -39,10 +39,10 @@ ROOT = Path(__file__).resolve().parents[2]
 STOP_LINE = re.compile(r"^\.venv/bin/python -m infra\.broker stop\b")
 
 
-def readme_block() -> list[str]:
-    """The lines of the bash block of README's "Rehearse locally" step."""
-    readme = (ROOT / "README.md").read_text()
-    step = readme.split("**0. Rehearse locally**", 1)[1]
+def docs_block() -> list[str]:
+    """The lines of the bash block of the Event Hubs page's "Rehearse locally" step."""
+    page = (ROOT / "docs" / "eventhubs.md").read_text()
+    step = page.split("## Rehearse locally", 1)[1].split("\n## ", 1)[0]
     block = step.split("```bash\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 
@@ -54,7 +54,7 @@ def bash(lines: list[str], cwd: Path, env: dict[str, str], timeout: float) -> st
         cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"the README block failed ({proc.returncode}):\n{output[-4000:]}"
+    assert proc.returncode == 0, f"the docs block failed ({proc.returncode}):\n{output[-4000:]}"
     return output
 
 
@@ -69,8 +69,8 @@ class Rehearsal:
 
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
-    """The README block run up to (not including) its last line, which stops the broker."""
-    lines = readme_block()
+    """The docs block run up to (not including) its last line, which stops the broker."""
+    lines = docs_block()
     run_lines = [line for line in lines if not STOP_LINE.match(line)]
     assert len(run_lines) == len(lines) - 1 and STOP_LINE.match(lines[-1])
     workdir = tmp_path_factory.mktemp("rehearsal")
@@ -89,7 +89,7 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
         broker.stop(data_dir)
 
 
-def test_the_readme_block_delivers_every_event_over_sasl_ssl(rehearsal: Rehearsal) -> None:
+def test_the_docs_block_delivers_every_event_over_sasl_ssl(rehearsal: Rehearsal) -> None:
     block = "\n".join(rehearsal.lines)
     assert "BOOTSTRAP_SERVERS" not in block  # the Endpoint's port is all the clients get
     assert "IOT_KAFKA_SSL_CA_LOCATION=" in block

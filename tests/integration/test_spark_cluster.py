@@ -1,6 +1,6 @@
 """The processor on a real Spark standalone cluster, losing a worker under load, its lake on S3.
 
-The README's "Run on a cluster" commands, as written there: ``infra.spark_cluster``
+The "Run on a cluster" page's commands (docs/cluster.md), as written there: ``infra.spark_cluster``
 starts a master and two workers (separate JVMs, one core each), and ``spark-submit``
 sends the processor to it unchanged, its code in a ``--py-files`` zip (the alert
 detector runs pandas on the executors) and the connectors (S3A's too) from the jar
@@ -58,7 +58,7 @@ BUCKET, PREFIX = "lake", "iot"
 FLEET, SEED, RATE = 20, 24, 200
 # The producer runs until the test stops it; this bounds it if the test dies.
 MAX_LOAD_S = 900
-# The README's commands, word for word (test_the_readme_shows_these_commands checks).
+# The docs' commands, word for word (test_the_docs_show_these_commands checks).
 START = "python -m infra.spark_cluster start"
 SUBMIT = (
     'spark-submit --master "$(python -m infra.spark_cluster url)" '
@@ -71,10 +71,9 @@ STOP = "python -m infra.spark_cluster stop"
 SUBMIT_CLASS = "org.apache.spark.deploy.SparkSubmit"
 
 
-def _readme_commands() -> str:
-    """The "Run on a cluster" section's shell blocks, continuation lines joined."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Run on a cluster", 1)[1].split("\n## ", 1)[0]
+def _docs_commands() -> str:
+    """The "Run on a cluster" page's shell blocks, continuation lines joined."""
+    section = (ROOT / "docs" / "cluster.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)
     joined = "\n".join(blocks).replace("\\\n", " ")
     return "\n".join(
@@ -83,8 +82,8 @@ def _readme_commands() -> str:
     )
 
 
-def test_the_readme_shows_these_commands() -> None:
-    commands = _readme_commands()
+def test_the_docs_show_these_commands() -> None:
+    commands = _docs_commands()
     for command in (START, SUBMIT, DRAIN, STOP):
         assert command in commands, command
 
@@ -183,7 +182,7 @@ def test_processor_on_a_standalone_cluster_loses_a_worker_and_nothing_else(
         "IOT_SPARK_CLUSTER_DIR": str(cluster_dir),
         "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext,
         "IOT_KAFKA_TOPIC": TOPIC,
-        # The README's exports; the lake is this test's, on its S3 server.
+        # The docs' exports; the lake is this test's, on its S3 server.
         "IOT_PROCESSOR_MASTER": "",
         "IOT_PROCESSOR_JARS_DIR": "",
         "PYSPARK_PYTHON": str(ROOT / ".venv" / "bin" / "python"),

@@ -1,4 +1,4 @@
-"""The contract file: what it gives, how a bad one fails, and the README's table of it."""
+"""The contract file: what it gives, how a bad one fails, and the docs' reference of it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from common import contract
 from dashboard.data import metric_label
+from tests.docs_reference import reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,12 +53,28 @@ def test_dashboard_labels_come_from_the_contract() -> None:
     ]
 
 
-def test_readme_table_lists_the_contract_fields() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## The event contract", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
-    named = [name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])]
-    assert named == [f.name for f in contract.FIELDS]
+def test_the_contract_reference_is_generated_from_the_contract() -> None:
+    # The docs' reference page is rendered from common.contract (docs/hooks/reference.py):
+    # every field, in the contract's order, with its type and unit.
+    page = reference().contract_page()
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    named = [re.match(r"\| `(\w+)` \| (\w+) \| ([^|]*) \|", row) for row in rows]
+    fields = [*contract.FIELDS, *contract.DEVICE_FIELDS]
+    assert [(m.group(1), m.group(2), m.group(3).strip()) for m in named if m] == [
+        (f.name, f.type, f.unit) for f in fields
+    ]
+
+
+def test_no_hand_written_table_of_the_contract_fields() -> None:
+    # The reference is the one table of the fields; a copy in the README or a page drifts.
+    names = {f.name for f in contract.FIELDS}
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        rows = [
+            line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `")
+        ]  # fmt: skip
+        listed = {n for row in rows for n in re.findall(r"`(\w+)`", row.split("|")[1])}
+        assert len(listed & names) < 3, (path, sorted(listed & names))
 
 
 def _import_with(path: Path) -> subprocess.CompletedProcess[str]:
