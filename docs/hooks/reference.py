@@ -69,7 +69,7 @@ def settings_classes() -> list[type[Settings]]:
     """Every settings class with a section of its own, services first, then shared ones.
 
     A class that another holds as a field (``KafkaSettings``) is shared; the others are
-    services. Each group is in the order of ``settings_modules``.
+    services, those of ``COMMANDS`` first.
     """
     _importable()
     modules = settings_modules()
@@ -82,7 +82,14 @@ def settings_classes() -> list[type[Settings]]:
         pending += cls.__subclasses__()
         if cls.config_section and cls.__module__ in modules and cls not in found:
             found.append(cls)
-    found.sort(key=lambda c: modules.index(c.__module__))
+    # The services of COMMANDS in its order (the pipeline's), then any other by module.
+    order = list(COMMANDS)
+    found.sort(
+        key=lambda c: (
+            order.index(c.config_section) if c.config_section in order else len(order),
+            modules.index(c.__module__),
+        )
+    )
     held = {n for cls in found for n in nested_settings(cls)}
     return [c for c in found if c not in held] + [c for c in found if c in held]
 
