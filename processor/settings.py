@@ -111,7 +111,7 @@ class ProcessorSettings(FleetSettings):
         "",
         description=(
             "Comma-separated queries to run (default: all) of "
-            f"{', '.join(Query)}; the README's Processor section says what each writes"
+            f"{', '.join(Query)}; docs/tables.md says what each writes"
         ),
     )
     source: Literal["kafka", "files", "rate"] = Field(

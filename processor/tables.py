@@ -54,7 +54,7 @@ def ensure_table(
 
     Raises:
         TableSchemaError: a column has another type than the query writes (a breaking
-            change: see the README's "Changing the schema").
+            change: see docs/contract.md, "Changing the schema").
         TableUnreadableError: the table uses a feature the readers cannot read.
     """
     if not DeltaTable.isDeltaTable(spark, path):
@@ -72,7 +72,7 @@ def ensure_table(
         raise TableSchemaError(
             f"the table at {path} has columns of another type than this version writes: "
             f"{', '.join(retyped)}. A type change is a breaking change: write to a new lake "
-            '(IOT_LAKE_ROOT), or see the README\'s "Changing the schema".'
+            '(IOT_LAKE_ROOT), or see docs/contract.md, "Changing the schema".'
         )
     added = [f for f in empty.schema.fields if f.name not in have]
     if added:

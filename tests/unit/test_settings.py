@@ -221,8 +221,7 @@ def test_processor_help_shows_defaults_and_choices(run_cli, tmp_path):
         "IOT_PROCESSOR_WATERMARK)",
         "--queries QUERIES Comma-separated queries to run (default: all) of silver, bronze, "
         "device_status, gold_device_sessions, alerts, alert_recoveries, alerts_rt, "
-        "realtime_alerts; the README's Processor section says what each writes (env "
-        "IOT_PROCESSOR_QUERIES)",
+        "realtime_alerts; docs/tables.md says what each writes (env IOT_PROCESSOR_QUERIES)",
     ):
         assert expected in text
 
