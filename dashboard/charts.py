@@ -34,7 +34,8 @@ def utc_x(field: str, *, minutes: bool = False) -> alt.X:
         f"{field}:T",
         title=TIME_TITLE,
         scale=alt.Scale(type="utc"),
-        axis=alt.Axis(format=_UTC_LABELS, labelOverlap=True),
+        # At least a second between ticks: no tick lands on a fraction of a second.
+        axis=alt.Axis(format=_UTC_LABELS, labelOverlap=True, tickMinStep=1000),
         **extra,
     )
 
@@ -88,7 +89,9 @@ def lines(
                 alt.Tooltip(f"{y}:Q", title=y_title, format=y_format or ",.2f"),
             ],
         )
-        .properties(height=HEIGHT)
+        # Room above the title: fitted to its height with the legend below, the
+        # chart's title was drawn partly above its frame.
+        .properties(height=HEIGHT, padding={"top": 12, "left": 5, "right": 5, "bottom": 5})
     )
 
 
@@ -212,7 +215,9 @@ def bars(frame: pl.DataFrame, x: str, y: str, *, title: str, color: str | None =
 
 def send_rate(per_second: pl.DataFrame) -> alt.LayerChart:
     """Events sent per second of the run against the target rate."""
-    base = alt.Chart(per_second).encode(x=alt.X("second:Q", title="second of the run"))
+    base = alt.Chart(per_second).encode(
+        x=alt.X("second:Q", title="second of the run", axis=alt.Axis(format="d", tickMinStep=1))
+    )
     sent = base.mark_line().encode(
         y=alt.Y("sent:Q", title="events / s"), tooltip=["second", "sent"]
     )

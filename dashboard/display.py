@@ -29,7 +29,7 @@ def window_text(seconds: float) -> str:
 
 def latency_label(window_s: float) -> str:
     """The latency KPI's label, with the window it is measured over."""
-    return f"End-to-end latency p50, last {window_text(window_s)}"
+    return f"Latency p50, last {window_text(window_s)}"
 
 
 def latency_help(window_s: float, events: int | None, p95_s: float | None, setting: str) -> str:
@@ -41,14 +41,15 @@ def latency_help(window_s: float, events: int | None, p95_s: float | None, setti
         else f"over the events of the last {window_text(window_s)} ({setting}): none yet"
     )
     return (
-        f"From a reading's event time to its processing into the lake, {over}. A backlog "
+        f"End to end: from a reading's event time to its processing into the lake, {over}. "
+        "A backlog "
         "processed late (the processor starting after the producer, say) keeps it high "
         "until those events leave the window; data freshness is the age of the newest "
         "event alone."
     )
 
 
-FRESHNESS_LABEL = "Data freshness (newest event)"
+FRESHNESS_LABEL = "Freshness, newest event"
 
 
 def open_alerts_label(range_text: str) -> str:

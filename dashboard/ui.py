@@ -60,7 +60,7 @@ def alert_column_config() -> dict[str, object]:
         "threshold": st.column_config.NumberColumn("threshold", format="%.2f"),
         "zscore": st.column_config.NumberColumn("z-score", format="%.2f"),
         "recovered_time": utc_time_column("recovered"),
-        "time_to_recover_s": st.column_config.NumberColumn("time to recover (s)", format="%.1f"),
+        "time_to_recover_s": st.column_config.NumberColumn("to recover (s)", format="%.1f"),
     }
 
 

@@ -138,8 +138,8 @@ def render(now: datetime) -> None:
     )  # fmt: skip
     ui.table(
         display.alert_rows(rows).select(
-            "event_time", "device_id", "device_type", "site", "metric", "kinds", "value",
-            "threshold", "zscore", "state", "recovered_time", "time_to_recover_s",
+            "event_time", "device_id", "site", "metric", "kinds", "value",
+            "threshold", "zscore", "state", "time_to_recover_s",
         ),
         ui.alert_column_config(),
     )  # fmt: skip

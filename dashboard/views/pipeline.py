@@ -37,15 +37,23 @@ def _queries(now: datetime) -> None:
         {
             "query_name": "query",
             "last_batch_time": ui.utc_time_column("last batch"),
-            "batch_id": number("batch", format="%d", width="small"),
-            "input_rows_per_s": number("in rows/s", format="%.1f", width="small"),
-            "processed_rows_per_s": number("done rows/s", format="%.1f", width="small"),
-            "batch_duration_ms": number("batch (ms)", format="%d", width="small"),
-            "watermark_delay_s": number("watermark delay (s)", format="%.1f", width="small"),
-            "kafka_offsets_behind": number("offsets behind", format="%d", width="small"),
-            "rows_dropped_by_watermark": number("late rows dropped", format="%d", width="small"),
-            "state_rows": number("state rows", format="%d", width="small"),
-            "batches": number("batches", format="%d", width="small"),
+            "batch_id": number("batch", format="%d"),
+            "input_rows_per_s": number("in /s", format="%.1f", help="Input rows per second"),
+            "processed_rows_per_s": number(
+                "done /s", format="%.1f", help="Processed rows per second"
+            ),
+            "batch_duration_ms": number("took (ms)", format="%d", help="Batch duration"),
+            "watermark_delay_s": number(
+                "watermark (s)", format="%.1f", help="Progress time minus the watermark"
+            ),
+            "kafka_offsets_behind": number(
+                "Kafka lag", format="%d", help="Kafka offsets behind the newest"
+            ),
+            "rows_dropped_by_watermark": number(
+                "late dropped", format="%d", help="Rows later than the watermark, dropped"
+            ),
+            "state_rows": number("state rows", format="%d"),
+            "batches": number("batches", format="%d", help="Batches in the range"),
         },
     )  # fmt: skip
     frame = metrics.frame.sort("timestamp")

@@ -175,6 +175,9 @@ ALERTS: tuple[tuple[str, str, str, str, float, float | None, float | None, datet
     ("a5", "dev-00005", "vibration_mm_s", "threshold_high", 9.0, 7.1, None,
      MINUTE - timedelta(minutes=20), 600.0),
     ("a6", "dev-00002", "temperature_c", "threshold_low", 12.0, 15.0, None, OLD, 60.0),
+    # a1's reading raised a z-score alert too: one row with both kinds on the pages.
+    ("a7", "dev-00001", "temperature_c", "zscore", 30.0, None, 4.87654,
+     MINUTE - timedelta(minutes=5, seconds=-10), 150.0),
 )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import orjson
 import polars as pl
@@ -30,10 +31,10 @@ import pytest
 from deltalake import write_deltalake
 
 from common.alerts import ALERT_FIELDS, alert_id
-from common.contract import format_time
+from common.contract import METRICS, format_time
 from common.kafka_settings import KafkaSettings
 from infra.broker import BrokerInfo, ensure_topic
-from tests.browser.seed import AS_OF, seed_lake
+from tests.browser.seed import ALERTS, AS_OF, QUARANTINE_REASONS, REPORT, seed_lake
 
 # The browser's time zone is New York's (UTC-5 on the seeded day), and the seeded
 # times are moved to the afternoon (17:00:30 UTC), so that local time (12:00), a
@@ -149,8 +150,34 @@ def app_url(
         log.close()
 
 
+# Records every text the page draws on a canvas: the data grids draw their cells there.
+DRAWN_HOOK = """(() => {
+    const fillText = CanvasRenderingContext2D.prototype.fillText;
+    window.__drawn = [];
+    CanvasRenderingContext2D.prototype.fillText = function (text, ...rest) {
+        window.__drawn.push(String(text));
+        return fillText.call(this, text, ...rest);
+    };
+})()"""
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
 @pytest.fixture(scope="module")
-def page() -> Iterator[object]:
+def outside() -> list[str]:
+    """URLs the pages asked for beyond localhost (each refused, never sent)."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def page(outside: list[str]) -> Iterator[object]:
+    def local_only(route) -> None:
+        url = route.request.url
+        if urlsplit(url).hostname in {h.strip("[]") for h in LOCAL_HOSTS}:
+            route.continue_()
+        else:
+            outside.append(url)
+            route.abort()
+
     with sync_api.sync_playwright() as pw:
         # Playwright gives every launch a fresh temporary profile (user data dir).
         browser = pw.chromium.launch(
@@ -160,6 +187,8 @@ def page() -> Iterator[object]:
         context = browser.new_context(
             viewport={"width": 1400, "height": 2200}, timezone_id=BROWSER_TZ
         )
+        context.add_init_script(DRAWN_HOOK)
+        context.route("**/*", local_only)
         tab = context.new_page()
         tab.set_default_timeout(60_000)
         yield tab
@@ -197,6 +226,125 @@ def test_every_page_renders_without_errors(app_url, page):
         _assert_no_error(page, title)
         page.screenshot(path=ARTIFACTS / f"{title.lower().replace(' ', '-')}.png", full_page=True)
     assert _metric(page, "Sent") == "19,904"
+
+
+def _grid_rows(page) -> list[list[list[str]]]:
+    """Each data grid's rows as cell texts (its accessible table: values, not formats)."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')].map(g =>
+            [...g.querySelectorAll('table tr')].map(tr =>
+                [...tr.querySelectorAll('td')].map(td => td.innerText.trim()))
+            .filter(cells => cells.length))"""
+    )
+
+
+def _layout_faults(page) -> list[str]:
+    """Tables wider than their frame, metric labels cut short, legends cut short."""
+    return page.evaluate(
+        """() => {
+        const faults = [];
+        const main = document.querySelector('[data-testid="stMain"]').getBoundingClientRect();
+        document.querySelectorAll('[data-testid="stDataFrame"]').forEach((g, i) => {
+            const s = g.querySelector('.dvn-scroller');
+            if (s.scrollWidth > s.clientWidth)
+                faults.push(`table ${i}: ${s.scrollWidth} px of columns in ${s.clientWidth} px`);
+            if (g.getBoundingClientRect().right > main.right)
+                faults.push(`table ${i} runs past the page`);
+        });
+        document.querySelectorAll('[data-testid="stMetricLabel"]').forEach(l => {
+            const p = l.querySelector('p') || l;
+            if (p.scrollWidth > p.clientWidth) faults.push(`label cut: ${p.innerText}`);
+        });
+        document.querySelectorAll('.vega-embed g.role-legend-label text').forEach(t => {
+            if (t.textContent.endsWith('…')) faults.push(`legend cut: ${t.textContent}`);
+        });
+        return faults;
+    }"""
+    )
+
+
+def _axes(page, chart_title: str) -> dict[str, list[str]]:
+    """A chart's axes: title (``""`` for none) -> label texts."""
+    chart = page.locator(".vega-embed", has_text=chart_title).first
+    pairs = chart.evaluate(
+        """v => [...v.querySelectorAll('g.role-axis')].map(axis => [
+            [...axis.querySelectorAll('g.role-axis-title text')].map(t => t.textContent).join(' '),
+            [...axis.querySelectorAll('g.role-axis-label text')].map(t => t.textContent),
+        ])"""
+    )
+    return dict(pairs)
+
+
+def test_every_page_at_1400_px_reads_cleanly_and_asks_nothing_beyond_localhost(
+    app_url, page, outside
+):
+    outside.clear()
+    page.set_viewport_size({"width": 1400, "height": 2200})
+    page.goto(app_url)
+    seen: dict[str, tuple[list[str], list[list[list[str]]], str]] = {}
+    for title, marker in PAGES:
+        page.evaluate("() => { window.__drawn = []; }")
+        page.locator('[data-testid="stSidebarNavLink"]', has_text=title).first.click()
+        _settled(page, marker)
+        page.wait_for_timeout(1000)  # the grids draw their cells
+        _assert_no_error(page, title)
+        drawn = page.evaluate("() => window.__drawn")
+        # A missing value is a blank cell, never the word None (in a grid or the page).
+        assert "None" not in [t.strip() for t in drawn], title
+        main_text = page.locator('[data-testid="stMain"]').inner_text()
+        assert not re.search(r"\bNone\b", main_text), title
+        assert _layout_faults(page) == [], title
+        seen[title] = (drawn, _grid_rows(page), main_text)
+        page.screenshot(
+            path=ARTIFACTS / f"1400-{title.lower().replace(' ', '-')}.png", full_page=True
+        )
+
+    # Overview: every metric's average is labelled with the contract's label and unit;
+    # the KPIs that can disagree say their window.
+    page.locator('[data-testid="stSidebarNavLink"]', has_text="Overview").first.click()
+    _settled(page, "Active devices")
+    labels = page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stMetricLabel\"]')]"
+                           ".map(l => l.innerText.trim())")  # fmt: skip
+    assert labels == [
+        "Active devices", "Events / min", "Open alerts, last 1 h", "Latency p50, last 5 min",
+        "Freshness, newest event", *[f"Avg {m.label} ({m.unit})" for m in METRICS],
+    ]  # fmt: skip
+
+    # Alerts: one row per reading and metric that alerted in the range, its kinds
+    # listed, the metric by the contract's label; z-scores to 2 decimals.
+    start = CLOCK.replace(second=0) - timedelta(hours=1)
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for _id, device, metric, kind, _v, _t, _z, at, _r in ALERTS:
+        if start <= at + SHIFT < CLOCK:
+            kinds.setdefault((device, metric), []).append(kind)
+    assert kinds[("dev-00001", "temperature_c")] == ["threshold_high", "zscore"]
+    titles = {m.name: f"{m.label} ({m.unit})" for m in METRICS}
+    drawn, grids, _text = seen["Alerts"]
+    (history,) = grids
+    assert sorted((row[1], row[3], row[4]) for row in history) == sorted(
+        (device, titles[metric], ", ".join(k)) for (device, metric), k in kinds.items()
+    )
+    assert len(history) == 5  # six alerts, two of them of one reading and metric
+    assert "4.88" in drawn and "4.20" in drawn and "4.87654" not in drawn
+
+    # Pipeline health: every quarantine reason labelled; offsets as whole numbers.
+    page.locator('[data-testid="stSidebarNavLink"]', has_text="Pipeline health").first.click()
+    _settled(page, "Streaming queries")
+    reasons = _axes(page, "Quarantined rows by reason")[""]
+    assert sorted(reasons) == sorted(r for r, _ in QUARANTINE_REASONS), reasons
+    offsets = _axes(page, "Kafka offsets behind")["offsets"]
+    assert offsets and all(re.fullmatch(r"\d[\d,]*", o) for o in offsets), offsets
+
+    # Load test: the injected fault apart from the delivery errors, said to be injected.
+    _drawn, grids, text = seen["Load test"]
+    errors, injected = grids
+    real = {k: v - REPORT["expected_errors"].get(k, 0) for k, v in REPORT["errors"].items()}
+    assert errors == [[k, str(v)] for k, v in real.items() if v]
+    assert injected == [
+        [k, str(v), "injected on purpose"] for k, v in REPORT["expected_errors"].items()
+    ]
+    assert "Injected faults" in text and "Delivery errors" in text
+    assert outside == [], outside
 
 
 def test_a_shared_url_keeps_its_filters_across_pages(app_url, page):
@@ -343,7 +491,7 @@ def test_a_live_alert_shows_within_seconds_without_reload(
     assert cells[1:7] == [
         device_id,
         "Austin",
-        "temperature_c",
+        "Temperature (°C)",
         "threshold_high",
         "41.50",
         "28.00",

@@ -210,7 +210,7 @@ def test_only_gold_device_1m_shows_kpis_and_waits_for_the_rest(lake):
     at = _run()
     metrics = _metrics(at)
     assert metrics["Open alerts, last 1 h"] == "—"
-    assert metrics["End-to-end latency p50, last 5 min"] == "—"
+    assert metrics["Latency p50, last 5 min"] == "—"
     assert metrics["Active devices"] == "5"
     # The grid's note agrees with "Active devices 5" beside it: the status table lags.
     assert [i.value for i in at.info] == [
@@ -279,8 +279,8 @@ def _overview_expected(
         "Active devices": f"{len(active):,}",
         "Events / min": f"{per_min:,.0f}",
         f"Open alerts, last {range_text}": f"{len(open_alerts):,}",
-        "End-to-end latency p50, last 5 min": f"{np.percentile(latencies, 50):.1f} s",
-        "Data freshness (newest event)": _duration(freshness),
+        "Latency p50, last 5 min": f"{np.percentile(latencies, 50):.1f} s",
+        "Freshness, newest event": _duration(freshness),
     }
     for metric, label in LABELS.items():
         pairs = [(r[f"{metric}_avg"], r["events"]) for r in gold if r[f"{metric}_avg"] is not None]
@@ -297,7 +297,7 @@ def test_overview_kpis_equal_independent_computation(seeded):
     # Spot-check the independent computation itself on hand-known values.
     assert expected["Active devices"] == "5"  # dev-00006 went silent 20 minutes ago
     assert expected["Open alerts, last 1 h"] == "2"  # a2 (recovery row without a time), a4
-    assert expected["Data freshness (newest event)"] == "10.0 s"  # newest 12:00:20, now 12:00:30
+    assert expected["Freshness, newest event"] == "10.0 s"  # newest 12:00:20, now 12:00:30
     assert not at.info and not at.warning
     assert at.query_params == {}
 
@@ -482,22 +482,13 @@ def test_device_page_for_a_device_from_the_url(seeded):
         for metric, low, high in (("temperature_c", 15.0, 28.0), ("humidity_pct", 20.0, 70.0))
         if r[f"{metric}_min"] < low or r[f"{metric}_max"] > high
     )
-    alerts = [
-        a
-        for a in _rows(seeded.frames["gold/alerts"])
-        if a["device_id"] == "dev-00001" and start <= a["event_time"] < AS_OF
-    ]
-    recovered = {
-        r["alert_id"]
-        for r in _rows(seeded.frames["gold/alert_recoveries"])
-        if r["recovered_time"] is not None
-    }
+    alerts = [a for a in _alert_rows(seeded) if a["device_id"] == "dev-00001"]
     sessions = [
         s
         for s in _rows(seeded.frames["gold/device_sessions"])
         if s["device_id"] == "dev-00001" and start <= s["session_end"] < AS_OF
     ]
-    open_count = sum(1 for a in alerts if a["alert_id"] not in recovered)
+    open_count = sum(1 for a in alerts if a["ttr"] is None)
     assert _metrics(at) == {
         "Status": "online",
         "Battery": "80 %",
@@ -525,7 +516,9 @@ def test_device_page_for_a_device_from_the_url(seeded):
         ]
     alert_table, session_table = (d.value for d in at.dataframe)
     assert list(alert_table["state"]) == ["recovered", "open"]  # newest first
-    assert list(alert_table["time_to_recover_s"].fillna(-1)) == [120.0, -1]
+    # a1 recovered in 120 s, a7 (a z-score of the same reading) in 150 s: the row's 150.
+    assert list(alert_table["time_to_recover_s"].fillna(-1)) == [150.0, -1]
+    assert list(alert_table["kinds"]) == ["threshold_high, zscore", "threshold_low"]
     assert list(session_table["duration_s"]) == [
         s["duration_s"] for s in sorted(sessions, key=lambda s: s["session_start"], reverse=True)
     ]
@@ -567,15 +560,23 @@ def test_device_page_without_dimension_waits_for_thresholds(lake):
 
 
 def _alert_rows(seeded: SeededLake) -> list[dict]:
+    """The range's alerts, one per reading and metric: ``kinds`` in order, ``ttr`` the
+    latest kind's time to recover (None while any kind is open)."""
     recoveries = {r["alert_id"]: r for r in _rows(seeded.frames["gold/alert_recoveries"])}
     start = AS_OF.replace(second=0) - timedelta(hours=1)
-    out = []
+    order = ["threshold_high", "threshold_low", "zscore"]
+    out: dict[tuple, dict] = {}
     for a in _rows(seeded.frames["gold/alerts"]):
         if not start <= a["event_time"] < AS_OF:
             continue
-        rec = recoveries.get(a["alert_id"], {})
-        out.append(a | {"ttr": rec.get("time_to_recover_s")})
-    return out
+        ttr = recoveries.get(a["alert_id"], {}).get("time_to_recover_s")
+        key = (a["device_id"], a["event_time"], a["metric"])
+        row = out.setdefault(key, a | {"kinds": [], "ttrs": []})
+        row["kinds"] = sorted([*row["kinds"], a["kind"]], key=order.index)
+        row["ttrs"].append(ttr)
+    for row in out.values():
+        row["ttr"] = None if None in row["ttrs"] else max(row["ttrs"])
+    return list(out.values())
 
 
 def test_alerts_page_counts_and_time_to_recover(seeded):
@@ -594,7 +595,19 @@ def test_alerts_page_counts_and_time_to_recover(seeded):
     assert list(zip(table["device_id"], table["metric"], strict=True)) == [
         (r["device_id"], LABELS[r["metric"]].removeprefix("Avg ")) for r in newest_first
     ]
-    assert list(table["kinds"]) == [r["kind"] for r in newest_first]
+    assert list(table["kinds"]) == [", ".join(r["kinds"]) for r in newest_first]
+    # a1 and a7, one reading's temperature: one row, recovered when both kinds were.
+    assert len(rows) == 5 and len(seeded.frames["gold/alerts"]) == 7
+    assert "threshold_high, zscore" in list(table["kinds"])
+    assert list(table["zscore"].dropna()) == [4.2, 4.87654]  # shown to 2 decimals
+    # z-scores go to the browser to 2 decimals; a missing value as a blank cell.
+    proto = at.dataframe[0].proto
+    config = json.loads(proto.columns)
+    assert (config["zscore"]["label"], config["zscore"]["type_config"]["format"]) == (
+        "z-score",
+        "%.2f",
+    )
+    assert proto.HasField("placeholder") and proto.placeholder == ""
     assert list(table["state"]) == [
         "open" if r["ttr"] is None else "recovered" for r in newest_first
     ]
@@ -605,7 +618,7 @@ def test_alerts_page_filters_from_the_url(seeded):
     rows = [
         r
         for r in _alert_rows(seeded)
-        if r["kind"] == "threshold_high" and r["ttr"] is not None and r["site"] == "Austin"
+        if "threshold_high" in r["kinds"] and r["ttr"] is not None and r["site"] == "Austin"
     ]
     assert _metrics(at)["Alerts"] == f"{len(rows):,}" == "3"
     # a1, a3 and a5: dev-00001's temperature, dev-00003's CO2, dev-00005's vibration.
