@@ -20,8 +20,12 @@ Three figures:
 AppTest runs the whole script (sidebar included); a live ``st.fragment`` refresh
 reruns only the page body, so these are upper bounds for a refresh.
 
-Usage: ``python bench/dashboard.py [--devices 5000 --minutes 200 --repeat 5]``.
-The last line of output is one JSON object with the figures.
+Usage: ``python bench/dashboard.py [--devices 5000 --minutes 200 --repeat 5]
+[--lake DIR]``. With ``--lake``, the lake is built in DIR once (a 10,000,000-row lake
+takes minutes) and each run renders a hard-linked copy of it (Delta files are never
+changed in place, so the runs start from the same lake and leave DIR as it was); a
+DIR built with other sizes is refused. The last line of output is one JSON object
+with the figures.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -232,6 +237,43 @@ def build_lake(root: Path, devices_n: int, minutes: int, commits: int) -> dict[s
     }
 
 
+def _lake_sizes(root: Path) -> dict[str, int] | None:
+    sizes = root / "sizes.json"
+    return json.loads(sizes.read_text()) if sizes.exists() else None
+
+
+def reused_lake(keep: Path, root: Path, devices_n: int, minutes: int, commits: int) -> dict:
+    """``build_lake`` into ``keep`` once; then a hard-linked copy of it at ``root``.
+
+    Raises:
+        SystemExit: ``keep`` holds a lake of other sizes.
+    """
+    wanted = {"devices": devices_n, "minutes": minutes, "commits": commits}
+    found = _lake_sizes(keep)
+    if found is None:
+        shutil.rmtree(keep, ignore_errors=True)
+        build_lake(keep / "lake", devices_n, minutes, commits)
+        (keep / "sizes.json").write_text(json.dumps(wanted))
+    elif found != wanted:
+        raise SystemExit(
+            f"{keep} holds a lake of {found}, not {wanted}: pass the same sizes or another --lake"
+        )
+    shutil.copytree(keep / "lake", root, copy_function=os.link)
+    devices = _devices(devices_n)
+    table = DeltaTable(str(root / "gold/device_1m"))
+    return {
+        "gold_rows": devices_n * minutes,
+        "gold_files": len(table.file_uris()),
+        "gold_version": table.version(),
+        "devices": devices_n,
+        "minutes": minutes,
+        "alerts": DeltaTable(str(root / "gold/alerts")).to_pyarrow_dataset().count_rows(),
+        "silver_rows": DeltaTable(str(root / "silver/events")).to_pyarrow_dataset().count_rows(),
+        "newest_minute": AS_OF.replace(second=0),
+        "device_frame": devices,
+    }
+
+
 def merge_newest_minute(root: Path, devices: pl.DataFrame, newest: datetime, n: int) -> None:
     """What the processor does each trigger: MERGE the open minute's updated counts."""
     update = _gold_minutes(devices, [newest], 1000 + n).with_columns(pl.col("events") + n)
@@ -256,12 +298,21 @@ def main() -> int:
     parser.add_argument("--minutes", type=int, default=200)
     parser.add_argument("--commits", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--lake",
+        type=Path,
+        help="build the lake in this folder once and render a copy of it on each run "
+        "(default: a temporary lake per run)",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="iot-bench-dashboard-") as tmp:
         root = Path(tmp) / "lake"
         t0 = time.perf_counter()
-        lake = build_lake(root, args.devices, args.minutes, args.commits)
+        if args.lake is None:
+            lake = build_lake(root, args.devices, args.minutes, args.commits)
+        else:
+            lake = reused_lake(args.lake, root, args.devices, args.minutes, args.commits)
         print(
             f"lake: {lake['gold_rows']:,} gold/device_1m rows in {lake['gold_files']} files "
             f"({lake['devices']:,} devices x {lake['minutes']} min), {lake['alerts']:,} alerts, "
