@@ -10,7 +10,7 @@ from pathlib import Path
 from common import cli
 from common.lake_settings import LakeSettings
 from common.settings import add_settings_arguments, load_settings
-from loadtest.lake import LakeReadError, read_lake, read_truth
+from loadtest.lake import LakeReadError, check_manifest, read_lake, read_truth
 from loadtest.report import verify_markdown
 from loadtest.settings import LoadtestSettings
 from loadtest.verify import VerifyConfig, interval_seconds, verify
@@ -33,6 +33,10 @@ def _verify(args: argparse.Namespace) -> int:
                 "zone, e.g. 2026-03-01T12:00:00Z",
                 cli.BAD_INPUT,
             )
+    try:
+        check_manifest(Path(args.manifest))  # the one file the user named, checked first
+    except LakeReadError as exc:
+        return cli.error(str(exc), cli.BAD_INPUT)
     try:
         lake_settings = load_settings(
             LakeSettings, **({"root": args.lake_root} if args.lake_root else {})

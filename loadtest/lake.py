@@ -129,16 +129,25 @@ def commit_times(
     )
 
 
+def check_manifest(path: Path) -> None:
+    """Fail unless ``path`` is a file, before anything else is read.
+
+    Raises:
+        LakeReadError: No file at ``path``, in one line naming it.
+    """
+    if not path.is_file():
+        raise LakeReadError(
+            f"no manifest at {path}: run the producer with --manifest-path (docs/manifest.md)"
+        )
+
+
 def read_truth(path: Path) -> Truth:
     """The producer's manifest file as a ``Truth``.
 
     Raises:
         LakeReadError: The file is missing or not a manifest.
     """
-    if not path.is_file():
-        raise LakeReadError(
-            f"no manifest at {path}: run the producer with --manifest-path (docs/manifest.md)"
-        )
+    check_manifest(path)
     try:
         return truth_from_manifest(read_manifest(path))
     except (ValueError, KeyError, TypeError) as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from datetime import UTC, datetime
 
@@ -34,7 +33,7 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
         connection errors; 2 on invalid settings.
 
     """
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m producer", description="Simulate a device fleet and publish telemetry."
     )
     parser.add_argument("--config", help="TOML settings file ([producer] and [kafka] tables)")

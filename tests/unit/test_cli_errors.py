@@ -59,6 +59,19 @@ def test_verify_with_a_missing_manifest(run, tmp_path):
     assert "exit 2" in log
 
 
+def test_verify_names_a_missing_manifest_before_a_missing_lake_root(run, tmp_path):
+    home = tmp_path / "home"  # its lake root (the default) does not exist either
+    code, out, err, elapsed = run(
+        "loadtest", "verify", "--manifest", "/nonexistent", home=home
+    )  # fmt: skip
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: no manifest at /nonexistent: run the producer with --manifest-path "
+        "(docs/manifest.md)\n"
+    )
+    assert_quiet_failure(err, elapsed)
+
+
 @pytest.mark.parametrize("kind", ["file", "missing"])
 def test_verify_with_a_lake_root_that_is_not_a_folder(run, tmp_path, kind):
     manifest = tmp_path / "manifest.jsonl"
@@ -93,11 +106,16 @@ def test_verify_with_a_lake_root_that_is_not_a_folder(run, tmp_path, kind):
             "(choose from 'ERROR', 'WARN', 'INFO', 'DEBUG') (see python -m processor --help)",
         ),
         (
+            ["producer", "--scenario", "nosuch"],
+            "error: python -m producer: argument --scenario: invalid choice: 'nosuch' "
+            "(choose from 'clean', 'realistic', 'chaos') (see python -m producer --help)",
+        ),
+        (
             ["processor", "--config", "no-such.toml"],
             "error: invalid settings: config file no-such.toml does not exist",
         ),
     ],
-    ids=["missing argument", "unknown log level", "missing config file"],
+    ids=["missing argument", "unknown log level", "unknown scenario", "missing config file"],
 )
 def test_usage_and_settings_errors_are_one_line(run, tmp_path, args, expected):
     code, out, err, elapsed = run(*args, home=tmp_path / "home")
