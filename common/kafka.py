@@ -8,12 +8,25 @@ settings, never the code.
 
 from __future__ import annotations
 
+import logging
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from common.cli import one_line
 from common.kafka_settings import KafkaSettings
 
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError
+
+# librdkafka's own log lines (e.g. "%4|...|GETPID|... Coordinator load in progress") go
+# through Python's logging to the service's log file, never to the terminal. They
+# arrive when the client is polled.
+LIBRDKAFKA_LOG = logging.getLogger("iot_pulse.librdkafka")
+# How long one metadata request of check_connection waits before the errors librdkafka
+# reported meanwhile are looked at (they are delivered between requests).
+CHECK_SLICE_S = 0.25
 EVENTHUBS_USERNAME = "$ConnectionString"
 # Microsoft's recommended client settings for the Event Hubs Kafka endpoint; Azure
 # closes idle connections at 240 s, so metadata refreshes must come sooner.
@@ -95,10 +108,15 @@ def librdkafka_config(
         client_id: Reported to the broker.
 
     Returns:
-        A dict for ``confluent_kafka.Producer``/``Consumer``/``AdminClient``. It holds
-        secrets: log it only through ``redact``.
+        A dict for ``confluent_kafka.Producer``/``Consumer``/``AdminClient``, whose
+        log lines go to ``LIBRDKAFKA_LOG``. It holds secrets: log it only through
+        ``redact``.
     """
-    conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers, "client.id": client_id}
+    conf: dict[str, Any] = {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "client.id": client_id,
+        "logger": LIBRDKAFKA_LOG,
+    }
     if role == "producer":
         conf |= {"acks": "all", "enable.idempotence": True}
     if kafka.auth == "none":
@@ -181,6 +199,80 @@ def spark_kafka_options(
     return opts
 
 
+def connection_detail(text: str) -> str:
+    """A connection error's text without librdkafka's broker prefix and timing tail.
+
+    ``127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection refused
+    (after 0ms in state CONNECT)`` -> ``Connect to ipv4#127.0.0.1:9092 failed: Connection
+    refused``.
+    """
+    text = text.split(" (after ", 1)[0]
+    prefix, sep, rest = text.partition(": ")
+    if sep and "/" in prefix and " " not in prefix:
+        text = rest
+    return one_line(text)
+
+
+def _host_port(broker: str) -> tuple[str, int] | None:
+    """``host:port`` (or ``[v6]:port``, ``PLAINTEXT://host:port``) split; None if not."""
+    address = broker.strip().rsplit("://", 1)[-1]
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _addresses(broker: str) -> int:
+    """How many addresses the broker's host resolves to (0: it does not resolve)."""
+    found = _host_port(broker)
+    if found is None:
+        return 0
+    try:
+        infos = socket.getaddrinfo(found[0], found[1], type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return 0
+    return len({info[4][:2] for info in infos})
+
+
+class _Refusals:
+    """Which addresses of each bootstrap broker refused a connection.
+
+    librdkafka tries a host's addresses one after the other, so a broker counts as
+    refusing once every address its name resolves to has refused (``localhost`` may
+    refuse on ::1 and answer on 127.0.0.1).
+    """
+
+    def __init__(self, bootstrap: str) -> None:
+        self.brokers = [b.strip() for b in bootstrap.split(",") if b.strip()]
+        self._names = {self._name(b): b for b in self.brokers}
+        self._needed: dict[str, int] = {}
+        self._refused: dict[str, set[str]] = {}
+        self.last = ""
+
+    @staticmethod
+    def _name(broker: str) -> str:
+        return broker.rsplit("://", 1)[-1]
+
+    def add(self, text: str) -> None:
+        """Take in one ``_TRANSPORT`` error's text."""
+        prefix, _, rest = text.partition("/")
+        if prefix not in self._names or "Connection refused" not in rest:
+            return
+        address = rest.split("Connect to ", 1)[-1].split(" failed", 1)[0]
+        self._refused.setdefault(prefix, set()).add(address)
+        self.last = connection_detail(text)
+
+    def all_refused(self) -> bool:
+        """True when every bootstrap broker refused on every address it resolves to."""
+        for name, broker in self._names.items():
+            if name not in self._needed:
+                self._needed[name] = _addresses(broker)
+            needed = self._needed[name]
+            if not needed or len(self._refused.get(name, ())) < needed:
+                return False
+        return bool(self._names)
+
+
 def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a client config that is safe to log."""
     return {k: ("***" if k in _SECRET_KEYS else v) for k, v in conf.items()}
@@ -219,12 +311,17 @@ def check_connection(
     admin_conf["log_level"] = 0  # librdkafka repeats each failure; the exception says it once
     admin = AdminClient(admin_conf)
     where = f"{conf.get('bootstrap.servers')} ({conf.get('security.protocol', 'PLAINTEXT')})"
+    refusals = _Refusals(str(conf.get("bootstrap.servers", "")))
+    brokers = len(refusals.brokers)
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
+    seen = 0
     while time.monotonic() < deadline:
         try:
+            # Short requests: librdkafka's errors are delivered between them, so that a
+            # refused connection fails the check at once, not at the deadline.
             md = admin.list_topics(
-                topic=topic, timeout=min(2.0, max(0.1, deadline - time.monotonic()))
+                topic=topic, timeout=min(CHECK_SLICE_S, max(0.1, deadline - time.monotonic()))
             )
         except KafkaException as exc:
             last = exc
@@ -242,6 +339,16 @@ def check_connection(
         tls = tls_failure([e.str() for e in errors if e.code() in tls_codes], where)
         if tls is not None:
             raise KafkaConnectionError(tls)
+        for e in errors[seen:]:
+            if e.code() == KafkaError._TRANSPORT:
+                refusals.add(e.str())
+        seen = len(errors)
+        if md is None and refusals.all_refused():
+            raise KafkaConnectionError(
+                f"could not reach the Kafka broker at {where}: the connection was refused "
+                f"(0 of {brokers} broker{'s' if brokers != 1 else ''} up; {refusals.last}); "
+                f"check {_BOOTSTRAP_HINT} and that the broker is running"
+            )
         if md is None:
             continue
         if topic is None:
@@ -255,11 +362,28 @@ def check_connection(
                 "(locally: python -m infra.broker topic NAME; on Event Hubs: create the event hub)"
             )
         last = KafkaException(tmd.error) if tmd is not None else last
-    reason = errors[-1].str() if errors else (str(last) if last else "no answer")
     raise KafkaConnectionError(
-        f"could not reach the Kafka broker at {where} within {timeout_s:.0f} s ({reason}); "
-        f"check {_BOOTSTRAP_HINT} and that the broker is running"
+        f"could not reach the Kafka broker at {where} within {timeout_s:.0f} s "
+        f"({_no_answer(errors, last, brokers)}); check {_BOOTSTRAP_HINT} and that the "
+        "broker is running"
     )
+
+
+def _no_answer(errors: Sequence[KafkaError], last: Exception | None, brokers: int) -> str:
+    """Why no metadata came, in a few words: what is up, then librdkafka's last error.
+
+    librdkafka's ``_ALL_BROKERS_DOWN`` text counts wrongly ("0/4 brokers are down" for
+    two bootstrap brokers, none up): it is never quoted.
+    """
+    from confluent_kafka import KafkaError
+
+    up = f"0 of {brokers} broker{'s' if brokers != 1 else ''} up"
+    told = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+    if told:
+        return f"{up}; {connection_detail(told[-1].str())}"
+    if last is not None and "Failed to get metadata" not in str(last):
+        return f"{up}; {one_line(str(last))}"
+    return f"{up}; no answer"
 
 
 def tls_failure(reasons: Sequence[str], where: str) -> str | None:

@@ -38,7 +38,7 @@ from confluent_kafka import (
 
 from common.alerts import LiveAlert, decode_alert
 from common.cli import one_line
-from common.kafka import librdkafka_config, tls_failure
+from common.kafka import connection_detail, librdkafka_config, tls_failure
 from common.kafka_settings import KafkaSettings
 from dashboard.display import metric_label
 
@@ -154,20 +154,6 @@ def kafka_reason(exc: BaseException) -> str:
     """The readable part of a confluent-kafka error (its text, not its repr)."""
     first = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     text = first.str() if isinstance(first, KafkaError) else str(exc) or type(exc).__name__
-    return one_line(text)
-
-
-def connection_detail(text: str) -> str:
-    """A connection error's text without librdkafka's broker prefix and timing tail.
-
-    ``127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection refused
-    (after 0ms in state CONNECT)`` -> ``Connect to ipv4#127.0.0.1:9092 failed: Connection
-    refused``.
-    """
-    text = text.split(" (after ", 1)[0]
-    prefix, sep, rest = text.partition(": ")
-    if sep and "/" in prefix and " " not in prefix:
-        text = rest
     return one_line(text)
 
 
@@ -354,7 +340,10 @@ class LiveFeed:
         """The error callback: keep what matters (served by ``consume``, on the thread)."""
         if error.code() in _CONNECTION_DETAIL:
             self._detail = connection_detail(error.str())
-        if error.code() in _BROKER_DOWN:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            # librdkafka's own text miscounts ("0/4 brokers are down" for two, none up).
+            self._broker_down = "no broker is up"
+        elif error.code() in _BROKER_DOWN:
             self._broker_down = one_line(error.str())
 
     def _check(self) -> float:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from common import cli
-from common.kafka import EVENTHUBS_USERNAME
+from common.kafka import EVENTHUBS_USERNAME, LIBRDKAFKA_LOG
 from infra import daemons
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import state_dir
@@ -584,8 +584,11 @@ def _admin_client(bootstrap: str, extra: Mapping[str, Any] | None = None) -> Any
             "confluent-kafka is not installed; install the producer extra "
             "(pip install -e '.[producer]')"
         ) from exc
-    # log_level 0 keeps librdkafka from printing connection errors while we poll.
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(extra or {})})
+    # log_level 0 keeps librdkafka from printing connection errors while we poll; what
+    # it logs still goes to the log file (LIBRDKAFKA_LOG), not the terminal.
+    return AdminClient(
+        {"bootstrap.servers": bootstrap, "log_level": 0, "logger": LIBRDKAFKA_LOG, **(extra or {})}
+    )
 
 
 def _wait_for_leaders(admin: Any, name: str, timeout: float) -> None:

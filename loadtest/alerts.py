@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from common.alerts import THRESHOLD_HIGH, THRESHOLD_LOW, alert_id
 from common.contract import METRIC_NAMES, VERSION_BY_NUMBER
 from common.fleet import Device
+from common.kafka import LIBRDKAFKA_LOG
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[tuple[bytes, int]]:
@@ -24,7 +25,12 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[tupl
         TimeoutError: No record came within ``timeout_s`` before the end.
     """
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "iot-pulse-check", "enable.auto.commit": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "iot-pulse-check",
+            "enable.auto.commit": False,
+            "logger": LIBRDKAFKA_LOG,  # librdkafka's lines to the log file, not the terminal
+        }
     )
     try:
         parts = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions

@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException, TopicPartition
 
 from common.alerts import ALERT_FIELDS, LiveAlert
+from common.kafka import LIBRDKAFKA_LOG
 from common.kafka_settings import KafkaSettings
 from dashboard.live_alerts import (
     LIVE_COLUMNS,
@@ -209,6 +210,7 @@ def test_feed_config_assigns_and_commits_nothing():
     assert conf == {
         "bootstrap.servers": BROKER,
         "client.id": "iot-pulse-dashboard",
+        "logger": LIBRDKAFKA_LOG,  # librdkafka's lines go to the log file
         "security.protocol": "PLAINTEXT",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -483,6 +485,20 @@ def test_a_broker_that_goes_down_and_comes_back(broker):
     assert feed.status.state == FeedState.CONNECTED
     assert broker.consumers[0].assigned == [(0, 0)]  # not read back again: it goes on
     assert len(broker.consumers) == 1
+
+
+def test_every_broker_down_is_said_without_librdkafkas_miscount(broker):
+    broker.partitions = {0: (0, 0)}
+    feed = _feed(broker)
+    feed.step()
+    feed.step()
+    # librdkafka's own text counts wrongly (two bootstrap brokers, none up): not shown.
+    broker.errors_on_consume = [_error(KafkaError._ALL_BROKERS_DOWN, "0/4 brokers are down")]
+    assert feed.step() == 0.0
+    assert (feed.status.state, feed.status.reason) == (
+        FeedState.UNREACHABLE,
+        "cannot reach the Kafka broker at broker-1:9092 (no broker is up); retrying every 2 s",
+    )
 
 
 def test_a_deleted_topic_is_unassigned_and_read_back_when_it_returns(broker):

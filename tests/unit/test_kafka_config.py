@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import socket
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,6 +14,9 @@ from pydantic import ValidationError
 
 from common.kafka import (
     ENTRA_LOGIN_HANDLER,
+    LIBRDKAFKA_LOG,
+    KafkaConnectionError,
+    check_connection,
     librdkafka_config,
     redact,
     spark_kafka_options,
@@ -59,6 +66,7 @@ def test_librdkafka_none_producer():
     assert conf == {
         "bootstrap.servers": "broker:9092",
         "client.id": "iot-pulse",
+        "logger": LIBRDKAFKA_LOG,
         "acks": "all",
         "enable.idempotence": True,
         "security.protocol": "PLAINTEXT",
@@ -70,11 +78,13 @@ def test_librdkafka_none_consumer_and_admin_defaults():
     assert librdkafka_config(kafka, "consumer", client_id="c1") == {
         "bootstrap.servers": "localhost:9092",
         "client.id": "c1",
+        "logger": LIBRDKAFKA_LOG,
         "security.protocol": "PLAINTEXT",
     }
     assert librdkafka_config(kafka, "admin") == {
         "bootstrap.servers": "localhost:9092",
         "client.id": "iot-pulse",
+        "logger": LIBRDKAFKA_LOG,
         "security.protocol": "PLAINTEXT",
     }
 
@@ -85,6 +95,7 @@ def test_librdkafka_connection_string_derives_bootstrap():
     assert librdkafka_config(kafka, "consumer") == {
         "bootstrap.servers": EH,
         "client.id": "iot-pulse",
+        "logger": LIBRDKAFKA_LOG,
         "security.protocol": "SASL_SSL",
         "socket.keepalive.enable": True,
         "metadata.max.age.ms": 180000,
@@ -107,6 +118,7 @@ def test_librdkafka_connection_string_producer_with_ca(tmp_path):
     assert librdkafka_config(kafka, "producer") == {
         "bootstrap.servers": "localhost:19093",
         "client.id": "iot-pulse",
+        "logger": LIBRDKAFKA_LOG,
         "acks": "all",
         "enable.idempotence": True,
         "security.protocol": "SASL_SSL",
@@ -128,6 +140,7 @@ def test_librdkafka_entra_uses_the_credential_for_the_namespace_scope():
     assert conf == {
         "bootstrap.servers": EH,
         "client.id": "iot-pulse",
+        "logger": LIBRDKAFKA_LOG,
         "security.protocol": "SASL_SSL",
         "socket.keepalive.enable": True,
         "metadata.max.age.ms": 180000,
@@ -275,3 +288,91 @@ def test_errors_that_are_not_about_tls_are_left_to_the_other_messages():
         "sasl_ssl://localhost:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused"  # noqa: E501
     )
     assert tls_failure([refused, "1/1 brokers are down"], "localhost:1 (SASL_SSL)") is None
+
+
+# ---------------------------------------------------------------- check_connection
+
+HINT = (
+    "check IOT_KAFKA_BOOTSTRAP_SERVERS (when unset: the host and port of the connection "
+    "string's Endpoint) and that the broker is running"
+)
+
+
+def _closed_port() -> int:
+    """A port nobody listens on: connecting to it is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections and never answers (a broker that hangs)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield int(sock.getsockname()[1])
+
+
+def test_a_refused_connection_fails_at_once():
+    address = f"127.0.0.1:{_closed_port()}"
+    start = time.monotonic()
+    with pytest.raises(KafkaConnectionError) as exc:
+        check_connection({"bootstrap.servers": address}, "iot-events", timeout_s=20)
+    assert time.monotonic() - start < 3
+    assert str(exc.value) == (
+        f"could not reach the Kafka broker at {address} (PLAINTEXT): the connection was "
+        f"refused (0 of 1 broker up; Connect to ipv4#{address} failed: Connection refused); " + HINT
+    )
+
+
+def test_two_brokers_that_refuse_are_counted_as_none_up():
+    first, second = f"127.0.0.1:{_closed_port()}", f"127.0.0.1:{_closed_port()}"
+    start = time.monotonic()
+    with pytest.raises(KafkaConnectionError) as exc:
+        check_connection({"bootstrap.servers": f"{first},{second}"}, timeout_s=20)
+    assert time.monotonic() - start < 3
+    message = str(exc.value)
+    assert message.startswith(
+        f"could not reach the Kafka broker at {first},{second} (PLAINTEXT): the connection "
+        "was refused (0 of 2 brokers up; Connect to ipv4#"
+    )
+    assert "brokers are down" not in message
+
+
+def test_one_refusing_broker_of_two_is_not_a_refusal(silent_port):
+    refusing, silent = f"127.0.0.1:{_closed_port()}", f"127.0.0.1:{silent_port}"
+    with pytest.raises(KafkaConnectionError) as exc:
+        check_connection({"bootstrap.servers": f"{refusing},{silent}"}, timeout_s=2)
+    assert str(exc.value).startswith(
+        f"could not reach the Kafka broker at {refusing},{silent} (PLAINTEXT) within 2 s "
+        "(0 of 2 brokers up; "
+    )
+
+
+def test_a_broker_that_never_answers_fails_at_the_deadline(silent_port):
+    address = f"127.0.0.1:{silent_port}"
+    start = time.monotonic()
+    with pytest.raises(KafkaConnectionError) as exc:
+        check_connection({"bootstrap.servers": address}, "iot-events", timeout_s=2)
+    assert 2 <= time.monotonic() - start < 5
+    assert str(exc.value) == (
+        f"could not reach the Kafka broker at {address} (PLAINTEXT) within 2 s "
+        f"(0 of 1 broker up; no answer); " + HINT
+    )
+
+
+def test_librdkafka_logs_go_to_python_logging_not_stderr(capfd, caplog):
+    from confluent_kafka import Producer
+
+    address = f"127.0.0.1:{_closed_port()}"
+    kafka = KafkaSettings(bootstrap_servers=address)
+    producer = Producer(librdkafka_config(kafka, "producer") | {"reconnect.backoff.ms": 10})
+    with caplog.at_level(logging.INFO, logger=LIBRDKAFKA_LOG.name):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not caplog.records:
+            producer.poll(0.1)
+    producer.flush(0)
+    assert capfd.readouterr().err == ""
+    texts = [r.getMessage() for r in caplog.records if r.name == LIBRDKAFKA_LOG.name]
+    assert any(f"Connect to ipv4#{address} failed: Connection refused" in t for t in texts), texts
