@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
+import uuid
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
 from common import cli
 from common.kafka import KafkaConnectionError, TokenCredential, check_connection, redact
+from common.mqtt import MqttConnectionError
+from common.mqtt_settings import MqttSettings
 from common.settings import add_settings_arguments, load_settings
 from producer.launch import (
     kafka_config,
@@ -70,7 +73,10 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
                 timeout_s=15.0 if settings.kafka.auth == "entra" else 20.0,
             )
             print(f"[producer] connected: {redact(conf)['bootstrap.servers']}", file=sys.stderr)
-    except (KafkaConnectionError, ValueError, FileNotFoundError) as exc:
+        if settings.transport == "mqtt":
+            check_mqtt(settings.mqtt)
+            print(f"[producer] connected: mqtt://{settings.mqtt.where}", file=sys.stderr)
+    except (KafkaConnectionError, MqttConnectionError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     warnings = [w for w in (throughput_warning(settings),) if w]
@@ -97,6 +103,21 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
     if settings.report_path is not None:
         report.write(settings.report_path)
     return 0 if report.ok else 1
+
+
+def check_mqtt(settings: MqttSettings) -> None:
+    """Connect to the MQTT broker once and leave, so that a bad broker fails before sending.
+
+    Raises:
+        MqttConnectionError: Unreachable, TLS failed, or refused (one line).
+
+    """
+    from common.mqtt import connect, make_client
+
+    client = make_client(settings, f"iot-pulse-check-{uuid.uuid4().hex[:12]}")
+    connect(client, settings, clean_start=True)
+    client.disconnect()
+    client.loop_stop()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from common.kafka import (
     entra_scope,
     librdkafka_config,
 )
+from common.mqtt import telemetry_filter
 from common.report import ProducerReport
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig
@@ -95,6 +96,10 @@ def build_sink(
             roll_s=settings.file_roll_s,
             prefix=file_prefix(worker, workers),
         )
+    if settings.transport == "mqtt":
+        from producer.mqtt_sink import MqttSink
+
+        return MqttSink(settings.mqtt)
     return KafkaSink(conf if conf is not None else kafka_config(settings), settings.kafka.topic)
 
 
@@ -136,6 +141,15 @@ def rollout_record(settings: ProducerSettings) -> dict[str, Any] | None:
     }
 
 
+def destination_topic(settings: ProducerSettings) -> str | None:
+    """The topic the run sends to: Kafka's, MQTT's device topics (as a filter), else None."""
+    if settings.transport == "kafka":
+        return settings.kafka.topic
+    if settings.transport == "mqtt":
+        return telemetry_filter(settings.mqtt.topic_prefix)
+    return None
+
+
 def manifest_header(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
     """The ``run`` part of a manifest header: what was asked for."""
     return {
@@ -153,7 +167,7 @@ def manifest_header(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
         "count": settings.count,
         "duration_s": settings.duration_s,
         "transport": settings.transport,
-        "topic": settings.kafka.topic if settings.transport == "kafka" else None,
+        "topic": destination_topic(settings),
         "replay": str(settings.replay) if settings.replay else None,
         "rollout": rollout_record(settings),
         **extra,

@@ -11,6 +11,7 @@ from pydantic_settings import SettingsConfigDict
 
 from common.fleet_settings import FleetSettings
 from common.kafka_settings import KafkaSettings
+from common.mqtt_settings import MqttSettings
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig, parse_delay
 from producer.rate import RateProfile, parse_profile
@@ -62,7 +63,11 @@ class ProducerSettings(FleetSettings):
     config_section: ClassVar[str] = "producer"
     model_config = SettingsConfigDict(env_prefix="IOT_PRODUCER_")
 
-    transport: Literal["kafka", "file", "stdout"] = Field("kafka", description="Where to send")
+    transport: Literal["kafka", "mqtt", "file", "stdout"] = Field(
+        "kafka",
+        description="Where to send (mqtt: QoS 1 to <IOT_MQTT_TOPIC_PREFIX>/<device_id>/telemetry, "
+        "for python -m bridge to forward)",
+    )
     rate: float = Field(1000.0, ge=0, description="Target events/s (0 = as fast as possible)")
     rate_profile: str = Field(
         "constant",
@@ -145,6 +150,7 @@ class ProducerSettings(FleetSettings):
         30.0, gt=0, description="Seconds to wait for acknowledgements at the end"
     )
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    mqtt: MqttSettings = Field(default_factory=MqttSettings)
 
     @field_validator("start_time")
     @classmethod
