@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("common", "producer", "processor", "dashboard", "infra", "loadtest", "demo")
+PACKAGES = ("common", "producer", "processor", "dashboard", "infra", "loadtest", "demo", "notifier")
 
 
 def module_name(path: Path) -> str:

@@ -1,0 +1,85 @@
+"""``python -m notifier``: deliver the real-time alerts topic to webhooks, Teams and Slack.
+
+Checks the broker and both topics first (one line if it cannot use them), then
+follows the alerts topic until Ctrl-C or SIGTERM, when it sends what it holds and
+commits. The log is ``<state dir>/logs/notifier.log``; it never holds a webhook URL.
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import threading
+from datetime import timedelta
+
+from common import cli
+from common.kafka import KafkaConnectionError, check_connection, librdkafka_config
+from common.settings import SettingsError, add_settings_arguments, load_settings
+from notifier.destinations import DestinationsError
+from notifier.ledger import Ledger
+from notifier.loop import CLIENT_ID, Notifier, consumer_config
+from notifier.settings import NotifierSettings
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the notifier; returns the exit code."""
+    parser = cli.ArgumentParser(
+        prog="python -m notifier",
+        description="Deliver the real-time alerts topic to webhook, Teams and Slack destinations.",
+    )
+    parser.add_argument("--config", help="TOML settings file ([notifier] and [kafka] tables)")
+    add_settings_arguments(parser, NotifierSettings)
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(NotifierSettings, args)
+        destinations = settings.destination_list()
+    except (SettingsError, FileNotFoundError, DestinationsError) as exc:
+        return cli.settings_error(exc)
+
+    from confluent_kafka import Consumer, Producer
+
+    kafka = settings.kafka
+    base = librdkafka_config(kafka, "consumer", client_id=CLIENT_ID)
+    try:
+        check_connection(base, kafka.alerts_topic, timeout_s=settings.connect_timeout_s)
+        check_connection(base, settings.dead_letters, timeout_s=settings.connect_timeout_s)
+    except KafkaConnectionError as exc:
+        raise cli.CliError(str(exc)) from exc
+    try:
+        ledger = Ledger(settings.ledger_path)
+    except (OSError, sqlite3.Error) as exc:
+        raise cli.CliError(
+            f"cannot open the delivery ledger {settings.ledger_path} ({cli.first_line(exc)}); "
+            f"check {NotifierSettings.env_name('ledger_path')}",
+            cli.BAD_INPUT,
+        ) from exc
+    ledger.prune(timedelta(hours=settings.ledger_retention_h))
+    consumer = Consumer(consumer_config(settings, base))
+    producer = Producer(librdkafka_config(kafka, "producer", client_id=CLIENT_ID))
+    notifier = Notifier(settings, destinations, consumer, producer, ledger)
+    stop = threading.Event()
+
+    def _stop(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
+    names = ", ".join(f"{d.name} ({d.format})" for d in destinations)
+    print(
+        f"notifier: following '{kafka.alerts_topic}' at {kafka.bootstrap_servers} for {names}; "
+        f"dead letters to '{settings.dead_letters}'",
+        flush=True,
+    )
+    try:
+        notifier.start()
+        notifier.run(stop)
+    finally:
+        consumer.close()
+        producer.flush(10)
+        ledger.close()
+    print(f"notifier: stopped ({notifier.delivered} delivered, {notifier.failed} failed)")
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main, "notifier")

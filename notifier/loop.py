@@ -1,0 +1,275 @@
+"""The consume loop: alerts topic in, one message per destination out, offsets committed after.
+
+Each alert read is offered to every destination whose filters it passes; the
+destination's rate limiter sends it at once or holds it for the device's group. A
+message goes into the ledger's outbox, is POSTed with retries, and is then marked
+delivered, or failed once its dead letters are on the dead-letter topic. An offset is
+committed (manual commits only) once every destination has finished its alert and
+every one before it, so a notifier killed at any point redelivers what was not
+finished; the ledger keeps a redelivered alert from going out again, and a message
+caught in the outbox is sent again with the same body and ``Idempotency-Key``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import SecretStr
+
+from common.cli import one_line
+from notifier import deadletter, delivery, formats
+from notifier.destinations import Destination, matches, url_fragments
+from notifier.grouping import RateLimiter
+from notifier.ledger import Ledger, Pending
+from notifier.offsets import OffsetTracker
+from notifier.records import Received, decode
+from notifier.settings import NotifierSettings
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID = "iot-pulse-notifier"
+Post = Callable[[SecretStr, bytes, str, float], delivery.Answer]
+
+
+def consumer_config(settings: NotifierSettings, base: dict[str, Any]) -> dict[str, Any]:
+    """The consumer's librdkafka config: the group, manual commits only.
+
+    Args:
+        settings: The notifier's settings.
+        base: ``common.kafka.librdkafka_config(settings.kafka, "consumer")``.
+    """
+    return base | {
+        "group.id": settings.group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": settings.start_at,
+        "allow.auto.create.topics": False,
+        "reconnect.backoff.max.ms": 2000,
+    }
+
+
+class Notifier:
+    """Delivers the alerts topic to the destinations; ``step`` is one turn of the loop."""
+
+    def __init__(
+        self,
+        settings: NotifierSettings,
+        destinations: Sequence[Destination],
+        consumer: Any,
+        producer: deadletter.Producer,
+        ledger: Ledger,
+        *,
+        post: Post = delivery.post,
+        sleep: Callable[[float], object] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Set up the loop (the consumer is subscribed by ``start``)."""
+        self.settings = settings
+        self.destinations = list(destinations)
+        self.consumer = consumer
+        self.producer = producer
+        self.ledger = ledger
+        self.topic = settings.kafka.alerts_topic
+        self._post = post
+        self._sleep = sleep
+        self._clock = clock
+        self._fragments = url_fragments(self.destinations)
+        self._by_name = {d.name: d for d in self.destinations}
+        self._limiters = {d.name: RateLimiter(settings.rate_limit_of(d)) for d in destinations}
+        self._tracker = OffsetTracker()
+        # (destination, alert id) -> the (partition, offset) of each copy read of it
+        self._waiting: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        self.delivered = 0
+        self.failed = 0
+
+    # ------------------------------------------------------------ start and stop
+
+    def start(self) -> None:
+        """Send what the outbox holds, record the destinations, and subscribe."""
+        self.ledger.set_destinations([d.name for d in self.destinations])
+        for pending in self.ledger.outbox():
+            self._replay(pending)
+        self.consumer.subscribe([self.topic], on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    def run(self, stop: threading.Event, poll_s: float = 0.5) -> None:
+        """Turn ``step`` until ``stop`` is set, then send what is held and commit."""
+        while not stop.is_set():
+            self.step(poll_s)
+        self.finish()
+
+    def finish(self) -> None:
+        """Send every held group now and commit what is done."""
+        for name, limiter in self._limiters.items():
+            for items in limiter.drain():
+                self._send(self._by_name[name], items)
+        self._commit()
+
+    # ------------------------------------------------------------ the turn
+
+    def step(self, timeout_s: float) -> None:
+        """Read what arrived (waiting at most ``timeout_s``), send what is due, commit."""
+        due = [t for lim in self._limiters.values() if (t := lim.next_due()) is not None]
+        if due:
+            timeout_s = max(0.0, min(timeout_s, min(due) - self._clock()))
+        for message in self.consumer.consume(num_messages=500, timeout=timeout_s):
+            self._take(message)
+        now = self._clock()
+        for name, limiter in self._limiters.items():
+            for items in limiter.due(now):
+                self._send(self._by_name[name], items)
+        self._commit()
+
+    def _take(self, message: Any) -> None:
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError
+
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("alerts topic: %s", one_line(error.str()))
+            return
+        partition, offset = message.partition(), message.offset()
+        kind, timestamp_ms = message.timestamp()
+        if kind == TIMESTAMP_NOT_AVAILABLE:
+            timestamp_ms = int(time.time() * 1000)
+        try:
+            item = decode(message.value(), timestamp_ms, partition, offset)
+        except ValueError as exc:
+            log.warning("skipped record %d:%d of %s: %s", partition, offset, self.topic, exc)
+            self._tracker.add(partition, offset, 0)
+            return
+        self._tracker.add(partition, offset, len(self.destinations))
+        for destination in self.destinations:
+            self._offer(destination, item)
+
+    def _offer(self, destination: Destination, item: Received) -> None:
+        name, alert_id = destination.name, item.alert_id
+        copies = self._waiting.get((name, alert_id))
+        if copies is not None:  # a repeat of an alert held or in flight: finished with it
+            copies.append((item.partition, item.offset))
+            return
+        if not matches(destination, item.alert):
+            self.ledger.filtered(name, [alert_id])
+            self._tracker.done(item.partition, item.offset)
+            return
+        if self.ledger.finished(name, [alert_id]):
+            log.info("'%s' has %s already: not sent again", name, alert_id)
+            self._tracker.done(item.partition, item.offset)
+            return
+        self._waiting[(name, alert_id)] = [(item.partition, item.offset)]
+        items = self._limiters[name].offer(item, self._clock())
+        if items is not None:
+            self._send(destination, items)
+
+    # ------------------------------------------------------------ sending
+
+    def _send(self, destination: Destination, items: Sequence[Received]) -> None:
+        key, body = formats.request(destination.format, items)
+        ids = [i.alert_id for i in items]
+        records = [i.record for i in items]
+        self.ledger.begin(destination.name, key, body, records, ids)
+        self._deliver(destination, key, body, records, ids)
+        for alert_id in ids:
+            for partition, offset in self._waiting.pop((destination.name, alert_id), []):
+                self._tracker.done(partition, offset)
+
+    def _replay(self, pending: Pending) -> None:
+        destination = self._by_name.get(pending.destination)
+        if destination is None:
+            log.warning(
+                "outbox: destination '%s' is no longer configured; %d alert(s) not sent again",
+                pending.destination, len(pending.alert_ids),
+            )  # fmt: skip
+            self.ledger.drop(pending)
+            return
+        log.info("outbox: sending %s to '%s' again", pending.key, destination.name)
+        self._deliver(destination, pending.key, pending.body, pending.records, pending.alert_ids)
+
+    def _deliver(
+        self,
+        destination: Destination,
+        key: str,
+        body: bytes,
+        records: Sequence[dict[str, Any]],
+        ids: Sequence[str],
+    ) -> None:
+        s = self.settings
+        started = time.monotonic()
+
+        def attempt() -> delivery.Answer:
+            answer = self._post(destination.url, body, key, s.request_timeout_s)
+            return delivery.Answer(
+                answer.status,
+                delivery.scrub(answer.error, self._fragments),
+                answer.retry,
+                answer.retry_after_s,
+            )
+
+        def retrying(n: int, answer: delivery.Answer, wait: float) -> None:
+            log.warning(
+                "'%s': attempt %d of %d for %s failed (%s); trying again in %.1f s",
+                destination.name, n, s.max_attempts, key, answer.error, wait,
+            )  # fmt: skip
+
+        outcome = delivery.deliver(
+            attempt, max_attempts=s.max_attempts, base_s=s.backoff_s, cap_s=s.backoff_max_s,
+            sleep=self._sleep, on_retry=retrying,
+        )  # fmt: skip
+        if outcome.ok:
+            self.delivered += len(ids)
+            log.info(
+                "'%s' took %s (%d alert(s), attempt %d, %.0f ms)",
+                destination.name, key, len(ids), outcome.attempts,
+                (time.monotonic() - started) * 1000,
+            )  # fmt: skip
+        else:
+            now = datetime.now(UTC)
+            letters = [
+                deadletter.dead_letter(r, destination.name, outcome.error, outcome.attempts, now)
+                for r in records
+            ]
+            deadletter.publish(self.producer, self.settings.dead_letters, letters)
+            self.failed += len(ids)
+            log.error(
+                "'%s' did not take %s after %d attempt(s) (%s): %d alert(s) sent to '%s'",
+                destination.name, key, outcome.attempts, outcome.error, len(ids),
+                self.settings.dead_letters,
+            )  # fmt: skip
+        self.ledger.finish(
+            destination.name, key, ids, delivered=outcome.ok, attempts=outcome.attempts,
+            error=outcome.error,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------ offsets
+
+    def _commit(self) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        positions = self._tracker.committable()
+        if not positions:
+            return
+        offsets = [TopicPartition(self.topic, p, o) for p, o in sorted(positions.items())]
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("commit of %s deferred: %s", positions, one_line(str(exc)))
+            return
+        self._tracker.committed(positions)
+
+    def _on_revoke(self, _consumer: Any, partitions: list[Any]) -> None:
+        """Partitions taken away: send what is held, commit, forget them."""
+        self.finish()
+        self._forget(partitions)
+
+    def _on_lost(self, _consumer: Any, partitions: list[Any]) -> None:
+        """Partitions lost (no commit possible): forget them; the new owner redelivers."""
+        self._forget(partitions)
+
+    def _forget(self, partitions: list[Any]) -> None:
+        gone = {p.partition for p in partitions}
+        self._tracker.forget(sorted(gone))
+        self._waiting = {k: [c for c in v if c[0] not in gone] for k, v in self._waiting.items()}
