@@ -37,6 +37,7 @@ class Child:
             log: Its output file, appended to.
         """
         self.name, self.log = name, log
+        self._asked = False
         self._handle = log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, *args], cwd=PROJECT_ROOT, env=env, stdout=self._handle,
@@ -46,6 +47,13 @@ class Child:
     def tail(self, chars: int = 3000) -> str:
         """The end of its log."""
         return self.log.read_text(errors="replace")[-chars:]
+
+    def ask_to_stop(self) -> None:
+        """Send the child its SIGTERM without waiting; once, as a second one aborts a service."""
+        if not self._asked and not self._handle.closed and self.proc.poll() is None:
+            self._asked = True
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
 
     def stop(self, timeout_s: float, say: Callable[[str], None] | None = None) -> int:
         """SIGTERM the child, wait up to ``timeout_s``, then SIGKILL what is left of its group.
@@ -62,8 +70,7 @@ class Child:
         if self._handle.closed:
             return int(self.proc.returncode)
         if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
+            self.ask_to_stop()
             try:
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:

@@ -49,6 +49,10 @@ ROLLOUT_SHARE = 0.25  # a quarter of the fleet sends the contract's newest schem
 ALERTS_TOPIC = str(KafkaSettings.model_fields["alerts_topic"].default)
 
 
+class _StartInterrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt, not an error)
+    """Ctrl-C or SIGTERM while the demo starts: what started so far is stopped at once."""
+
+
 def _say(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
@@ -173,10 +177,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     stop = threading.Event()
     reason: list[str] = []
+    # Until every service is started, a signal leaves the start-up at once (the jars,
+    # the broker's start, a service's), rather than once it is done; then it ends the watch.
+    starting = [True]
+    spawning = [False]  # a child being started is on the list before the start-up is left
 
     def _on_signal(signum: int, _frame: FrameType | None) -> None:
         reason.append(signal.Signals(signum).name)
         stop.set()
+        if starting[0] and not spawning[0]:
+            starting[0] = False
+            raise _StartInterrupted
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
@@ -194,31 +205,22 @@ def main(argv: list[str] | None = None) -> int:
         broker.ensure_topic(info.plaintext, args.topic, partitions=3)
         broker.ensure_topic(info.plaintext, ALERTS_TOPIC, partitions=1)
         env = os.environ | demo_env(args, root, info.plaintext, spark_jar_dir)
-        if stop.is_set():
-            return 0
-        children.append(_spawn("processor", ["-m", "processor", "run"], env, logs))
-        children.append(_spawn("producer", ["-m", "producer"], env, logs))
-        children.append(
-            _spawn(
-                "dashboard",
-                [
-                    "-m",
-                    "streamlit",
-                    "run",
-                    str(PROJECT_ROOT / "dashboard" / "app.py"),
-                    "--server.port",
-                    str(args.port),
-                    "--server.headless",
-                    "true",
-                    "--server.address",
-                    "127.0.0.1",
-                    "--browser.gatherUsageStats",
-                    "false",
-                ],
-                env,
-                logs,
-            )  # fmt: skip
-        )
+        dashboard = [
+            "-m", "streamlit", "run", str(PROJECT_ROOT / "dashboard" / "app.py"),
+            "--server.port", str(args.port), "--server.headless", "true",
+            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+        ]  # fmt: skip
+        for name, child_args in (
+            ("processor", ["-m", "processor", "run"]),
+            ("producer", ["-m", "producer"]),
+            ("dashboard", dashboard),
+        ):
+            spawning[0] = True
+            children.append(_spawn(name, child_args, env, logs))
+            spawning[0] = False
+            if stop.is_set():  # asked while it was being started
+                raise _StartInterrupted
+        starting[0] = False
         url = f"http://localhost:{args.port}"
         announced = False
         while not stop.wait(1.0):
@@ -231,12 +233,17 @@ def main(argv: list[str] | None = None) -> int:
                 announced = True
                 _say(f"dashboard ready: {url}  (Ctrl-C stops everything)")
         return 1 if failed else 0
+    except _StartInterrupted:
+        return 0
     except (broker.BrokerError, JarResolutionError) as exc:
         _say(f"error: {exc}")
         return 1
     finally:
+        starting[0] = False
         if children or broker_dir.exists():
             _say(f"stopping ({reason[0] if reason else 'a service failed'}) ...")
+        for child in reversed(children):  # all at once: each stops while the others do
+            child.ask_to_stop()
         for child in reversed(children):
             child.stop(STOP_TIMEOUT_S, _say)
         broker.stop(broker_dir)

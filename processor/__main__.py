@@ -15,8 +15,8 @@ from common.settings import add_settings_arguments, load_settings
 from processor import health, realtime_app
 from processor.checkpoints import CheckpointSourcesError
 from processor.evolution import REBUILDABLE
-from processor.lake_setup import write_devices
-from processor.lifecycle import ChildApp, StopSignal, say, wait_for_stop
+from processor.lake_setup import prepare_lake, write_devices
+from processor.lifecycle import ChildApp, StartInterrupted, StopSignal, say, wait_for_stop
 from processor.maintenance import maintain
 from processor.metrics import DRAIN_TIMEOUT_S, MetricsListener
 from processor.pipeline import (
@@ -174,8 +174,10 @@ def _run(settings: ProcessorSettings, stop: StopSignal, child: list[str], partit
 
 
 def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp | None) -> int:
-    spark = _session(settings)
-    stop.install()  # again: the SparkContext replaced the SIGINT handler
+    with stop.starting():  # nothing runs yet: a stop gives the JVM's start and the tables up
+        spark = _session(settings)
+        stop.install()  # again: the SparkContext replaced the SIGINT handler
+        prepare_lake(spark, settings)
     listener = MetricsListener(
         spark,
         settings.lake.table(Table.OPS_PIPELINE_METRICS),
@@ -191,7 +193,7 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
             return cli.INTERRUPTED
         say("all available data processed")
         return 0
-    queries = start_all(spark, settings, should_stop=stop.requested.is_set)
+    queries = start_all(spark, settings, should_stop=stop.requested.is_set, prepare=False)
     if not stop.requested.is_set():
         bronze_every = tier_interval(settings, bronze_tier(settings))
         say(
@@ -200,6 +202,8 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
             f"{settings.background_trigger_interval}; lake at {settings.lake.root}"
         )
     failure = wait_for_stop(queries, stop, realtime)
+    if realtime is not None:
+        realtime.ask_to_stop()  # it stops while this app does, not after
     _close(spark, queries, listener)
     if realtime is not None:
         realtime.stop()
@@ -275,13 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(ProcessorSettings, args)
     except (ValueError, FileNotFoundError) as exc:
         return cli.settings_error(exc)
-    stop.install()  # before anything starts: a signal during start-up stops cleanly too
+    stop.install()  # before anything starts: a signal during start-up stops it at once
     _quiet_py4j()
     try:
-        partitions, settings = preflight(settings, args.command)
-        if stop.requested.is_set():  # stopped during the checks: do not start Spark
-            say("stopped")
-            return 0
+        with stop.starting():
+            partitions, settings = preflight(settings, args.command)
         if args.command == "run":
             health.mark_started()
             child = ["-m", "processor", "realtime", "--supervised", *cli.given_flags(parser, args)]
@@ -297,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
             maintain(spark, settings)
         quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log
         spark.stop()
+        return 0
+    except StartInterrupted:
+        # Nothing had started: the JVM ends with this process (its stdin closes).
+        say("stopped before the start-up finished", stop.who)
         return 0
     except cli.CliError as exc:
         return cli.fail(exc)

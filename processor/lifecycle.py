@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import FrameType
 
 from pyspark.sql.streaming import StreamingQuery
@@ -24,8 +25,20 @@ def say(msg: str, who: str = "processor") -> None:
     print(f"[{who}] {msg}", file=sys.stderr, flush=True)
 
 
+class StartInterrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt, not an error)
+    """A stop asked for while the run was starting: the start-up is given up at once.
+
+    A BaseException, so that no ``except Exception`` on the way (py4j's, PySpark's)
+    turns it into an error of its own.
+    """
+
+
 class StopSignal:
     """Ctrl-C and SIGTERM ask the run to stop; the queries stop at the next check.
+
+    During start-up (``starting``) there is nothing to stop cleanly yet: a signal
+    gives the start-up up at once (``StartInterrupted``), whatever it waits on (the
+    broker check, the JVM's start, the tables' creation), instead of finishing it first.
 
     PySpark's SparkContext installs its own SIGINT handler (cancel every job, raise
     KeyboardInterrupt anywhere), which fails the queries mid-batch: install this one
@@ -40,6 +53,22 @@ class StopSignal:
         self.requested = threading.Event()
         self.who = who
         self.supervised = supervised
+        self._starting = False
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """Within this block a stop raises ``StartInterrupted`` (at once if asked already).
+
+        Raises:
+            StartInterrupted: A stop was asked for before or during the block.
+        """
+        if self.requested.is_set():
+            raise StartInterrupted
+        self._starting = True
+        try:
+            yield
+        finally:
+            self._starting = False
 
     def install(self) -> None:
         """Handle SIGINT (unless supervised) and SIGTERM from now on."""
@@ -53,6 +82,9 @@ class StopSignal:
         # Unbuffered: the signal may arrive while the main thread is printing.
         line = f"[{self.who}] stopping ({signal.Signals(signum).name}); again to abort\n"
         os.write(sys.stderr.fileno(), line.encode())
+        if self._starting:
+            self._starting = False  # raised once: the handlers on the way out may run freely
+            raise StartInterrupted
 
 
 def first_stopped(queries: Sequence[StreamingQuery]) -> str | None:
@@ -85,6 +117,7 @@ class ChildApp:
         """
         self.name = name
         self.proc = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL)
+        self._asked = False
         log.info("started %s (pid %d)", name, self.proc.pid)
 
     def failure(self) -> str | None:
@@ -94,11 +127,17 @@ class ChildApp:
             return None
         return f"{self.name} exited with code {code} (its error is above)"
 
+    def ask_to_stop(self) -> None:
+        """Send the child its SIGTERM (once: a second one would abort it), not waiting."""
+        if not self._asked and self.proc.poll() is None:
+            self._asked = True
+            self.proc.terminate()
+
     def stop(self) -> None:
         """Ask the child to stop, and wait for it."""
         if self.proc.poll() is not None:
             return
-        self.proc.terminate()
+        self.ask_to_stop()
         try:
             self.proc.wait(CHILD_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:

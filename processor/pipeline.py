@@ -482,6 +482,8 @@ def start_all(
     settings: ProcessorSettings,
     first_batch_timeout_s: float = 300.0,
     should_stop: Callable[[], bool] = lambda: False,
+    *,
+    prepare: bool = True,
 ) -> list[StreamingQuery]:
     """Start every stage as a continuous query (processing-time trigger).
 
@@ -495,8 +497,11 @@ def start_all(
         settings: Processor settings.
         first_batch_timeout_s: Longest wait for a group's first batches.
         should_stop: Polled while waiting; when true, return the queries started so far.
+        prepare: Create or evolve the tables first (``prepare_lake``); False when the
+            caller did.
     """
-    prepare_lake(spark, settings)
+    if prepare:
+        prepare_lake(spark, settings)
     queries: list[StreamingQuery] = []
     for group in stages(settings):
         if should_stop():

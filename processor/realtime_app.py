@@ -94,10 +94,11 @@ def run(settings: ProcessorSettings, partitions: int, stop: StopSignal) -> int:
     """
     master = realtime_master(settings, partitions)
     own = settings.model_copy(update={"master": master, "driver_memory": "1g"})
-    spark = build_session(own, app_name="iot-pulse-realtime-alerts", log_file=cli.log_file())
-    check_lake_store(spark, own.lake)  # its checkpoint is on the lake
-    stop.install()  # again: the SparkContext replaced the SIGINT handler
-    query = start_realtime_alerts(spark, own)
+    with stop.starting():  # nothing runs yet: a stop gives the start-up up at once
+        spark = build_session(own, app_name="iot-pulse-realtime-alerts", log_file=cli.log_file())
+        check_lake_store(spark, own.lake)  # its checkpoint is on the lake
+        stop.install()  # again: the SparkContext replaced the SIGINT handler
+        query = start_realtime_alerts(spark, own)
     say(
         f"{settings.kafka.topic} -> {settings.kafka.alerts_topic} in real-time mode "
         f"(Spark {spark.version}, master {master}, checkpoint every "

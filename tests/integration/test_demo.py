@@ -11,10 +11,12 @@ dropouts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -28,6 +30,7 @@ from common.contract import FIELDS, REQUIRED, parse_time
 from common.fleet import build_fleet
 from common.report import ProducerReport
 from demo.run import session_gap
+from infra.paths import state_dir
 from loadtest.lake import read_table
 from loadtest.truth import Truth, truth_from_manifest
 from loadtest.verify import check_quarantine
@@ -253,3 +256,53 @@ def _check_sessions(
 
 def _skews(truth: Truth) -> dict[str, float]:
     return {f["device_id"]: f["skew_s"] for f in truth.faults if f["kind"] == "clock_skew"}
+
+
+# What the demo prints at two moments of its start-up: the broker's JVM starting, and
+# the processor starting (its JVM and the tables), where a stop used to take over 20 s.
+START_UP_MOMENTS = {
+    "broker": "waiting for broker on",
+    "processor": "[demo] started processor",
+}
+STOP_LIMIT_S = 10.0
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("moment", list(START_UP_MOMENTS), ids=list(START_UP_MOMENTS))
+def test_ctrl_c_during_start_up_stops_everything_within_10_s(tmp_path: Path, moment: str) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    jars = state_dir() / "jars"  # the connector jars already fetched: no Maven run here
+    if jars.is_dir():
+        (home / "jars").symlink_to(jars)
+    marker = f"IOT_PULSE_HOME={home}"
+    log_path = tmp_path / "demo.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "demo", "--port", str(_free_port())],
+            cwd=ROOT, env=os.environ | {"IOT_PULSE_HOME": str(home)}, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            _wait_for_line(log_path, START_UP_MOMENTS[moment], SETUP_TIMEOUT_S, proc)
+            time.sleep(1.0)  # well inside that step
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+            signalled = time.monotonic()
+            rc = proc.wait(60)
+            took = time.monotonic() - signalled
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 3  # the services' own ends may lag the demo's
+            while (left := _processes_with_env(marker)) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for pid in left:  # a failed stop leaves nothing running after the test either
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    output = log_path.read_text()
+    assert rc == 0, output[-3000:]
+    assert took <= STOP_LIMIT_S, f"stopped in {took:.1f} s\n{output[-3000:]}"
+    assert output.rstrip().endswith("[demo] stopped"), output[-3000:]
+    assert "did not stop" not in output
+    assert left == [], "processes were left behind"
+    print(f"stopped {took:.1f} s after Ctrl-C while the {moment} started")

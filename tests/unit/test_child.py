@@ -65,3 +65,26 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path) -> N
         assert time.monotonic() < deadline, "the grandchild outlived the kill"
         time.sleep(0.05)
     assert child.tail().startswith("ready ")
+
+
+# Exits with the number of SIGTERMs it got in half a second after the first.
+COUNTER = """
+import signal, sys, time
+got = []
+signal.signal(signal.SIGTERM, lambda *_: got.append(1))
+print("ready", flush=True)
+while not got:
+    time.sleep(0.01)
+time.sleep(0.5)
+sys.exit(len(got))
+"""
+
+
+def test_asked_to_stop_first_it_gets_one_sigterm_only(tmp_path) -> None:
+    child = Child("counter", ["-c", COUNTER], dict(os.environ), tmp_path / "child.log")
+    deadline = time.monotonic() + 30
+    while "ready" not in child.log.read_text():
+        assert time.monotonic() < deadline, child.tail()
+        time.sleep(0.05)
+    child.ask_to_stop()  # the demo asks every service first, then waits for each
+    assert child.stop(30) == 1  # a second SIGTERM would abort a service's clean stop

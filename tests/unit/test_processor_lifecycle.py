@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from dataclasses import dataclass
 
-from processor.lifecycle import StopSignal, wait_for_stop
+import pytest
+
+from processor.lifecycle import ChildApp, StartInterrupted, StopSignal, wait_for_stop
 
 
 @dataclass
@@ -52,3 +56,55 @@ def test_the_child_apps_end_ends_the_wait_and_a_stop_comes_through_later() -> No
     stop = StopSignal()
     threading.Timer(1.5, stop.requested.set).start()
     assert wait_for_stop([_Query("silver")], stop, _Child(None)) is None
+
+
+@pytest.fixture
+def restore_handlers():
+    """The test's own SIGINT and SIGTERM handlers back after it."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+def test_a_signal_during_start_up_gives_it_up_at_once(restore_handlers, capfd) -> None:
+    stop = StopSignal()
+    stop.install()
+    with pytest.raises(StartInterrupted), stop.starting():
+        os.kill(os.getpid(), signal.SIGTERM)
+        threading.Event().wait(5)  # a wait the start-up would not finish (the JVM's start)
+    assert stop.requested.is_set()
+    assert capfd.readouterr().err == "[processor] stopping (SIGTERM); again to abort\n"
+    with pytest.raises(StartInterrupted), stop.starting():  # asked already: not entered
+        raise AssertionError("the block ran")
+
+
+def test_after_start_up_a_signal_only_asks_the_run_to_stop(restore_handlers) -> None:
+    stop = StopSignal()
+    stop.install()
+    with stop.starting():
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.requested.wait(5)  # no exception: the queries stop at the next check
+
+
+def test_a_child_app_is_asked_to_stop_once(tmp_path) -> None:
+    ready = tmp_path / "ready"
+    # Exits with the number of SIGTERMs it got in half a second after the first.
+    code = (
+        "import signal, sys, time, pathlib\n"
+        "got = []\n"
+        "signal.signal(signal.SIGTERM, lambda *_: got.append(1))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "while not got: time.sleep(0.01)\n"
+        "time.sleep(0.5)\n"
+        "sys.exit(len(got))\n"
+    )
+    child = ChildApp("counter", ["-c", code])
+    while not ready.exists():
+        assert child.proc.poll() is None
+        threading.Event().wait(0.05)
+    child.ask_to_stop()
+    child.ask_to_stop()  # no second SIGTERM: it would abort a starting child
+    child.stop()
+    assert child.proc.returncode == 1
