@@ -200,7 +200,7 @@ def test_env_names_and_flags_come_from_the_model():
     assert KafkaSettings.flag("ssl_ca_location") == "--kafka-ssl-ca-location"
     assert ProducerSettings.env_name("entra_credential") == "IOT_PRODUCER_ENTRA_CREDENTIAL"
     assert ProducerSettings.flag("fleet_size") == "--fleet-size"
-    assert ProducerSettings.secret_fields() == frozenset({"connection_string"})
+    assert ProducerSettings.secret_fields() == frozenset({"connection_string", "password"})
     with pytest.raises(KeyError, match="KafkaSettings has no setting 'ca_file'"):
         KafkaSettings.env_name("ca_file")
 

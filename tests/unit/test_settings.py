@@ -187,8 +187,11 @@ def test_producer_help_shows_defaults_choices_and_variables_but_no_secret(run_cl
     for expected in (
         "--kafka-auth {none,connection_string,entra} none: PLAINTEXT; connection_string: "
         "SASL_SSL+PLAIN; entra: OAUTHBEARER (default: none; env IOT_KAFKA_AUTH)",
-        "--transport {kafka,file,stdout} Where to send (default: kafka; env "
-        "IOT_PRODUCER_TRANSPORT)",
+        "--transport {kafka,mqtt,file,stdout} Where to send (mqtt: QoS 1 to "
+        "<IOT_MQTT_TOPIC_PREFIX>/<device_id>/telemetry, for python -m bridge to forward) "
+        "(default: kafka; env IOT_PRODUCER_TRANSPORT)",
+        "--mqtt-password PASSWORD Password of the user name (secret: set IOT_MQTT_PASSWORD in "
+        "the environment or .env, where others cannot see it)",
         "--scenario {clean,realistic,chaos} Preset anomaly and fault rates; explicit rates "
         "override it (default: clean; env IOT_PRODUCER_SCENARIO)",
         "--compression {none,gzip,snappy,lz4,zstd} librdkafka compression.type (Event Hubs "
@@ -268,7 +271,7 @@ def test_argparse_refuses_a_value_outside_the_choices(clean_env, capsys):
         _parse(ProducerSettings, ["--transport", "kafkaa"])
     assert exc.value.code == 2
     assert (
-        "argument --transport: invalid choice: 'kafkaa' (choose from 'kafka', 'file', 'stdout')"
+        "argument --transport: invalid choice: 'kafkaa' (choose from 'kafka', 'mqtt', 'file', 'stdout')"
         in capsys.readouterr().err
     )
     args = _parse(ProducerSettings, ["--transport", "file", "--kafka-auth", "entra"])
