@@ -91,7 +91,8 @@ class GoldParts:
         cube: Per window_start, device_type and site: ``events`` and, per metric,
             ``<metric>:sum`` (sum of avg x events) and ``<metric>:weight`` (events of
             the rows that have the metric).
-        devices: Per device_id (with device_type and site): its newest ``last_event_time``.
+        devices: Per device_id (with device_type and site, all three categorical): its
+            newest ``last_event_time``.
     """
 
     cube: pl.DataFrame
@@ -136,9 +137,12 @@ def fleet_cube(gold: pl.DataFrame) -> pl.DataFrame:
 
 def gold_parts(gold: pl.DataFrame) -> GoldParts:
     """Partial aggregates of some ``gold/device_1m`` rows (e.g. one data file's)."""
+    devices = gold.group_by(*DEVICE_KEYS).agg(pl.col("last_event_time").max())
     return GoldParts(
         cube=fleet_cube(gold),
-        devices=gold.group_by(*DEVICE_KEYS).agg(pl.col("last_event_time").max()),
+        # Categorical keys: combine_parts groups every part's devices again (one row per
+        # device and data file, a million on a large fleet), by integers, not strings.
+        devices=devices.with_columns(pl.col(DEVICE_KEYS).cast(pl.Categorical)),
     )
 
 

@@ -460,3 +460,22 @@ def test_schema_drift_sums_each_field_over_batches_and_versions():
     assert data.drift_line("fw", 1, t, now=t + timedelta(days=1)) == (
         "new field `fw` seen on 1 row since 2026-03-01 14:05 UTC"
     )
+
+
+def test_parts_of_two_files_scoped_to_a_site_count_its_active_devices():
+    from dashboard.filters import Filters
+
+    def row(minutes_ago: int, device: str, site: str) -> tuple:
+        at = T0 - timedelta(minutes=minutes_ago)
+        return (at, device, "t", site, 10, 20.0, None, at + timedelta(seconds=40))
+
+    older = _gold([row(30, "d1", "A"), row(30, "d2", "B"), row(30, "d3", "B")])
+    newer = _gold([row(2, "d1", "A"), row(2, "d2", "B"), row(20, "d3", "B")])
+    parts = data.combine_parts(
+        [data.gold_parts(older), data.gold_parts(newer)], T0 - timedelta(hours=1)
+    )
+    assert parts.devices.schema["device_id"] == pl.Categorical  # grouped by integers
+    site_b = data.scope_parts(parts, Filters("1h", sites=("B",)).scope)
+    kpi = data.overview_kpis(site_b, T0 + timedelta(seconds=30), active_minutes=5)
+    assert (kpi.active_devices, kpi.events) == (1, 40)  # d2 only: d3's last reading is old
+    assert site_b.devices.sort("device_id")["device_id"].cast(pl.String).to_list() == ["d2", "d3"]
