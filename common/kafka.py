@@ -316,6 +316,7 @@ def check_connection(
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     seen = 0
+    answered = False  # a broker sent metadata (the topic was not ready)
     while time.monotonic() < deadline:
         try:
             # Short requests: librdkafka's errors are delivered between them, so that a
@@ -351,6 +352,7 @@ def check_connection(
             )
         if md is None:
             continue
+        answered = True
         if topic is None:
             return 0
         tmd = md.topics.get(topic)
@@ -364,19 +366,25 @@ def check_connection(
         last = KafkaException(tmd.error) if tmd is not None else last
     raise KafkaConnectionError(
         f"could not reach the Kafka broker at {where} within {timeout_s:.0f} s "
-        f"({_no_answer(errors, last, brokers)}); check {_BOOTSTRAP_HINT} and that the "
+        f"({_no_answer(errors, last, brokers, answered)}); check {_BOOTSTRAP_HINT} and that the "
         "broker is running"
     )
 
 
-def _no_answer(errors: Sequence[KafkaError], last: Exception | None, brokers: int) -> str:
-    """Why no metadata came, in a few words: what is up, then librdkafka's last error.
+def _no_answer(
+    errors: Sequence[KafkaError], last: Exception | None, brokers: int, answered: bool
+) -> str:
+    """Why the check found no usable broker, in a few words.
 
-    librdkafka's ``_ALL_BROKERS_DOWN`` text counts wrongly ("0/4 brokers are down" for
-    two bootstrap brokers, none up): it is never quoted.
+    What is up, then librdkafka's last error. Its ``_ALL_BROKERS_DOWN`` text counts
+    wrongly ("0/4 brokers are down" for two bootstrap brokers, none up): never quoted.
+    A broker that answered without the topic ready is up: its error is the reason.
     """
     from confluent_kafka import KafkaError
 
+    if answered and last is not None:
+        first = last.args[0] if last.args else None
+        return one_line(first.str() if isinstance(first, KafkaError) else str(last))
     up = f"0 of {brokers} broker{'s' if brokers != 1 else ''} up"
     told = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
     if told:

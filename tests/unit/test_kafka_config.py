@@ -376,3 +376,15 @@ def test_librdkafka_logs_go_to_python_logging_not_stderr(capfd, caplog):
     assert capfd.readouterr().err == ""
     texts = [r.getMessage() for r in caplog.records if r.name == LIBRDKAFKA_LOG.name]
     assert any(f"Connect to ipv4#{address} failed: Connection refused" in t for t in texts), texts
+
+
+def test_the_reason_never_quotes_librdkafkas_broker_count():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from common.kafka import _no_answer
+
+    down = KafkaError(KafkaError._ALL_BROKERS_DOWN, "0/4 brokers are down")
+    assert _no_answer([down], None, 2, answered=False) == "0 of 2 brokers up; no answer"
+    # A broker that answered is up: the topic's own error is the reason.
+    leader = KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, "Leader not available"))
+    assert _no_answer([down], leader, 2, answered=True) == "Leader not available"
