@@ -17,7 +17,7 @@ from bridge.kafka_side import KafkaOutbox
 from bridge.mqtt_side import MqttInbox
 from bridge.settings import BridgeSettings
 from common.kafka import check_connection, librdkafka_config, redact
-from producer.stopping import StopFlag, stopped_by_signals
+from common.stop_signals import StopFlag, stopped_by_signals
 
 log = logging.getLogger("iot_pulse.bridge")
 # Seconds for the Kafka check; with MQTT's connect timeout (8 s) an error comes within 30 s.

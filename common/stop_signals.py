@@ -1,4 +1,4 @@
-"""How a producer run is asked to stop: SIGINT/SIGTERM or code, checked between batches."""
+"""How a service is asked to stop: SIGINT/SIGTERM or code, checked between steps of its loop."""
 
 from __future__ import annotations
 

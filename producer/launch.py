@@ -24,6 +24,7 @@ from common.kafka import (
 )
 from common.mqtt import telemetry_filter
 from common.report import ProducerReport
+from common.stop_signals import StopFlag
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig
 from producer.manifest import Manifest
@@ -40,7 +41,6 @@ from producer.sinks import (
     file_prefix,
 )
 from producer.sources import ReplaySource, SimulationSource, Source, worker_count
-from producer.stopping import StopFlag
 
 EH_EVENTS_PER_TU = 1000
 EH_BYTES_PER_TU = 1_000_000

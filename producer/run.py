@@ -19,11 +19,11 @@ from typing import Any
 
 from common.report import RUNNING, ProducerReport
 from common.stats import percentiles
+from common.stop_signals import StopFlag, stopped_by_signals
 from producer.manifest import Manifest
 from producer.pacing import Pacer
 from producer.sinks import Sink, SinkStalledError
 from producer.sources import Source
-from producer.stopping import StopFlag, stopped_by_signals
 
 # Most seconds to wait, before the clock starts, for the sink to be ready to send at
 # once (Kafka: the idempotent producer's id); sending works anyway after that.

@@ -24,10 +24,10 @@ from typing import Any
 
 from common.report import RUNNING, ProducerReport
 from common.stats import percentiles
+from common.stop_signals import StopFlag
 from producer.launch import run_one
 from producer.manifest import merge_manifests
 from producer.run import REPORT_EVERY_S
-from producer.stopping import StopFlag
 
 _STATS = 4  # readings, sent, acked, errors
 START_WAIT_S = 30.0  # most a ready worker waits for the others before it starts anyway

@@ -10,7 +10,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("common", "producer", "processor", "dashboard", "infra", "loadtest", "demo", "notifier")
+PACKAGES = (
+    "common", "producer", "processor", "dashboard", "infra", "loadtest", "demo", "bridge", "notifier",
+)  # fmt: skip
+# Each service runs from its own extra in its own container: it imports only itself and common.
+SERVICES = ("producer", "processor", "dashboard", "bridge", "notifier")
 
 
 def module_name(path: Path) -> str:
@@ -96,3 +100,14 @@ def test_the_project_has_no_import_loop():
     known = set(modules)
     graph = {name: imports_of(path, known) - {name} for name, path in modules.items()}
     assert cycles(graph) == []
+
+
+def test_a_service_imports_only_itself_and_common():
+    modules = project_modules()
+    known = set(modules)
+    crossing = {
+        name: sorted(m for m in imports_of(path, known) if m.split(".")[0] not in (top, "common"))
+        for name, path in modules.items()
+        if (top := name.split(".")[0]) in SERVICES
+    }
+    assert {name: found for name, found in crossing.items() if found} == {}
