@@ -57,3 +57,47 @@ def test_docs_tables_lists_every_table_with_its_key():
     assert {name: key for name, key in rows} == {
         str(t): ", ".join(spec.key) for t, spec in TABLES.items()
     }
+
+
+def _documented_columns(cell: str) -> set[str]:
+    """The column names a docs/tables.md cell gives, ``<metric>_a/_b`` spelled out."""
+    names: set[str] = set()
+    for token in re.findall(r"[a-z0-9_<>]+(?:/_[a-z0-9_]+)*", cell):
+        head, *more = token.split("/")
+        names.add(head)
+        stem = head[: head.rfind("_")] if more else ""
+        names |= {stem + suffix for suffix in more}
+    if "metrics" in names:  # "metrics…": every metric of the contract, as its own column
+        names.add("<metric>")
+    return names
+
+
+def test_docs_tables_names_every_column_each_query_writes(spark, tmp_path):
+    from common.contract import METRIC_NAMES
+    from processor.lake_setup import devices_frame, table_frames
+    from processor.settings import ProcessorSettings
+
+    settings = ProcessorSettings(_env_file=None, fleet_size=3, lake={"root": str(tmp_path)})
+    devices = devices_frame(spark, settings)
+    frames = table_frames(spark, settings, devices) | {Table.DIM_DEVICES: devices}
+    cells = dict(
+        re.findall(
+            r"^\| `([a-z_]+/[a-z_0-9]+)` \| [^\n]*? \| [a-z_, ]+ \| ([^|\n]+) \|$",
+            (ROOT / "docs" / "tables.md").read_text(),
+            flags=re.M,
+        )
+    )
+
+    def as_documented(column: str) -> str:
+        for m in METRIC_NAMES:
+            if column == m or column.startswith(m + "_"):
+                return "<metric>" + column[len(m) :]
+        return column
+
+    undocumented = {
+        str(t): sorted(
+            c for c in f.columns if as_documented(c) not in _documented_columns(cells[str(t)])
+        )
+        for t, f in frames.items()
+    }
+    assert {t: cols for t, cols in undocumented.items() if cols} == {}
