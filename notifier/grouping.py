@@ -28,7 +28,11 @@ class RateLimiter:
         self._windows: dict[str, _Window] = {}
 
     def offer(self, item: Received, now: float) -> list[Received] | None:
-        """Take an alert: the message to send now (the alert alone), or None if held."""
+        """Take an alert: the message to send now, or None if held.
+
+        The message is the alert alone, or, when its device's window has ended with
+        alerts still held (the caller was busy past its end), those and this one.
+        """
         if self.window_s <= 0:
             return [item]
         device = item.alert.device_id
@@ -36,8 +40,10 @@ class RateLimiter:
         if window is not None and now < window.ends:
             window.held.append(item)
             return None
+        # An ended window's held alerts go out now, with this one, in one message.
+        held = window.held if window is not None else []
         self._windows[device] = _Window(now + self.window_s)
-        return [item]
+        return [*held, item]
 
     def due(self, now: float) -> list[list[Received]]:
         """The held groups whose window has ended, oldest window first.

@@ -45,6 +45,7 @@ def consumer_config(settings: NotifierSettings, base: dict[str, Any]) -> dict[st
     """
     return base | {
         "group.id": settings.group_id,
+        "group.instance.id": settings.group_instance_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": settings.start_at,

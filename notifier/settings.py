@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -48,6 +49,12 @@ class NotifierSettings(Settings):
         description="Kafka consumer group; offsets are committed once every destination has "
         "an alert",
     )
+    instance_id: str = Field(
+        "",
+        description="Static group membership (group.instance.id): a notifier restarted "
+        "after a crash takes its partitions back at once, not after the session timeout; "
+        "give each notifier of a group its own; default: <group_id>-<host name>",
+    )
     start_at: Literal["latest", "earliest"] = Field(
         "latest",
         description="Where a consumer group without committed offsets starts reading the "
@@ -84,6 +91,11 @@ class NotifierSettings(Settings):
         20.0, gt=0, le=120, description="Deadline of the broker check at start"
     )
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+
+    @property
+    def group_instance_id(self) -> str:
+        """``group.instance.id``: the setting, else ``<group_id>-<host name>``."""
+        return self.instance_id or f"{self.group_id}-{socket.gethostname()}"
 
     @property
     def dead_letters(self) -> str:

@@ -48,10 +48,13 @@ class WebhookServer:
                     )  # fmt: skip
                 if server.delay_s:
                     time.sleep(server.delay_s)
-                self.send_response(status)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"ok")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client was killed while it waited
 
             def log_message(self, *args: object) -> None:
                 pass

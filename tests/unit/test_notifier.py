@@ -363,6 +363,11 @@ def test_grouping_windows_exactly():
     assert limiter.due(30.0) == []  # nothing held: the window closes
     assert limiter.offer(items[3], 30.0) == [items[3]]
     assert RateLimiter(0).offer(items[1], 0.0) == [items[1]]
+    # A window that ended while the caller was busy: its held alerts go with the next one.
+    assert limiter.offer(items[0], 35.0) is None
+    assert limiter.offer(items[1], 41.0) == [items[0], items[1]]
+    assert limiter.next_due() is None
+    assert limiter.offer(items[2], 50.0) is None  # the message opened a window until 51
 
 
 def test_filters_leave_alerts_out_per_destination(tmp_path, server):
