@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from common.paths import state_dir
+
 SENDING: Final = "sending"  # in the outbox: POSTed, or about to be
 DELIVERED: Final = "delivered"
 FAILED: Final = "failed"  # dead-lettered after the attempts ran out, or refused for good
@@ -43,6 +45,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     PRIMARY KEY (destination, request_key)
 );
 """
+
+
+def default_ledger_path() -> Path:
+    """``<state dir>/notifier/deliveries.sqlite``: the notifier writes it, the dashboard reads."""
+    return state_dir() / "notifier" / "deliveries.sqlite"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -38,6 +38,7 @@ from confluent_kafka import (
 
 from common.alerts import LiveAlert, decode_alert
 from common.cli import one_line
+from common.deliveries import DeliveryState
 from common.kafka import connection_detail, librdkafka_config, tls_failure
 from common.kafka_settings import KafkaSettings
 from dashboard.display import metric_label
@@ -56,6 +57,8 @@ LIVE_COLUMNS = (
     "alert time (UTC)", "device", "site", "metric", "kind", "value", "threshold", "latency",
     "alert id",
 )  # fmt: skip
+# Destinations that have the alert (of those that take it), when a notifier runs.
+DELIVERED_COLUMN = "delivered"
 
 
 # ---------------------------------------------------------------- the buffer
@@ -490,15 +493,32 @@ def alert_frame(alerts: list[LiveAlert]) -> pl.DataFrame:
     )
 
 
-def alert_table(frame: pl.DataFrame, now: datetime) -> pl.DataFrame:
-    """The rows of ``alert_frame`` as the page prints them (text, times in UTC)."""
+def alert_table(
+    frame: pl.DataFrame, now: datetime, deliveries: Mapping[str, DeliveryState] | None = None
+) -> pl.DataFrame:
+    """The rows of ``alert_frame`` as the page prints them (text, times in UTC).
+
+    Args:
+        frame: The alerts.
+        now: The page's time (today's alerts print without their date).
+        deliveries: The notifier's delivery state per alert id (``common.deliveries``);
+            when given, a ``delivered`` column says how many destinations have each.
+    """
     rows = [
         (format_alert_time(r["alert_time"], now), r["device_id"], r["site"] or "—",
          metric_label(r["metric"]), r["kind"], f"{r['value']:,.2f}", f"{r['threshold']:,.2f}",
          format_latency(r["latency_s"]), r["alert_id"])
         for r in frame.iter_rows(named=True)
     ]  # fmt: skip
-    return pl.DataFrame(rows, schema=dict.fromkeys(LIVE_COLUMNS, pl.String()), orient="row")
+    table = pl.DataFrame(rows, schema=dict.fromkeys(LIVE_COLUMNS, pl.String()), orient="row")
+    if deliveries is None:
+        return table
+    delivered = [
+        deliveries[i].text if i in deliveries else "—" for i in table["alert id"].to_list()
+    ]
+    return table.insert_column(
+        len(LIVE_COLUMNS) - 1, pl.Series(DELIVERED_COLUMN, delivered, pl.String())
+    )
 
 
 def live_line(

@@ -9,6 +9,7 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from common.deliveries import default_ledger_path
 from common.kafka_settings import KafkaSettings
 from common.lake_settings import LakeSettings
 from common.paths import state_dir
@@ -60,6 +61,11 @@ class DashboardSettings(Settings):
     live_alerts_rows: int = Field(10, ge=1, le=500, description="Live alerts shown, newest first")
     live_refresh_s: float = Field(
         1.0, gt=0, description="Seconds between refreshes of the live alerts"
+    )
+    deliveries_path: Path = Field(
+        default_factory=default_ledger_path,
+        description="The notifier's delivery ledger (IOT_NOTIFIER_LEDGER_PATH): the live "
+        "alerts' delivered column; none when the file does not exist",
     )
     lake: LakeSettings = Field(default_factory=LakeSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)

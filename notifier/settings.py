@@ -9,8 +9,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
+from common.deliveries import default_ledger_path
 from common.kafka_settings import KafkaSettings
-from common.paths import state_dir
 from common.settings import Settings
 from notifier.destinations import (
     Destination,
@@ -20,11 +20,6 @@ from notifier.destinations import (
 )
 
 DEAD_LETTER_SUFFIX = ".deadletter"
-
-
-def default_ledger_path() -> Path:
-    """``<state dir>/notifier/deliveries.sqlite``: the ledger the dashboard reads too."""
-    return state_dir() / "notifier" / "deliveries.sqlite"
 
 
 class NotifierSettings(Settings):

@@ -14,6 +14,7 @@ import streamlit as st
 
 from common.alerts import ALERT_KINDS as KINDS
 from common.contract import METRIC_NAMES
+from common.deliveries import delivery_states
 from common.lake import Table
 from dashboard import charts, data, display, lake, live_alerts, ui
 from dashboard.settings import DashboardSettings
@@ -45,8 +46,9 @@ def render_live(feed: live_alerts.LiveFeed) -> None:
     refresh = None if view.paused else settings.live_refresh_s
     st.caption(live_alerts.live_line(status, rows.height, len(kept), scoped, refresh))
     if rows.height:
-        table = live_alerts.alert_table(rows.head(settings.live_alerts_rows), datetime.now(UTC))
-        st.table(table, hide_index=True)
+        shown = rows.head(settings.live_alerts_rows)
+        states = delivery_states(settings.deliveries_path, shown["alert_id"].to_list())
+        st.table(live_alerts.alert_table(shown, datetime.now(UTC), states), hide_index=True)
 
 
 def live_section() -> None:

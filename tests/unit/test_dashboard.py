@@ -667,8 +667,10 @@ class _Consumer:
         pass
 
 
-def _live_feed(monkeypatch, alerts: list[LiveAlert], *, reachable: bool = True):
+def _live_feed(monkeypatch, alerts: list[LiveAlert], *, reachable: bool = True, ledger=None):
     monkeypatch.setenv("IOT_DASHBOARD_LIVE_ALERTS", "true")
+    # No notifier unless the test gives its delivery ledger.
+    monkeypatch.setenv("IOT_DASHBOARD_DELIVERIES_PATH", str(ledger or "/nonexistent/ledger"))
     kafka = KafkaSettings(bootstrap_servers="broker-1:9092")
     feed = live_alerts.LiveFeed(kafka, 50, consumer_factory=_Consumer)
     if reachable:
@@ -721,6 +723,36 @@ def test_alerts_page_shows_the_newest_live_alerts_in_the_scope(seeded, monkeypat
     # The history below is the same as without the feed.
     assert _metrics(at)["Alerts"] == "4"
     assert len(at.dataframe) == 1
+
+
+def test_alerts_page_shows_how_many_destinations_have_each_live_alert(
+    seeded, monkeypatch, tmp_path
+):
+    from notifier.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "deliveries.sqlite")
+    ledger.set_destinations(["ops", "slack"])
+    for destination, alert_id, ok in [
+        ("ops", "e3:temperature_c", True), ("slack", "e3:temperature_c", True),
+        ("ops", "e1:temperature_c", True), ("slack", "e1:temperature_c", False),
+    ]:  # fmt: skip
+        ledger.begin(destination, alert_id, b"{}", [{}], [alert_id])
+        ledger.finish(destination, alert_id, [alert_id], delivered=ok, attempts=1)
+    ledger.close()
+    _live_feed(
+        monkeypatch,
+        [
+            _live("e1:temperature_c", 1, "dev-00001", "Austin", "thermostat"),
+            _live("e2:temperature_c", 2, "dev-00002", "Austin", "thermostat"),
+            _live("e3:temperature_c", 3, "dev-00005", "Austin", "vibration"),
+        ],
+        ledger=tmp_path / "deliveries.sqlite",
+    )
+    at = _run("views/alerts.py")
+    table = at.table[0].value
+    assert list(table.columns) == [*live_alerts.LIVE_COLUMNS[:-1], "delivered", "alert id"]
+    assert list(table["alert id"]) == ["e3:temperature_c", "e2:temperature_c", "e1:temperature_c"]
+    assert list(table["delivered"]) == ["2 of 2", "0 of 2 · 2 pending", "1 of 2 · 1 failed"]
 
 
 def test_alerts_page_says_in_one_line_that_the_broker_is_unreachable(seeded, monkeypatch):

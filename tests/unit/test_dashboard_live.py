@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException, TopicPartition
 
 from common.alerts import ALERT_FIELDS, LiveAlert
+from common.deliveries import DeliveryState
 from common.kafka import LIBRDKAFKA_LOG
 from common.kafka_settings import KafkaSettings
 from dashboard.live_alerts import (
@@ -160,6 +161,12 @@ def test_alert_table_prints_every_column():
          "10.00", "—", "e1:temperature_c"),
     ]  # fmt: skip
     assert alert_table(alert_frame([]), T0).rows() == []
+    # With the notifier's ledger: how many destinations have each alert.
+    states = {"e2:co2_ppm": DeliveryState(delivered=1, failed=1, pending=0)}
+    delivered = alert_table(frame, T0, states)
+    assert delivered.columns == [*LIVE_COLUMNS[:-1], "delivered", "alert id"]
+    assert delivered["delivered"].to_list() == ["1 of 2 · 1 failed", "—"]
+    assert delivered.drop("delivered").rows() == table.rows()
 
 
 def test_live_line_counts_and_says_the_state_while_healthy():
