@@ -117,8 +117,12 @@ class Notifier:
         due = [t for lim in self._limiters.values() if (t := lim.next_due()) is not None]
         if due:
             timeout_s = max(0.0, min(timeout_s, min(due) - self._clock()))
-        for message in self.consumer.consume(num_messages=500, timeout=timeout_s):
-            self._take(message)
+        # poll returns as soon as a record is there (consume would wait for all 500 or the
+        # timeout); what else has arrived is taken without waiting.
+        first = self.consumer.poll(timeout_s)
+        if first is not None:
+            for message in [first, *self.consumer.consume(num_messages=499, timeout=0)]:
+                self._take(message)
         now = self._clock()
         for name, limiter in self._limiters.items():
             for items in limiter.due(now):

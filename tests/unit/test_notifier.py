@@ -82,6 +82,9 @@ class FakeConsumer:
     def subscribe(self, topics: list[str], **_: object) -> None:
         self.subscribed = topics
 
+    def poll(self, timeout: float = -1) -> FakeMessage | None:
+        return self.queue.pop(0) if self.queue else None
+
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
         out, self.queue = self.queue[:num_messages], self.queue[num_messages:]
         return out
