@@ -15,6 +15,7 @@ from datetime import timedelta
 from common import cli
 from common.kafka import KafkaConnectionError, check_connection, librdkafka_config
 from common.settings import SettingsError, add_settings_arguments, load_settings
+from notifier.deadletter import DeadLetterError
 from notifier.destinations import DestinationsError
 from notifier.ledger import Ledger
 from notifier.loop import CLIENT_ID, Notifier, consumer_config
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         notifier.start()
         notifier.run(stop)
+    except DeadLetterError as exc:
+        # Nothing of the failed message is committed: a restart tries it again.
+        raise cli.CliError(str(exc)) from exc
     finally:
         consumer.close()
         producer.flush(10)

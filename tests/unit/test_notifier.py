@@ -562,3 +562,31 @@ def test_delivery_states_count_delivered_failed_and_pending_per_alert(tmp_path):
                                                  "0 of 3 · 3 pending"]  # fmt: skip
     assert DeliveryState(0, 0, 0).text == "—"
     assert ledger.prune(timedelta(hours=1), datetime.now(UTC) + timedelta(hours=2)) == 5
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_the_cli_says_in_one_line_what_is_wrong_with_its_settings(run_cli, tmp_path):
+    secret = f"https://hooks.example.com/{TOKEN}"
+    none = run_cli("notifier", home=tmp_path, cwd=tmp_path)
+    assert (none.code, none.out) == (2, "")
+    assert none.err == (
+        "error: invalid settings: no destinations: set IOT_NOTIFIER_DESTINATIONS (a JSON list) "
+        "or IOT_NOTIFIER_DESTINATIONS_FILE (a TOML file)\n"
+    )
+    bad = run_cli(
+        "notifier", "--max-attempts", "0", home=tmp_path, cwd=tmp_path,
+        env={"IOT_NOTIFIER_DESTINATIONS": json.dumps(
+            [{"name": "a", "format": "slack", "url": secret}])},
+    )  # fmt: skip
+    assert (bad.code, bad.err) == (
+        2,
+        "error: invalid settings: IOT_NOTIFIER_MAX_ATTEMPTS (--max-attempts): Input should be "
+        "greater than or equal to 1 (got '0')\n",
+    )
+    shown = run_cli("notifier", "--help", home=tmp_path, cwd=tmp_path)
+    assert shown.code == 0
+    assert "IOT_NOTIFIER_DESTINATIONS in the environment or .env" in " ".join(shown.out.split())
+    logs = "".join(p.read_text() for p in tmp_path.rglob("*.log"))
+    assert not any(part in bad.err + shown.out + logs for part in TOKEN.split("/"))
