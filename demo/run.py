@@ -3,7 +3,9 @@
 Starts the Kafka broker, the processor (continuous), the producer (a live fleet
 at a steady rate, the ``realistic`` scenario: anomalies, duplicates, late and
 malformed records, device dropouts) and the dashboard, each a child process in
-its own process group with its log under ``<state dir>/demo/logs``. It prints
+its own process group with its log under ``<state dir>/demo/logs``. With
+``--ingress mqtt`` the producer publishes to a local Mosquitto instead, and the
+bridge (``python -m bridge``) forwards its readings to the Kafka broker. It prints
 the dashboard's URL once it answers, watches the children, and on Ctrl-C or
 SIGTERM stops them all, then the broker.
 
@@ -30,13 +32,18 @@ from common import cli
 from common.child import Child
 from common.kafka_settings import KafkaSettings
 from common.lake_settings import LakeSettings
-from infra import broker
+from infra import broker, mqtt_broker
 from infra.jars import JarResolutionError, ensure_jar_dir, ensure_jars
 from infra.paths import PROJECT_ROOT, state_dir
 from processor.settings import ProcessorSettings
 from producer.settings import ProducerSettings
 
 STOP_TIMEOUT_S = 20.0
+# The bridge subscribes before the producer publishes: MQTT keeps nothing for a
+# subscription that does not exist yet.
+BRIDGE_READY_LINE = "[bridge] forwarding"
+BRIDGE_READY_TIMEOUT_S = 60.0
+INGRESSES = ("kafka", "mqtt")
 SCENARIO_NAMES = typing.get_args(ProducerSettings.model_fields["scenario"].annotation)
 # The demo's timing (see demo_env); the services' defaults are for real deployments.
 BACKGROUND_TRIGGER_INTERVAL = "15 seconds"
@@ -71,6 +78,18 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+def _wait_for_line(child: Child, line: str, stop: threading.Event) -> bool:
+    """Wait until ``child``'s log holds ``line``; False if it exits, stop is set, or time is up."""
+    deadline = BRIDGE_READY_TIMEOUT_S
+    while deadline > 0 and child.proc.poll() is None:
+        if line in child.log.read_text(errors="replace"):
+            return True
+        if stop.wait(0.2):
+            return False
+        deadline -= 0.2
+    return False
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = cli.ArgumentParser(prog="python -m demo", description=__doc__)
     p.add_argument("--rate", type=float, default=200.0, help="producer events/s (default 200)")
@@ -82,6 +101,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default="realistic",
         choices=SCENARIO_NAMES,
         help=f"producer scenario, one of {', '.join(SCENARIO_NAMES)} (default realistic)",
+    )
+    p.add_argument(
+        "--ingress",
+        default="kafka",
+        choices=INGRESSES,
+        help="how the readings come in: kafka (the producer sends to the broker) or mqtt "
+        "(the producer publishes to a local Mosquitto, python -m bridge forwards them to "
+        "the broker) (default kafka)",
     )
     p.add_argument(
         "--trigger-interval", help="processor hot-path micro-batch interval (default: its own)"
@@ -165,6 +192,9 @@ def clean(root: Path) -> None:
     """
     if broker.stop(root / "broker"):
         _say("stopped the demo's broker, which was left running")
+    if mqtt_broker.status(root / "mqtt-broker") is not None:
+        mqtt_broker.stop(root / "mqtt-broker")
+        _say("stopped the demo's MQTT broker, which was left running")
     shutil.rmtree(root, ignore_errors=True)
     _say(f"deleted {root}")
 
@@ -196,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     broker_dir = root / "broker"
+    mqtt_dir = root / "mqtt-broker"
     children: list[Child] = []
     failed = False
     try:
@@ -205,21 +236,28 @@ def main(argv: list[str] | None = None) -> int:
         broker.ensure_topic(info.plaintext, args.topic, partitions=3)
         broker.ensure_topic(info.plaintext, ALERTS_TOPIC, partitions=1)
         env = os.environ | demo_env(args, root, info.plaintext, spark_jar_dir)
+        services: list[tuple[str, list[str]]] = [("processor", ["-m", "processor", "run"])]
+        if args.ingress == "mqtt":
+            env |= mqtt_broker.start(mqtt_dir).env | ProducerSettings.env_vars(transport="mqtt")
+            services.append(("bridge", ["-m", "bridge"]))
         dashboard = [
             "-m", "streamlit", "run", str(PROJECT_ROOT / "dashboard" / "app.py"),
             "--server.port", str(args.port), "--server.headless", "true",
             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
         ]  # fmt: skip
-        for name, child_args in (
-            ("processor", ["-m", "processor", "run"]),
-            ("producer", ["-m", "producer"]),
-            ("dashboard", dashboard),
-        ):
+        services += [("producer", ["-m", "producer"]), ("dashboard", dashboard)]
+        for name, child_args in services:
             spawning[0] = True
             children.append(_spawn(name, child_args, env, logs))
             spawning[0] = False
             if stop.is_set():  # asked while it was being started
                 raise _StartInterrupted
+            if name == "bridge" and not _wait_for_line(children[-1], BRIDGE_READY_LINE, stop):
+                if stop.is_set():
+                    raise _StartInterrupted
+                _say(f"the bridge did not start forwarding:\n{children[-1].tail()}")
+                failed = True
+                return 1
         starting[0] = False
         url = f"http://localhost:{args.port}"
         announced = False
@@ -235,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if failed else 0
     except _StartInterrupted:
         return 0
-    except (broker.BrokerError, JarResolutionError) as exc:
+    except (broker.BrokerError, mqtt_broker.MqttBrokerError, JarResolutionError) as exc:
         _say(f"error: {exc}")
         return 1
     finally:
@@ -247,4 +285,6 @@ def main(argv: list[str] | None = None) -> int:
         for child in reversed(children):
             child.stop(STOP_TIMEOUT_S, _say)
         broker.stop(broker_dir)
+        if mqtt_dir.exists():
+            mqtt_broker.stop(mqtt_dir)
         _say("stopped")

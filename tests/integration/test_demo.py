@@ -12,6 +12,7 @@ dropouts.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -36,6 +37,7 @@ from loadtest.truth import Truth, truth_from_manifest
 from loadtest.verify import check_quarantine
 from processor.detector import KINDS, alert_id
 from producer.manifest import read_manifest
+from tests import mqtt_fixture
 from tests.integration.proc import table_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -306,3 +308,54 @@ def test_ctrl_c_during_start_up_stops_everything_within_10_s(tmp_path: Path, mom
     assert "did not stop" not in output
     assert left == [], "processes were left behind"
     print(f"stopped {took:.1f} s after Ctrl-C while the {moment} started")
+
+
+@pytest.mark.subprocess
+@mqtt_fixture.needs_mosquitto
+def test_the_demo_over_mqtt_fills_silver_through_the_bridge_and_stops_cleanly(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    jars = state_dir() / "jars"
+    if jars.is_dir():
+        (home / "jars").symlink_to(jars)
+    marker = f"IOT_PULSE_HOME={home}"
+    lake, logs = home / "demo" / "lake", home / "demo" / "logs"
+    log_path = tmp_path / "demo.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "demo", "--ingress", "mqtt", "--port", str(_free_port())],
+            cwd=ROOT, env=os.environ | {"IOT_PULSE_HOME": str(home)}, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            _wait_for_line(log_path, "[demo] started producer", SETUP_TIMEOUT_S, proc)
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not table_rows(lake / "silver" / "events", ["seq"]):
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no silver rows through the bridge"
+                time.sleep(3)
+            os.killpg(proc.pid, signal.SIGINT)
+            rc = proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 3
+            while (left := _processes_with_env(marker)) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    output = log_path.read_text()
+    assert rc == 0, output[-3000:]
+    assert output.rstrip().endswith("[demo] stopped"), output[-3000:]
+    assert left == [], "processes were left behind (Mosquitto, the bridge?)"
+    # The readings came through MQTT: the producer published there, the bridge forwarded
+    # every record the topic holds (no other writer has the demo's topic), silver a part.
+    assert "[producer] connected: mqtt://" in (logs / "producer.log").read_text()
+    final = (logs / "bridge.log").read_text().strip().splitlines()[-1]
+    assert final.startswith("[bridge] stopped: "), final
+    stats = json.loads(final.removeprefix("[bridge] stopped: "))
+    assert stats["failed"] == {} and stats["in_flight"] == 0
+    assert 0 < len(table_rows(lake / "silver" / "events", ["seq"])) <= stats["forwarded"]
