@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 from bridge.service import run
 from bridge.settings import BridgeSettings
 from common import cli
@@ -20,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
         unacknowledged; 2 on invalid settings.
 
     """
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m bridge",
         description="Forward device telemetry from an MQTT broker to Kafka / Event Hubs.",
     )

@@ -12,7 +12,6 @@ broker killed with SIGKILL loses what came in since the last save.
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from common import cli
 from infra import daemons
 from infra.paths import state_dir
 
@@ -241,7 +241,7 @@ def stop(folder: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bool
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m infra.mqtt_broker start|stop|status [--dir DIR] [--port PORT]``."""
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m infra.mqtt_broker", description="A local Mosquitto MQTT broker."
     )
     parser.add_argument("command", choices=["start", "stop", "status"])

@@ -11,7 +11,6 @@ PNG per page (the first screen, not the whole page, to keep them small) into
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +27,7 @@ from tests.browser.test_dashboard_browser import (
     SHIFT,
     _free_port,
     _settled,
-    _wait_http,
+    running_dashboard,
 )
 
 VIEWPORT = {"width": 1280, "height": 860}
@@ -53,23 +52,8 @@ def take(out_dir: Path) -> list[Path]:
             "IOT_DASHBOARD_REPORT_PATH": str(Path(tmp) / "lake-report.json"),
             "IOT_DASHBOARD_LIVE_ALERTS": "false",
         }
-        with (Path(tmp) / "streamlit.log").open("w") as log:
-            proc = subprocess.Popen(
-                [
-                    sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
-                    "--server.headless", "true", "--server.port", str(port),
-                    "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-                    "--server.fileWatcherType", "none",
-                ],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-            try:
-                url = f"http://127.0.0.1:{port}"
-                _wait_http(f"{url}/_stcore/health", proc)
-                return _shoot(url, out_dir)
-            finally:
-                proc.terminate()
-                proc.wait(timeout=15)
+        with running_dashboard(env, port, Path(tmp) / "streamlit.log") as url:
+            return _shoot(url, out_dir)
 
 
 def _shoot(url: str, out_dir: Path) -> list[Path]:

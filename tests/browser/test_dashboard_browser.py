@@ -12,6 +12,7 @@ Alerts page within seconds without a reload. Screenshots go to the git-ignored
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -126,28 +127,36 @@ def app_url(
             bootstrap_servers=kafka_broker.plaintext, alerts_topic=alerts_topic, auth="none"
         )
     )
-    log = (tmp_path_factory.mktemp("streamlit") / "streamlit.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
-            "--server.headless", "true", "--server.port", str(port),
-            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-            "--server.fileWatcherType", "none",
-        ],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_http(f"{url}/_stcore/health", proc)
+    with running_dashboard(
+        env, port, tmp_path_factory.mktemp("streamlit") / "streamlit.log"
+    ) as url:
         yield url
-    finally:
-        proc.terminate()
+
+
+@contextlib.contextmanager
+def running_dashboard(env: dict[str, str], port: int, log_path: Path) -> Iterator[str]:
+    """The dashboard served by Streamlit on 127.0.0.1:``port`` while the block runs; its URL."""
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
+                "--server.headless", "true", "--server.port", str(port),
+                "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+                "--server.fileWatcherType", "none",
+            ],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
         try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            url = f"http://127.0.0.1:{port}"
+            _wait_http(f"{url}/_stcore/health", proc)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 # Records every text the page draws on a canvas: the data grids draw their cells there.

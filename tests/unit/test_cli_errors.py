@@ -114,8 +114,31 @@ def test_verify_with_a_lake_root_that_is_not_a_folder(run, tmp_path, kind):
             ["processor", "--config", "no-such.toml"],
             "error: invalid settings: config file no-such.toml does not exist",
         ),
+        (
+            ["bridge", "--nosuch"],
+            "error: python -m bridge: unrecognized arguments: --nosuch "
+            "(see python -m bridge --help)",
+        ),
+        (
+            ["notifier", "--nosuch"],
+            "error: python -m notifier: unrecognized arguments: --nosuch "
+            "(see python -m notifier --help)",
+        ),
+        (
+            ["infra.mqtt_broker", "restart"],
+            "error: python -m infra.mqtt_broker: argument command: invalid choice: 'restart' "
+            "(choose from 'start', 'stop', 'status') (see python -m infra.mqtt_broker --help)",
+        ),
     ],
-    ids=["missing argument", "unknown log level", "unknown scenario", "missing config file"],
+    ids=[
+        "missing argument",
+        "unknown log level",
+        "unknown scenario",
+        "missing config file",
+        "bridge flag",
+        "notifier flag",
+        "mqtt broker command",
+    ],  # fmt: skip
 )
 def test_usage_and_settings_errors_are_one_line(run, tmp_path, args, expected):
     code, out, err, elapsed = run(*args, home=tmp_path / "home")
