@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@command -v mvn >/dev/null || { echo "Maven is required: apt-get install maven"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
-	$(PY) -m pip install --quiet -e ".[producer,processor,dashboard,infra,loadtest]" --group dev
+	$(PY) -m pip install --quiet -e ".[producer,bridge,processor,dashboard,notifier,infra,loadtest]" --group dev
 	touch $(STAMP)
 
 jars: setup
