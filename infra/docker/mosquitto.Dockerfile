@@ -16,6 +16,6 @@ COPY infra/docker/mosquitto.conf /etc/mosquitto/iot-pulse.conf
 USER 10001:10001
 EXPOSE 1883
 # Healthy when the broker takes a QoS 1 message (mosquitto_pub waits for its PUBACK).
-HEALTHCHECK --interval=5s --timeout=5s --start-period=10s --retries=3 \
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
     CMD ["mosquitto_pub", "-h", "localhost", "-p", "1883", "-q", "1", "-t", "iot-pulse/health", "-m", "ok"]
 ENTRYPOINT ["mosquitto", "-c", "/etc/mosquitto/iot-pulse.conf"]
