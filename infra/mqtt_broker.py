@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common import cli
+from common.mqtt_settings import MqttSettings
 from infra import daemons
 from infra.paths import state_dir
 
@@ -61,7 +62,7 @@ class MqttBrokerInfo:
     @property
     def env(self) -> dict[str, str]:
         """The ``IOT_MQTT_*`` variables that point a client at it."""
-        return {"IOT_MQTT_HOST": self.host, "IOT_MQTT_PORT": str(self.port)}
+        return MqttSettings.env_vars(host=self.host, port=self.port)
 
 
 def default_state_dir() -> Path:
@@ -126,13 +127,37 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_listening(proc: subprocess.Popen, port: int, log: Path, timeout: float) -> None:
+    """Wait until ``proc`` (Mosquitto) listens on ``port``; raise if it exits or time is up."""
+    deadline = time.monotonic() + timeout
+    while not (_listening("127.0.0.1", port) and proc.poll() is None):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise MqttBrokerError(
+                f"mosquitto did not start listening on 127.0.0.1:{port} "
+                f"(log {log}: {' | '.join(tail)})"
+            )
+        time.sleep(0.05)
+
+
 def _write_passwords(path: Path, users: Mapping[str, str]) -> None:
     """A ``mosquitto_passwd`` file holding ``users`` (name -> password), hashed."""
     path.unlink(missing_ok=True)
     path.touch(mode=0o600)
     for name, password in users.items():
+        # The password on stdin (asked twice), never in argv, where ps shows it.
         done = subprocess.run(
-            ["mosquitto_passwd", "-b", str(path), name, password],
+            ["mosquitto_passwd", str(path), name],
+            input=f"{password}\n{password}\n",
             capture_output=True,
             text=True,
             check=False,
@@ -189,7 +214,9 @@ def start(
             return running
         state_file = folder / "state.json"
         previous = daemons.read_state(state_file)
-        chosen = port or int(str(previous.get("port") or 0)) or _free_port()
+        remembered = int(str(previous.get("port") or 0))
+        # The previous port keeps clients' settings valid, unless another process took it.
+        chosen = port or (remembered if remembered and _port_free(remembered) else _free_port())
         password_file = None
         if users:
             password_file = folder / "passwords"
@@ -209,23 +236,19 @@ def start(
             raise MqttBrokerError(
                 "mosquitto is not installed: apt-get install mosquitto mosquitto-clients"
             ) from None
-        deadline = time.monotonic() + ready_timeout
-        while not _listening("127.0.0.1", chosen):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                daemons.terminate_group(proc.pid, 2.0)
-                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-                raise MqttBrokerError(
-                    f"mosquitto did not start listening on 127.0.0.1:{chosen} "
-                    f"(log {log}: {' | '.join(tail)})"
-                )
-            time.sleep(0.05)
         state = {
             "pid": proc.pid,
             "host": "127.0.0.1",
             "port": chosen,
             "users": bool(password_file),
         }
+        # Known before the wait: a stop (or Ctrl-C) while it starts finds and ends it.
         daemons.write_state(state_file, state)
+        try:
+            _wait_listening(proc, chosen, log, ready_timeout)
+        except BaseException:
+            daemons.terminate_group(proc.pid, 2.0)
+            raise
         return _info(folder, state)
 
 
@@ -255,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         print(f"mosquitto running: pid {info.pid}, mqtt://{info.host}:{info.port}")
-        print(f"  export IOT_MQTT_HOST={info.host} IOT_MQTT_PORT={info.port}")
+        print("  export " + " ".join(f"{k}={v}" for k, v in info.env.items()))
         print(f"  state folder {info.state_dir}, log {info.log_file}")
         return 0
     if args.command == "stop":

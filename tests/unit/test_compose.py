@@ -541,7 +541,7 @@ def test_mqtt_profile(compose):
     """producer-mqtt -> mosquitto -> bridge -> the local broker's events topic."""
     svcs = compose["services"]
     mosquitto, bridge, producer = svcs["mosquitto"], svcs["bridge"], svcs["producer-mqtt"]
-    assert mosquitto["ports"] == ["1883:1883"]
+    assert mosquitto["ports"] == ["127.0.0.1:1883:1883"]  # anonymous: loopback only
     assert mosquitto["volumes"] == ["mosquitto-data:/data/mosquitto"]
     assert "test" in mosquitto["healthcheck"] and "test" in bridge["healthcheck"]
     assert bridge["depends_on"] == {
