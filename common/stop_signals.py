@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
@@ -35,6 +36,27 @@ class StopFlag:
     def is_set(self) -> bool:
         """True once stop was asked."""
         return self.reason is not None
+
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep up to ``timeout_s`` seconds, waking within 50 ms once stop is asked.
+
+        A short sleep in a loop rather than a ``threading.Event``: the signal handler
+        sets the flag, and an event's lock taken in a handler can deadlock the thread
+        it interrupted.
+
+        Args:
+            timeout_s: The longest sleep.
+
+        Returns:
+            Whether stop was asked (early or by the end).
+        """
+        deadline = time.monotonic() + timeout_s
+        while not self.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, 0.05))
+        return True
 
 
 @contextlib.contextmanager

@@ -2,24 +2,29 @@
 
 Checks the broker and both topics first (one line if it cannot use them), then
 follows the alerts topic until Ctrl-C or SIGTERM, when it sends what it holds and
-commits. The log is ``<state dir>/logs/notifier.log``; it never holds a webhook URL.
+commits; a message still being retried then is left for the next start, so a stop takes
+seconds, not a failing destination's whole backoff. A consumer that cannot go on
+(fenced by a notifier with the same instance id, not authorized) ends it with one line.
+The log is ``<state dir>/logs/notifier.log``; it never holds a webhook URL.
 """
 
 from __future__ import annotations
 
-import signal
+import logging
 import sqlite3
-import threading
 from datetime import timedelta
 
 from common import cli
 from common.kafka import KafkaConnectionError, check_connection, librdkafka_config
 from common.settings import SettingsError, add_settings_arguments, load_settings
+from common.stop_signals import StopFlag, stopped_by_signals
 from notifier.deadletter import DeadLetterError
 from notifier.destinations import DestinationsError
 from notifier.ledger import Ledger
-from notifier.loop import CLIENT_ID, Notifier, consumer_config
+from notifier.loop import CLIENT_ID, ConsumerError, Notifier, consumer_config
 from notifier.settings import NotifierSettings
+
+log = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SettingsError, FileNotFoundError, DestinationsError) as exc:
         return cli.settings_error(exc)
 
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer, KafkaException, Producer
 
     kafka = settings.kafka
     base = librdkafka_config(kafka, "consumer", client_id=CLIENT_ID)
@@ -55,16 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             cli.BAD_INPUT,
         ) from exc
     ledger.prune(timedelta(hours=settings.ledger_retention_h))
-    consumer = Consumer(consumer_config(settings, base))
+    consumer = Consumer(consumer_config(settings, base, len(destinations)))
     producer = Producer(librdkafka_config(kafka, "producer", client_id=CLIENT_ID))
-    notifier = Notifier(settings, destinations, consumer, producer, ledger)
-    stop = threading.Event()
-
-    def _stop(_signum: int, _frame: object) -> None:
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _stop)
+    stop = StopFlag()
+    notifier = Notifier(settings, destinations, consumer, producer, ledger, stop=stop)
     names = ", ".join(f"{d.name} ({d.format})" for d in destinations)
     print(
         f"notifier: following '{kafka.alerts_topic}' at {kafka.bootstrap_servers} for {names}; "
@@ -72,13 +71,17 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     try:
-        notifier.start()
-        notifier.run(stop)
-    except DeadLetterError as exc:
-        # Nothing of the failed message is committed: a restart tries it again.
+        with stopped_by_signals(stop):
+            notifier.start()
+            notifier.run()
+    except (DeadLetterError, ConsumerError) as exc:
+        # Nothing unfinished is committed: a restart tries it again.
         raise cli.CliError(str(exc)) from exc
     finally:
-        consumer.close()
+        try:
+            consumer.close()
+        except KafkaException as exc:  # a fatal consumer cannot leave its group cleanly
+            log.warning("closing the consumer: %s", cli.one_line(str(exc)))
         producer.flush(10)
         ledger.close()
     print(f"notifier: stopped ({notifier.delivered} delivered, {notifier.failed} failed)")

@@ -57,12 +57,15 @@ class Outcome:
         attempts: POSTs made.
         error: The last failure's line; empty when ``ok``.
         status: The last HTTP status, if any.
+        stopped: Retrying ended because the notifier is stopping, not because attempts ran
+            out: the message is neither delivered nor failed.
     """
 
     ok: bool
     attempts: int
     error: str = ""
     status: int | None = None
+    stopped: bool = False
 
 
 def classify(status: int, reason: str, retry_after: str | None = None) -> Answer:
@@ -153,16 +156,22 @@ def deliver(
     cap_s: float,
     sleep: Callable[[float], object] = time.sleep,
     on_retry: Callable[[int, Answer, float], object] | None = None,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> Outcome:
     """Send until the destination takes the message, says no for good, or attempts run out.
+
+    A stop asked while waiting to retry ends it at once with ``Outcome.stopped``, so a
+    destination that keeps failing cannot hold a stopping notifier for its whole backoff.
 
     Args:
         send: One attempt.
         max_attempts: Attempts at most.
         base_s: Wait after the first failure; doubled after each next one.
         cap_s: Longest wait.
-        sleep: Waits (a test passes a recorder).
+        sleep: Waits (a stop-aware sleep, which returns early once stop is asked; a test
+            passes a recorder).
         on_retry: Told ``(attempt, answer, wait)`` before each wait.
+        stopped: Whether the notifier is stopping; checked after each wait.
     """
     answer = Answer(None, "not sent")
     for attempt in range(1, max_attempts + 1):
@@ -175,4 +184,6 @@ def deliver(
         if on_retry is not None:
             on_retry(attempt, answer, wait)
         sleep(wait)
+        if stopped():
+            return Outcome(False, attempt, answer.error, answer.status, stopped=True)
     return Outcome(False, max_attempts, answer.error, answer.status)

@@ -45,14 +45,20 @@ class RateLimiter:
         self._windows[device] = _Window(now + self.window_s)
         return [*held, item]
 
-    def due(self, now: float) -> list[list[Received]]:
+    def due(self, now: float, limit: int | None = None) -> list[list[Received]]:
         """The held groups whose window has ended, oldest window first.
 
         Each one sent opens its device's next window at ``now``; an ended window with
         nothing held is closed.
+
+        Args:
+            now: The caller's time.
+            limit: The most groups to return; the others stay held, and due.
         """
-        out = []
+        out: list[list[Received]] = []
         for device, window in sorted(self._windows.items(), key=lambda kv: kv[1].ends):
+            if limit is not None and len(out) >= limit:
+                break
             if now < window.ends:
                 continue
             if window.held:

@@ -11,6 +11,8 @@ import hashlib
 import json
 import logging
 import socket
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,11 +21,12 @@ import pytest
 from pydantic import SecretStr
 
 from common.deliveries import DeliveryState, delivery_states
+from common.stop_signals import StopFlag
 from notifier import delivery
 from notifier.destinations import DestinationsError, url_fragments
 from notifier.grouping import RateLimiter
 from notifier.ledger import Ledger
-from notifier.loop import Notifier
+from notifier.loop import ConsumerError, Notifier, consumer_config, max_poll_interval_ms
 from notifier.offsets import OffsetTracker
 from notifier.records import decode
 from notifier.settings import NotifierSettings
@@ -73,6 +76,9 @@ class FakeConsumer:
         self.commits: list[dict[int, int]] = []
         self.subscribed: list[str] = []
         self._next: dict[int, int] = {}
+        self.polls = 0
+        self.paused: list[str] = []  # "pause" / "resume", in order
+        self._paused = False
 
     def add(self, rec: dict, partition: int = 0) -> None:
         offset = self._next.get(partition, 0)
@@ -83,7 +89,19 @@ class FakeConsumer:
         self.subscribed = topics
 
     def poll(self, timeout: float = -1) -> FakeMessage | None:
-        return self.queue.pop(0) if self.queue else None
+        self.polls += 1
+        return self.queue.pop(0) if self.queue and not self._paused else None
+
+    def assignment(self) -> list[int]:
+        return [0]
+
+    def pause(self, partitions: list[int]) -> None:
+        self.paused.append("pause")
+        self._paused = True
+
+    def resume(self, partitions: list[int]) -> None:
+        self.paused.append("resume")
+        self._paused = False
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
         out, self.queue = self.queue[:num_messages], self.queue[num_messages:]
@@ -122,7 +140,14 @@ def server():
 
 
 def make(
-    tmp_path: Path, destinations: list[dict], *, clock: Clock | None = None, **settings: object
+    tmp_path: Path,
+    destinations: list[dict],
+    *,
+    clock: Clock | None = None,
+    stop: StopFlag | None = None,
+    post: object = None,
+    real_sleep: bool = False,
+    **settings: object,
 ) -> tuple[Notifier, FakeConsumer, FakeProducer, list[float]]:
     s = NotifierSettings(
         _env_file=None, destinations=json.dumps(destinations),
@@ -130,8 +155,9 @@ def make(
     )  # fmt: skip
     consumer, producer, sleeps = FakeConsumer(), FakeProducer(), []
     notifier = Notifier(
-        s, s.destination_list(), consumer, producer, Ledger(s.ledger_path),
-        sleep=sleeps.append, clock=clock or Clock(),
+        s, s.destination_list(), consumer, producer, Ledger(s.ledger_path), stop=stop,
+        sleep=None if real_sleep else sleeps.append, clock=clock or Clock(),
+        **({"post": post} if post is not None else {}),
     )  # fmt: skip
     notifier.start()
     return notifier, consumer, producer, sleeps
@@ -447,6 +473,157 @@ def test_offsets_commit_only_past_what_every_destination_finished():
     assert t.committable() == {}
     t.done(0, 5)
     assert t.committable() == {0: 7}
+
+
+# ---------------------------------------------------------------- stopping, turns, fatal errors
+
+
+def test_a_stop_while_a_destination_keeps_timing_out_ends_the_run_at_once(tmp_path):
+    stop, posts = StopFlag(), []
+
+    def timing_out(url: SecretStr, body: bytes, key: str, timeout_s: float) -> delivery.Answer:
+        posts.append(key)
+        return delivery.Answer(None, "no answer within 5 s", True)
+
+    hook = [{"name": "hook", "format": "webhook", "url": "http://h.example/x"}]
+    notifier, consumer, producer, _ = make(
+        tmp_path, hook, stop=stop, post=timing_out, real_sleep=True, backoff_s=5,
+    )  # fmt: skip
+    for n in (1, 2, 3):
+        consumer.add(record(n))
+    threading.Timer(0.3, stop.set, ["SIGTERM"]).start()
+    started = time.monotonic()
+    notifier.run(poll_s=0.05)
+    assert time.monotonic() - started < 1.5  # not the 5 attempts' 29 s of backoff
+    assert posts == ["e1:temperature_c"]  # one attempt; e2 and e3 not begun
+    assert producer.records == []  # not given up: no dead letter
+    assert consumer.commits == [{0: 0}]  # nothing past the undelivered alert
+    assert [p.key for p in notifier.ledger.outbox()] == ["e1:temperature_c"]
+    notifier.ledger.close()
+    # The restart sends the outbox's message, then the records read again from offset 0.
+    sent: list[str] = []
+
+    def taking(url: SecretStr, body: bytes, key: str, timeout_s: float) -> delivery.Answer:
+        sent.append(key)
+        return delivery.Answer(200)
+
+    again, consumer, producer, _ = make(tmp_path, hook, post=taking)
+    assert sent == ["e1:temperature_c"]
+    for n in (1, 2, 3):
+        consumer.add(record(n))
+    again.step(0)
+    assert sent == ["e1:temperature_c", "e2:temperature_c", "e3:temperature_c"]
+    assert consumer.commits == [{0: 3}]
+    assert producer.records == []
+
+
+def test_a_turn_sends_for_its_budget_then_polls_with_the_partitions_paused(tmp_path):
+    clock, sent = Clock(), []
+
+    def slow(url: SecretStr, body: bytes, key: str, timeout_s: float) -> delivery.Answer:
+        clock.now += 20  # each POST takes 20 s of the turn's 30
+        sent.append(key)
+        return delivery.Answer(200)
+
+    notifier, consumer, _, _ = make(
+        tmp_path, [{"name": "hook", "format": "webhook", "url": "http://h.example/x"}],
+        clock=clock, post=slow,
+    )  # fmt: skip
+    for n in range(1, 6):
+        consumer.add(record(n))
+    notifier.step(0)
+    assert sent == ["e1:temperature_c", "e2:temperature_c"]
+    assert (consumer.polls, consumer.paused, consumer.commits) == (1, [], [{0: 2}])
+    notifier.step(0)  # polls (fetching nothing) before the fetched records go on
+    assert sent[2:] == ["e3:temperature_c", "e4:temperature_c"]
+    assert (consumer.polls, consumer.paused) == (2, ["pause", "resume"])
+    notifier.step(0)
+    assert sent[4:] == ["e5:temperature_c"]
+    assert consumer.commits == [{0: 2}, {0: 4}, {0: 5}]
+    assert consumer.polls == 3
+
+
+def test_due_groups_are_taken_one_at_a_time_and_stay_due_past_a_limit():
+    limiter = RateLimiter(10)
+    a1, a2, b1, b2 = (
+        decode(orjson.dumps(record(n, device_id=d)), T0_MS, 0, n)
+        for n, d in enumerate(["dev-a", "dev-a", "dev-b", "dev-b"])
+    )
+    assert limiter.offer(a1, 0.0) == [a1]
+    assert limiter.offer(b1, 1.0) == [b1]
+    assert limiter.offer(a2, 2.0) is None
+    assert limiter.offer(b2, 3.0) is None
+    assert limiter.due(20.0, limit=1) == [[a2]]  # the oldest window first
+    assert limiter.next_due() == 11.0  # dev-b's group is still held and due
+    assert limiter.due(20.0, limit=1) == [[b2]]
+    assert limiter.due(20.0) == []
+
+
+def test_the_poll_interval_covers_the_longest_turn():
+    s = NotifierSettings(_env_file=None)
+    # A message at its worst: 5 attempts of 5 s and 4 waits of the 8 s cap = 57 s; a turn
+    # is the 30 s budget, one held group and one record to each of 3 destinations.
+    assert max_poll_interval_ms(s, 3) == 2 * (30 + 4 * 57) * 1000 == 516_000
+    assert consumer_config(s, {"bootstrap.servers": "b"}, 3)["max.poll.interval.ms"] == 516_000
+    quick = NotifierSettings(_env_file=None, max_attempts=1, request_timeout_s=2)
+    assert max_poll_interval_ms(quick, 1) == 300_000  # never below librdkafka's default
+
+
+class ErrorMessage:
+    def __init__(self, error: object) -> None:
+        self._e = error
+
+    def error(self) -> object:
+        return self._e
+
+    def partition(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("code", "fatal", "said"),
+    [
+        ("_FENCED", True,
+         "the Kafka consumer was fenced (Fatal consumer error: Local: This instance has been "
+         "fenced by a newer instance): another notifier joined group 'iot-pulse-notifier' as "
+         "instance 'notifier-a'; give each notifier its own IOT_NOTIFIER_INSTANCE_ID"),
+        ("TOPIC_AUTHORIZATION_FAILED", False,
+         "the Kafka broker refused the notifier (Broker: Topic authorization failed): allow "
+         "its principal to read topic 'iot-alerts' and to use group 'iot-pulse-notifier'"),
+        ("_INCONSISTENT", True,
+         "the Kafka consumer failed for good (Local: Inconsistent state); check the broker "
+         "and restart the notifier"),
+    ],
+)  # fmt: skip
+def test_a_fatal_consumer_error_stops_the_loop_with_what_to_do(tmp_path, code, fatal, said):
+    from confluent_kafka import KafkaError
+
+    notifier, consumer, _, _ = make(
+        tmp_path, [{"name": "hook", "format": "webhook", "url": "http://h.example/x"}],
+        instance_id="notifier-a",
+    )  # fmt: skip
+    reason = (
+        "Fatal consumer error: Local: This instance has been fenced by a newer instance"
+        if code == "_FENCED"
+        else None
+    )
+    consumer.queue.append(ErrorMessage(KafkaError(getattr(KafkaError, code), reason, fatal)))
+    consumer.add(record(1))
+    with pytest.raises(ConsumerError) as caught:
+        notifier.step(0)
+    assert str(caught.value) == said
+    assert consumer.commits == []
+
+
+def test_the_stop_flag_waits_until_stop_is_asked():
+    flag = StopFlag()
+    started = time.monotonic()
+    assert flag.wait(0.1) is False
+    assert time.monotonic() - started >= 0.1
+    threading.Timer(0.1, flag.set, ["SIGTERM"]).start()
+    assert flag.wait(10) is True
+    assert time.monotonic() - started < 1
+    assert (flag.reason, flag.count, flag.wait(5)) == ("SIGTERM", 1, True)
 
 
 # ---------------------------------------------------------------- the URLs are secrets
