@@ -37,7 +37,10 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common.kafka_settings import KafkaSettings  # noqa: E402
+from common.paths import HOME_ENV  # noqa: E402
 from infra import broker  # noqa: E402
+from notifier.settings import DEAD_LETTER_SUFFIX, NotifierSettings  # noqa: E402
 from tests.webhook_server import WebhookServer  # noqa: E402
 
 TARGET_P99_S = 2.0
@@ -82,16 +85,18 @@ def main() -> int:
     try:
         topic = "iot-alerts"
         broker.ensure_topic(info.plaintext, topic, partitions=2)
-        broker.ensure_topic(info.plaintext, topic + ".deadletter", partitions=1)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")} | {
-            "IOT_PULSE_HOME": str(work / "home"),
-            "IOT_KAFKA_BOOTSTRAP_SERVERS": info.plaintext,
-            "IOT_KAFKA_ALERTS_TOPIC": topic,
-            "IOT_NOTIFIER_DESTINATIONS": json.dumps(
-                [{"name": "bench", "format": "webhook", "url": server.url("/bench")}]
-            ),
-            "IOT_NOTIFIER_START_AT": "earliest",
-        }
+        broker.ensure_topic(info.plaintext, topic + DEAD_LETTER_SUFFIX, partitions=1)
+        env = (
+            {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+            | {HOME_ENV: str(work / "home")}
+            | KafkaSettings.env_vars(bootstrap_servers=info.plaintext, alerts_topic=topic)
+            | NotifierSettings.env_vars(
+                destinations=json.dumps(
+                    [{"name": "bench", "format": "webhook", "url": server.url("/bench")}]
+                ),
+                start_at="earliest",
+            )
+        )
         proc = subprocess.Popen([sys.executable, "-m", "notifier"], cwd=ROOT, env=env)
         producer = Producer(
             {"bootstrap.servers": info.plaintext, "acks": "all", "linger.ms": 0, "log_level": 0}
