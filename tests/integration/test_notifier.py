@@ -185,12 +185,14 @@ def _ids_in(name: str, body: bytes, records: list[dict]) -> list[str]:
             and r["device_id"] in text]  # fmt: skip
 
 
-def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+def _committed(
+    bootstrap: str, group: str, topic: str, partitions: tuple[int, ...] = (0, 1)
+) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        got = c.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=10)
+        got = c.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
         return {tp.partition: tp.offset for tp in got}
     finally:
         c.close()
@@ -250,6 +252,58 @@ def test_a_destination_that_keeps_failing_gets_dead_letters_on_the_topic(kafka_b
     assert len(server.requests) == 6
     said = everything_said(tmp_path)
     assert [f for f in secret_parts(destinations) if f in said] == []
+
+
+def test_sigterm_while_a_destination_times_out_stops_in_seconds_and_loses_nothing(
+    kafka_broker, tmp_path
+):
+    bootstrap = kafka_broker.plaintext
+    topic = f"alerts-{uuid.uuid4().hex[:8]}"
+    broker.ensure_topic(bootstrap, topic, partitions=1)
+    broker.ensure_topic(bootstrap, topic + ".deadletter", partitions=1)
+    records = [alert(n) for n in range(3)]
+    publish(bootstrap, topic, records)
+    silent = socket.socket()  # accepts, never answers: every POST times out
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    path = "/slow/SlowSecret7"
+    down = [{"name": "hook", "format": "webhook",
+             "url": f"http://127.0.0.1:{silent.getsockname()[1]}{path}"}]  # fmt: skip
+    env = env_for(tmp_path, bootstrap, topic, down, IOT_NOTIFIER_RATE_LIMIT_S="0",
+                  IOT_NOTIFIER_REQUEST_TIMEOUT_S="1", IOT_NOTIFIER_BACKOFF_S="30",
+                  IOT_NOTIFIER_BACKOFF_MAX_S="30")  # fmt: skip
+    server = WebhookServer()
+    proc = None
+    try:
+        proc = start(env, tmp_path / "out-1.txt")
+        silent.settimeout(90)
+        conn, _ = silent.accept()  # the first attempt is under way
+        time.sleep(1.5)  # it timed out: the notifier waits 30 s to retry
+        conn.close()
+        stopped_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        took_s = time.monotonic() - stopped_at
+        assert _committed(bootstrap, env["IOT_NOTIFIER_GROUP_ID"], topic, (0,)) == {0: 0}
+        # Restarted with a destination that answers: nothing was lost.
+        up = [{"name": "hook", "format": "webhook", "url": server.url(path)}]
+        proc = start(env | {"IOT_NOTIFIER_DESTINATIONS": json.dumps(up)}, tmp_path / "out-2.txt")
+        wait_until(lambda: len(server.requests) >= 3, 90, "3 requests after the restart")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        silent.close()
+        server.close()
+    assert took_s < 3  # not the 30 s wait, nor the 4 more attempts
+    assert [r.key for r in server.requests] == [r["alert_id"] for r in records]
+    assert _committed(bootstrap, env["IOT_NOTIFIER_GROUP_ID"], topic, (0,)) == {0: 3}
+    said = everything_said(tmp_path)
+    assert "notifier: stopped (0 delivered, 0 failed)" in said
+    assert "notifier: stopped (3 delivered, 0 failed)" in said
+    assert "SlowSecret7" not in said
 
 
 @pytest.mark.parametrize("broker_kind", ["refusing", "silent"])
