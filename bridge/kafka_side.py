@@ -2,7 +2,9 @@
 
 The producer is built by ``common.kafka.librdkafka_config`` (``acks=all``, idempotent;
 Event Hubs SASL when the settings say so), so a delivery report without error means
-the message is in the topic.
+the message is in the topic. Errors reach the callback as ``KafkaError`` objects, and
+always from ``poll`` or ``flush``, never from inside ``send``: a caller that produces
+again from its callback cannot recurse.
 """
 
 from __future__ import annotations
@@ -23,13 +25,56 @@ PERMANENT_ERRORS = frozenset(
     }
 )
 
-# Called with None once the message is in the topic, else the error's name.
-Done = Callable[[str | None], None]
+# Errors that stop the bridge: no message can reach the topic until someone acts.
+_NOT_ALLOWED = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError._AUTHENTICATION,
+    }
+)
+_NO_TOPIC = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+# Called with None once the message is in the topic, else the error.
+Done = Callable[[KafkaError | None], None]
 
 
-def is_permanent(error: str) -> bool:
-    """Whether a delivery error means the message can never be produced as it is."""
-    return error in PERMANENT_ERRORS
+def is_permanent(error: KafkaError) -> bool:
+    """Whether a delivery error means this message can never be produced as it is."""
+    return error.name() in PERMANENT_ERRORS
+
+
+def stop_reason(error: KafkaError, topic: str) -> str | None:
+    """The one-line reason to stop the bridge for ``error``; None when a retry may help.
+
+    A fatal error (the idempotent producer cannot go on), a refused authorization and
+    an unknown topic fail every message alike until someone acts, so retrying them
+    only spins.
+
+    Args:
+        error: A delivery or produce error.
+        topic: The destination topic (named in the line).
+
+    """
+    what = f"{error.name()}: {error.str()}"
+    if error.code() in _NOT_ALLOWED:
+        return (
+            f"Kafka refused to let the bridge write to topic {topic} ({what}): grant the "
+            "bridge's principal write access to the topic, or check IOT_KAFKA_AUTH and its "
+            "credentials"
+        )
+    if error.code() in _NO_TOPIC:
+        return (
+            f"Kafka has no topic {topic} ({what}): create it, or set IOT_KAFKA_TOPIC to "
+            "an existing one"
+        )
+    if error.fatal():
+        return (
+            f"the Kafka producer hit a fatal error ({what}) and cannot go on: check the "
+            "broker's log, then start the bridge again"
+        )
+    return None
 
 
 class KafkaOutbox:
@@ -46,11 +91,14 @@ class KafkaOutbox:
         self.topic = topic
         self.in_flight = 0
         self._producer: Producer | None = Producer(conf)
+        # Refused by produce() itself: reported from the next poll or flush.
+        self._refused: list[tuple[Done, KafkaError]] = []
 
     def send(self, value: bytes, key: bytes | None, done: Done) -> None:
         """Queue one message; ``done`` is called from ``poll`` or ``flush`` with its fate.
 
-        A message refused at once (e.g. too large) is reported to ``done`` right away.
+        A message ``produce`` refuses at once (too large, unknown topic, fatal error) is
+        reported to ``done`` from the next ``poll`` or ``flush`` too, never from here.
         """
         producer = self._producer
         if producer is None:
@@ -58,7 +106,7 @@ class KafkaOutbox:
 
         def report(err: KafkaError | None, _msg: Any) -> None:
             self.in_flight -= 1
-            done(None if err is None else err.name())
+            done(err)
 
         while True:
             try:
@@ -67,18 +115,25 @@ class KafkaOutbox:
                 producer.poll(0.05)
                 continue
             except KafkaException as exc:
-                done(exc.args[0].name())
+                self._refused.append((done, exc.args[0]))
                 return
             self.in_flight += 1
             return
 
+    def _report_refused(self) -> None:
+        refused, self._refused = self._refused, []
+        for done, err in refused:
+            done(err)
+
     def poll(self, timeout_s: float = 0.0) -> None:
-        """Serve delivery reports (their callbacks run here)."""
+        """Serve delivery reports and refusals (their callbacks run here)."""
+        self._report_refused()
         if self._producer is not None:
             self._producer.poll(timeout_s)
 
     def flush(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for outstanding deliveries; return how many are left."""
+        self._report_refused()
         if self._producer is None:
             return 0
         self._producer.flush(timeout_s)

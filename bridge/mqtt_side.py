@@ -2,21 +2,48 @@
 
 The client connects with a fixed client id, Clean Start off and a Session Expiry
 Interval, so the broker keeps the subscription, and queues what devices publish, while
-the bridge is away. Messages are acknowledged by hand (paho's ``manual_ack``): a message
+the bridge is away. ``start`` returns only once the broker has granted the QoS 1
+subscription. Messages are acknowledged by hand (paho's ``manual_ack``): a message
 not acknowledged before the connection ends is sent again by the broker when the
 bridge reconnects.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from common.mqtt import connect, make_client
+from bridge.settings import BridgeSettings
+from common.mqtt import MqttConnectionError, connect, make_client
 from common.mqtt_settings import MqttSettings
+
+log = logging.getLogger("iot_pulse.bridge")
+
+
+def subscription_refused_message(topic_filter: str, reason: Any, settings: MqttSettings) -> str:
+    """The line for a SUBACK that does not grant ``topic_filter`` at QoS 1.
+
+    Args:
+        topic_filter: The subscription asked for.
+        reason: The SUBACK's reason code (paho ``ReasonCode``: a failure, or the QoS granted).
+        settings: The settings used (for the host and the user).
+
+    """
+    where, value = settings.where, int(reason.value)
+    if value == 0:
+        return (
+            f"the MQTT broker at {where} granted the subscription to {topic_filter} at QoS 0 "
+            "only: the bridge needs QoS 1 to lose nothing; raise the broker's maximum QoS"
+        )
+    return (
+        f"the MQTT broker at {where} refused the subscription to {topic_filter} ({reason}, "
+        f"code {value}): check the broker's ACL for {MqttSettings.env_name('username')} "
+        f"and {BridgeSettings.env_name('topic_filter')}"
+    )
 
 
 @dataclass(frozen=True)
@@ -81,9 +108,12 @@ class MqttInbox:
         self.disconnects = 0
         self.acks_dropped = 0  # owed on a connection that had dropped
         self._lock = threading.Lock()
+        self._suback = threading.Event()  # the first connection's SUBACK came
+        self._suback_reason: Any = None
         self._client = make_client(settings, client_id, manual_ack=True)
         self._client.on_connect = self._on_connect
         self._client.on_disconnect = self._on_disconnect
+        self._client.on_subscribe = self._on_subscribe
         self._client.on_message = self._on_message
 
     def _properties(self) -> Any:
@@ -98,13 +128,31 @@ class MqttInbox:
     def start(self) -> bool:
         """Connect (resuming the session) and subscribe; return whether a session was there.
 
+        Returns once the broker has granted the subscription at QoS 1, waiting for its
+        SUBACK as long as for its CONNACK (``connect_timeout_s``).
+
         Raises:
-            common.mqtt.MqttConnectionError: Unreachable, TLS failed or refused.
+            common.mqtt.MqttConnectionError: Unreachable, TLS failed or refused; or the
+                subscription was refused, or not answered in time.
 
         """
-        return connect(
+        resumed = connect(
             self._client, self.settings, clean_start=False, properties=self._properties()
         )
+        timeout = self.settings.connect_timeout_s
+        if not self._suback.wait(timeout):
+            self.stop()
+            raise MqttConnectionError(
+                f"the MQTT broker at {self.settings.where} did not answer the subscription "
+                f"to {self.topic_filter} within {timeout:.0f} s"
+            )
+        reason = self._suback_reason
+        if reason.is_failure or int(reason.value) < 1:
+            self.stop()
+            raise MqttConnectionError(
+                subscription_refused_message(self.topic_filter, reason, self.settings)
+            )
+        return resumed
 
     def _on_connect(self, client: Any, _u: Any, _flags: Any, reason: Any, _p: Any) -> None:
         if reason.is_failure:
@@ -114,6 +162,14 @@ class MqttInbox:
             self.connected = True
         # Subscribing again on a resumed session changes nothing; on a new one it is needed.
         client.subscribe(self.topic_filter, qos=1)
+
+    def _on_subscribe(self, _c: Any, _u: Any, _mid: int, reasons: list[Any], _p: Any) -> None:
+        reason = reasons[0]
+        if not self._suback.is_set():
+            self._suback_reason = reason
+            self._suback.set()
+        elif reason.is_failure or int(reason.value) < 1:  # again, after a reconnect
+            log.error("%s", subscription_refused_message(self.topic_filter, reason, self.settings))
 
     def _on_disconnect(self, _c: Any, _u: Any, _flags: Any, _reason: Any, _p: Any) -> None:
         with self._lock:

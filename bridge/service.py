@@ -22,6 +22,9 @@ from common.stop_signals import StopFlag, stopped_by_signals
 log = logging.getLogger("iot_pulse.bridge")
 # Seconds for the Kafka check; with MQTT's connect timeout (8 s) an error comes within 30 s.
 KAFKA_CHECK_S = 20.0
+# The start of the line said once Kafka is checked and the MQTT subscription granted:
+# `make demo`, the image's HEALTHCHECK and compose's healthcheck wait for it.
+READY_LINE = "[bridge] forwarding"
 
 
 def say(line: str) -> None:
@@ -50,12 +53,17 @@ def run(settings: BridgeSettings, stop: StopFlag | None = None, *, signals: bool
         timeout (the broker sends them again next run).
 
     Raises:
-        common.mqtt.MqttConnectionError: The MQTT broker cannot be used.
-        common.kafka.KafkaConnectionError: The Kafka broker or topic cannot be used.
+        common.mqtt.MqttConnectionError: The MQTT broker cannot be used, or it refused
+            the subscription.
+        common.kafka.KafkaConnectionError: The Kafka broker or topic cannot be used, at
+            the start or while forwarding (fatal producer error, authorization refused,
+            topic gone); the messages not delivered stay unacknowledged on MQTT.
 
     """
     stop = stop or StopFlag()
     conf = kafka_config(settings)
+    # Kafka first: no MQTT message is taken before the topic is known to be writable.
+    check_connection(conf, settings.kafka.topic, timeout_s=KAFKA_CHECK_S)
     inbox = MqttInbox(
         settings.mqtt,
         client_id=settings.client_id,
@@ -63,16 +71,14 @@ def run(settings: BridgeSettings, stop: StopFlag | None = None, *, signals: bool
         session_expiry_s=settings.session_expiry_s,
         receive_maximum=settings.max_in_flight,
     )
-    # MQTT first: its check is quick, and messages only flow once Kafka is known good too.
     resumed = inbox.start()
     try:
-        check_connection(conf, settings.kafka.topic, timeout_s=KAFKA_CHECK_S)
+        outbox = KafkaOutbox(conf, settings.kafka.topic)
     except BaseException:
         inbox.stop()
         raise
-    outbox = KafkaOutbox(conf, settings.kafka.topic)
     say(
-        f"[bridge] forwarding mqtt://{settings.mqtt.where} {settings.topic_filter} -> "
+        f"{READY_LINE} mqtt://{settings.mqtt.where} {settings.topic_filter} -> "
         f"{redact(conf)['bootstrap.servers']} topic {settings.kafka.topic} "
         f"(session {'resumed' if resumed else 'new'}, client id {settings.client_id})"
     )

@@ -76,6 +76,7 @@ def config_text(
     folder: Path,
     user: str,
     password_file: Path | None = None,
+    max_qos: int | None = None,
     host: str = "127.0.0.1",
     autosave_interval_s: int = AUTOSAVE_INTERVAL_S,
 ) -> str:
@@ -86,6 +87,7 @@ def config_text(
         folder: Where the database and the log go.
         user: The user Mosquitto runs as (it drops root privileges to this one).
         password_file: ``mosquitto_passwd`` file; None lets anyone connect anonymously.
+        max_qos: The highest QoS the broker grants a subscription; None: 2.
         host: The listener's address.
         autosave_interval_s: Seconds between database saves while running.
 
@@ -95,10 +97,12 @@ def config_text(
         if password_file is not None
         else "allow_anonymous true\n"
     )
+    qos = f"max_qos {max_qos}\n" if max_qos is not None else ""
     return (
         f"user {user}\n"
         f"listener {port} {host}\n"
         f"{auth}"
+        f"{qos}"
         "persistence true\n"
         f"persistence_location {folder}/\n"
         "persistence_file mosquitto.db\n"
@@ -192,6 +196,7 @@ def start(
     *,
     port: int | None = None,
     users: Mapping[str, str] | None = None,
+    max_qos: int | None = None,
     ready_timeout: float = READY_TIMEOUT_S,
 ) -> MqttBrokerInfo:
     """Start Mosquitto on ``folder`` (or return the one already running there).
@@ -200,6 +205,7 @@ def start(
         folder: State folder (default: ``default_state_dir()``).
         port: Listener port (default: the folder's previous port, else a free one).
         users: Require these users (name -> password); default: anonymous clients.
+        max_qos: The highest QoS the broker grants a subscription (default: 2).
         ready_timeout: Seconds to wait for the listener.
 
     Raises:
@@ -226,7 +232,11 @@ def start(
         conf = folder / "mosquitto.conf"
         conf.write_text(
             config_text(
-                port=chosen, folder=folder, user=getpass.getuser(), password_file=password_file
+                port=chosen,
+                folder=folder,
+                user=getpass.getuser(),
+                password_file=password_file,
+                max_qos=max_qos,
             )
         )
         log = folder / "mosquitto.log"

@@ -21,6 +21,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer
 
+from bridge.service import READY_LINE
 from infra import mqtt_broker as mqtt_infra
 from infra.broker import BrokerInfo, ensure_topic
 from infra.mqtt_broker import MqttBrokerInfo
@@ -50,7 +51,7 @@ def _start_bridge(tmp_path: Path, env: dict[str, str], name: str) -> tuple[subpr
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )  # fmt: skip
     deadline = time.monotonic() + 30
-    while b"[bridge] forwarding" not in log.read_bytes():
+    while READY_LINE.encode() not in log.read_bytes():
         assert proc.poll() is None, log.read_text()
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.05)
@@ -224,9 +225,10 @@ def _one_error_line(tmp_path: Path, env: dict[str, str]) -> tuple[str, float]:
     return lines[0], elapsed
 
 
-def test_unreachable_mqtt_broker_is_one_line(tmp_path: Path):
+def test_unreachable_mqtt_broker_is_one_line(kafka_broker: BrokerInfo, tmp_path: Path):
     port = "1"  # nothing listens on port 1
-    line, elapsed = _one_error_line(tmp_path, _env(tmp_path, None, IOT_MQTT_PORT=port))
+    env = _bridge_env(tmp_path, None, kafka_broker, _topic(kafka_broker), IOT_MQTT_PORT=port)
+    line, elapsed = _one_error_line(tmp_path, env)
     assert line == (
         "error: could not reach the MQTT broker at localhost:1 (Connection refused); "
         "check IOT_MQTT_HOST and IOT_MQTT_PORT and that the broker is running"
@@ -234,11 +236,16 @@ def test_unreachable_mqtt_broker_is_one_line(tmp_path: Path):
     assert elapsed < 30
 
 
-def test_wrong_mqtt_credentials_are_one_line_without_the_password(tmp_path: Path):
+def test_wrong_mqtt_credentials_are_one_line_without_the_password(
+    kafka_broker: BrokerInfo, tmp_path: Path
+):
     folder = tmp_path / "mosquitto-auth"
     info = mqtt_infra.start(folder, users={"bridge": "right-pass"})
     try:
-        env = _env(tmp_path, info, IOT_MQTT_USERNAME="bridge", IOT_MQTT_PASSWORD="wrong-pass-xyz")
+        env = _bridge_env(
+            tmp_path, info, kafka_broker, _topic(kafka_broker),
+            IOT_MQTT_USERNAME="bridge", IOT_MQTT_PASSWORD="wrong-pass-xyz",
+        )  # fmt: skip
         line, elapsed = _one_error_line(tmp_path, env)
     finally:
         mqtt_infra.stop(folder)
@@ -247,4 +254,22 @@ def test_wrong_mqtt_credentials_are_one_line_without_the_password(tmp_path: Path
         "(Not authorized): check IOT_MQTT_USERNAME and IOT_MQTT_PASSWORD"
     )
     assert "wrong-pass-xyz" not in line
+    assert elapsed < 30
+
+
+def test_a_subscription_not_granted_at_qos_1_is_one_line_and_never_ready(
+    kafka_broker: BrokerInfo, tmp_path: Path
+):
+    folder = tmp_path / "mosquitto-qos0"
+    info = mqtt_infra.start(folder, max_qos=0)  # grants the subscription at QoS 0 only
+    try:
+        env = _bridge_env(tmp_path, info, kafka_broker, _topic(kafka_broker))
+        line, elapsed = _one_error_line(tmp_path, env)
+    finally:
+        mqtt_infra.stop(folder)
+    assert line == (
+        f"error: the MQTT broker at 127.0.0.1:{info.port} granted the subscription to "
+        "devices/+/telemetry at QoS 0 only: the bridge needs QoS 1 to lose nothing; raise "
+        "the broker's maximum QoS"
+    )
     assert elapsed < 30
