@@ -28,6 +28,7 @@ import urllib.request
 from pathlib import Path
 from types import FrameType
 
+from bridge.service import READY_LINE as BRIDGE_READY_LINE
 from common import cli
 from common.child import Child
 from common.kafka_settings import KafkaSettings
@@ -39,9 +40,8 @@ from processor.settings import ProcessorSettings
 from producer.settings import ProducerSettings
 
 STOP_TIMEOUT_S = 20.0
-# The bridge subscribes before the producer publishes: MQTT keeps nothing for a
-# subscription that does not exist yet.
-BRIDGE_READY_LINE = "[bridge] forwarding"
+# The bridge has subscribed (it says BRIDGE_READY_LINE) before the producer publishes:
+# MQTT keeps nothing for a subscription that does not exist yet.
 BRIDGE_READY_TIMEOUT_S = 60.0
 INGRESSES = ("kafka", "mqtt")
 SCENARIO_NAMES = typing.get_args(ProducerSettings.model_fields["scenario"].annotation)

@@ -617,6 +617,16 @@ def test_notifier_profile(raw, compose):
         assert re.search(r"mkdir -p [^\n]*/data/notifier", text), name
 
 
+def test_the_bridge_healthchecks_wait_for_the_bridges_ready_line(compose):
+    from bridge.service import READY_LINE
+
+    # Neither can import Python: their copies of the line must match the constant.
+    check = ["CMD", "python", "/opt/iot-pulse/log_ready.py", "bridge", READY_LINE]
+    assert compose["services"]["bridge"]["healthcheck"]["test"] == check
+    healthcheck = dict(instructions(ROOT / "infra" / "docker" / "bridge.Dockerfile"))["HEALTHCHECK"]
+    assert json.loads(healthcheck.partition(" CMD ")[2]) == check[1:]
+
+
 def test_log_ready_reads_the_last_run_only():
     sys.path.insert(0, str(ROOT / "infra" / "docker"))
     try:
