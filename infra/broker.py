@@ -373,7 +373,7 @@ def _choose_ports(
     chosen: list[int] = []
     for name, port in zip(names, wanted, strict=True):
         if port is not None:
-            if not _port_free(port):
+            if not daemons.port_free(BIND_HOST, port):
                 raise BrokerError(
                     f"{name} port {port} is already in use on {BIND_HOST}; "
                     "pick another port or leave it out to get a free one"
@@ -381,7 +381,7 @@ def _choose_ports(
             chosen.append(port)
             continue
         old = prev.get(name)
-        if isinstance(old, int) and old not in chosen and _port_free(old):
+        if isinstance(old, int) and old not in chosen and daemons.port_free(BIND_HOST, old):
             chosen.append(old)
             continue
         chosen.append(_free_port(exclude=chosen))
@@ -393,23 +393,6 @@ def _choose_ports(
     if len(set(chosen)) != len(chosen):
         raise BrokerError(f"the broker's ports must differ, got {chosen}; pass distinct ports")
     return Ports(*chosen)
-
-
-def _port_free(port: int) -> bool:
-    """Whether the broker could listen on ``port``.
-
-    The probe sets ``SO_REUSEADDR`` as Kafka's acceptor (a Java server socket) does,
-    so connections of a just-stopped broker lingering in TIME_WAIT do not count as
-    "in use"; a socket listening on the port still does.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((BIND_HOST, port))
-            sock.listen(1)
-        except OSError:
-            return False
-    return True
 
 
 def _free_port(exclude: list[int]) -> int:

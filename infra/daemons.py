@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -109,3 +110,20 @@ def write_state(state_file: Path, state: dict[str, Any]) -> None:
     tmp = state_file.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(state, indent=2) + "\n")
     tmp.replace(state_file)
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could listen on ``host:port``.
+
+    The probe sets ``SO_REUSEADDR`` as servers do (Kafka's acceptor, Mosquitto's
+    listener), so connections of a just-stopped server lingering in TIME_WAIT do not
+    count as "in use"; a socket listening on the port still does.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+            sock.listen(1)
+        except OSError:
+            return False
+    return True

@@ -131,15 +131,6 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _wait_listening(proc: subprocess.Popen, port: int, log: Path, timeout: float) -> None:
     """Wait until ``proc`` (Mosquitto) listens on ``port``; raise if it exits or time is up."""
     deadline = time.monotonic() + timeout
@@ -222,7 +213,11 @@ def start(
         previous = daemons.read_state(state_file)
         remembered = int(str(previous.get("port") or 0))
         # The previous port keeps clients' settings valid, unless another process took it.
-        chosen = port or (remembered if remembered and _port_free(remembered) else _free_port())
+        chosen = port or (
+            remembered
+            if remembered and daemons.port_free("127.0.0.1", remembered)
+            else _free_port()
+        )
         password_file = None
         if users:
             password_file = folder / "passwords"
