@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.service import READY_LINE
 from common.delta_table import open_delta_table
 from common.lake import Table
 from infra.jars import ensure_jar_dir
@@ -189,17 +190,23 @@ def test_the_bridge_alone_imports_answers_help_and_reports_an_unreachable_broker
     bridge = installed(workspace, "bridge")
     assert bridge.run("-c", IMPORT_ALL, "bridge").strip() == "imported"
     assert "usage: python -m bridge" in bridge.run("-m", "bridge", "--help")
-    # Port 1 refuses at once: one line naming the settings to check, exit 1, in the log.
+    # Kafka is checked first; port 1 refuses at once: one line naming the settings to
+    # check, exit 1, in the log.
     home = bridge.writable_folder("home")
-    env = {"IOT_PULSE_HOME": str(home), "IOT_MQTT_PORT": "1", "IOT_MQTT_CONNECT_TIMEOUT_S": "5"}
+    env = {"IOT_PULSE_HOME": str(home), "IOT_KAFKA_BOOTSTRAP_SERVERS": "localhost:1"}
     done = bridge.run_unchecked("-m", "bridge", env=env, timeout=60)
-    assert (done.returncode, done.stdout.strip()) == (
-        1,
-        "error: could not reach the MQTT broker at localhost:1 (Connection refused); check "
-        "IOT_MQTT_HOST and IOT_MQTT_PORT and that the broker is running",
-    )
+    line = done.stdout.strip()
+    assert done.returncode == 1 and len(line.splitlines()) == 1, done.stdout
+    assert line.startswith(
+        "error: could not reach the Kafka broker at localhost:1 (PLAINTEXT): the connection "
+        "was refused (0 of 1 broker up; "
+    ), line
+    assert line.endswith(
+        "check IOT_KAFKA_BOOTSTRAP_SERVERS (when unset: the host and port of the connection "
+        "string's Endpoint) and that the broker is running"
+    ), line
     # The image's health check reads that log (infra/docker/log_ready.py): not ready.
-    ready = [str(DOCKER / "log_ready.py"), "bridge", "[bridge] forwarding"]
+    ready = [str(DOCKER / "log_ready.py"), "bridge", READY_LINE]
     check = bridge.run_unchecked(*ready, env={"IOT_PULSE_HOME": str(home)})
     assert (check.returncode, check.stdout.strip()) == (1, "bridge has exited")
 

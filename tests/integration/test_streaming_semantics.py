@@ -235,10 +235,10 @@ def _check_gold_beyond_device_1m(
     )
     want_recoveries = {}
     for t in raised:
-        at, back = t["event_time"], cleared.get(t["alert_id"])
-        if back is not None and at <= back <= at + within:
-            want_recoveries[t["alert_id"]] = (back - at).total_seconds()
-        elif at + within < join_watermark:  # emitted unrecovered once it passes
+        raised_at, back = t["event_time"], cleared.get(t["alert_id"])
+        if back is not None and raised_at <= back <= raised_at + within:
+            want_recoveries[t["alert_id"]] = (back - raised_at).total_seconds()
+        elif raised_at + within < join_watermark:  # emitted unrecovered once it passes
             want_recoveries[t["alert_id"]] = None
     got_recoveries = {
         r["alert_id"]: r["time_to_recover_s"]
