@@ -221,18 +221,22 @@ def build_lake(root: Path, devices_n: int, minutes: int, commits: int) -> dict[s
     alerts, recoveries = _alerts(devices, 20_000, minutes)
     write_deltalake(str(root / "gold/alerts"), alerts.to_arrow())
     write_deltalake(str(root / "gold/alert_recoveries"), recoveries.to_arrow())
-    silver_rows = 150_000
-    write_deltalake(str(root / "silver/events"), _silver(devices, silver_rows).to_arrow())
-    table = DeltaTable(gold)
+    write_deltalake(str(root / "silver/events"), _silver(devices, 150_000).to_arrow())
+    return _lake_summary(root, devices, minutes)
+
+
+def _lake_summary(root: Path, devices: pl.DataFrame, minutes: int) -> dict[str, object]:
+    """What the lake at ``root`` holds, read from its tables."""
+    table = DeltaTable(str(root / "gold/device_1m"))
     return {
-        "gold_rows": devices_n * minutes,
+        "gold_rows": devices.height * minutes,
         "gold_files": len(table.file_uris()),
         "gold_version": table.version(),
-        "devices": devices_n,
+        "devices": devices.height,
         "minutes": minutes,
-        "alerts": alerts.height,
-        "silver_rows": silver_rows,
-        "newest_minute": newest,
+        "alerts": DeltaTable(str(root / "gold/alerts")).to_pyarrow_dataset().count_rows(),
+        "silver_rows": DeltaTable(str(root / "silver/events")).to_pyarrow_dataset().count_rows(),
+        "newest_minute": AS_OF.replace(second=0),
         "device_frame": devices,
     }
 
@@ -259,19 +263,7 @@ def reused_lake(keep: Path, root: Path, devices_n: int, minutes: int, commits: i
             f"{keep} holds a lake of {found}, not {wanted}: pass the same sizes or another --lake"
         )
     shutil.copytree(keep / "lake", root, copy_function=os.link)
-    devices = _devices(devices_n)
-    table = DeltaTable(str(root / "gold/device_1m"))
-    return {
-        "gold_rows": devices_n * minutes,
-        "gold_files": len(table.file_uris()),
-        "gold_version": table.version(),
-        "devices": devices_n,
-        "minutes": minutes,
-        "alerts": DeltaTable(str(root / "gold/alerts")).to_pyarrow_dataset().count_rows(),
-        "silver_rows": DeltaTable(str(root / "silver/events")).to_pyarrow_dataset().count_rows(),
-        "newest_minute": AS_OF.replace(second=0),
-        "device_frame": devices,
-    }
+    return _lake_summary(root, _devices(devices_n), minutes)
 
 
 def merge_newest_minute(root: Path, devices: pl.DataFrame, newest: datetime, n: int) -> None:
