@@ -23,7 +23,7 @@ import pytest
 
 from infra import broker
 from notifier.destinations import url_fragments
-from notifier.settings import NotifierSettings
+from notifier.settings import DEAD_LETTER_SUFFIX, NotifierSettings
 from tests.webhook_server import WebhookServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.subprocess, pytest.mark.timeout(300)]
@@ -99,7 +99,7 @@ def test_each_alert_reaches_each_destination_once_across_a_sigkill(kafka_broker,
     bootstrap = kafka_broker.plaintext
     topic = f"alerts-{uuid.uuid4().hex[:8]}"
     broker.ensure_topic(bootstrap, topic, partitions=2)
-    broker.ensure_topic(bootstrap, topic + ".deadletter", partitions=1)
+    broker.ensure_topic(bootstrap, topic + DEAD_LETTER_SUFFIX, partitions=1)
     records = [alert(n) for n in range(80)]
     publish(bootstrap, topic, records)
     server = WebhookServer(delay_s=0.02)
@@ -214,7 +214,7 @@ def test_a_destination_that_keeps_failing_gets_dead_letters_on_the_topic(kafka_b
     bootstrap = kafka_broker.plaintext
     topic = f"alerts-{uuid.uuid4().hex[:8]}"
     broker.ensure_topic(bootstrap, topic, partitions=1)
-    broker.ensure_topic(bootstrap, topic + ".deadletter", partitions=1)
+    broker.ensure_topic(bootstrap, topic + DEAD_LETTER_SUFFIX, partitions=1)
     records = [alert(n) for n in range(3)]
     publish(bootstrap, topic, records)
     server = WebhookServer()
@@ -225,7 +225,7 @@ def test_a_destination_that_keeps_failing_gets_dead_letters_on_the_topic(kafka_b
                   IOT_NOTIFIER_BACKOFF_S="0.05", IOT_NOTIFIER_RATE_LIMIT_S="0")  # fmt: skip
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
                          "auto.offset.reset": "earliest"})  # fmt: skip
-    consumer.subscribe([topic + ".deadletter"])
+    consumer.subscribe([topic + DEAD_LETTER_SUFFIX])
     letters: list[dict] = []
     proc = None
     try:
@@ -260,7 +260,7 @@ def test_sigterm_while_a_destination_times_out_stops_in_seconds_and_loses_nothin
     bootstrap = kafka_broker.plaintext
     topic = f"alerts-{uuid.uuid4().hex[:8]}"
     broker.ensure_topic(bootstrap, topic, partitions=1)
-    broker.ensure_topic(bootstrap, topic + ".deadletter", partitions=1)
+    broker.ensure_topic(bootstrap, topic + DEAD_LETTER_SUFFIX, partitions=1)
     records = [alert(n) for n in range(3)]
     publish(bootstrap, topic, records)
     silent = socket.socket()  # accepts, never answers: every POST times out

@@ -33,6 +33,8 @@ import jsonschema
 import pytest
 import yaml
 
+from notifier.settings import DEAD_LETTER_SUFFIX
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -482,7 +484,7 @@ def test_local_pipeline_wiring(compose):
     assert [t.split()[0] for t in created] == [
         svcs["producer"]["environment"]["IOT_KAFKA_TOPIC"],
         alerts,
-        f"{alerts}.deadletter",
+        alerts + DEAD_LETTER_SUFFIX,  # compose names it as the notifier derives it
     ]
     for name in ("kafka", "processor", "dashboard", "eh-processor", "eh-dashboard"):
         assert "test" in svcs[name]["healthcheck"], name
