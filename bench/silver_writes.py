@@ -22,6 +22,12 @@ end the bench checks its output: silver must hold every reading sent, once, and
 quarantine none; ``gold/device_1m`` must equal the 1-minute aggregates computed
 from silver, every column (averages to 9 decimal places).
 
+It also counts the py4j round trips the Python side sends to build the writer's
+frames for one batch (the minute aggregates, silver's rows, the quarantine's stamp),
+and for one Column method: each is a command over the gateway's socket, paid in CPU on
+both sides, every micro-batch. A Column method is one call when the session does not
+record call sites (``processor.session.CALL_SITE_CAPTURE``; Spark's default takes 11).
+
 Usage: ``python bench/silver_writes.py [--batches 120] [--batch-rows 700]``. The last
 line printed is one JSON object with the figures.
 """
@@ -34,7 +40,9 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -54,7 +62,7 @@ from processor import lake_setup, pipeline, transforms  # noqa: E402
 from processor.schema import KAFKA_SOURCE_SCHEMA  # noqa: E402
 from processor.session import build_session  # noqa: E402
 from processor.settings import ProcessorSettings  # noqa: E402
-from processor.silver import silver_frame  # noqa: E402
+from processor.silver import silver_frame, silver_out  # noqa: E402
 from producer.simulation import generate, simulated_clock  # noqa: E402
 
 FLEET, SEED, RATE = 200, 5, 200.0
@@ -75,6 +83,44 @@ def kafka_rows(n: int, start: datetime) -> list[tuple]:
         key, value = str(e["device_id"]).encode(), json.dumps(e).encode()
         rows.append((key, value, "bench", i % 2, i // 2, now, 0))
     return rows
+
+
+def py4j_calls(build: Callable[[], object]) -> int:
+    """How many py4j commands ``build()`` sends to the JVM from this thread.
+
+    Only the calling thread's are counted: py4j's finalizer thread frees the JVM's side
+    of dropped Python objects (a command each) on a schedule of its own.
+    """
+    import py4j.clientserver
+
+    connection = py4j.clientserver.ClientServerConnection
+    send, sent, caller = connection.send_command, [0], threading.get_ident()
+
+    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sent[0] += threading.get_ident() == caller
+        return send(self, *args, **kwargs)
+
+    connection.send_command = counting  # type: ignore[method-assign]
+    try:
+        build()
+    finally:
+        connection.send_command = send  # type: ignore[method-assign]
+    return sent[0]
+
+
+def frame_calls(batch, watermark: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """py4j calls to build each of the silver writer's frames for ``batch`` (built once first)."""
+    events = transforms.silver_rows(batch)
+    transforms.device_minute_aggregates(events, watermark)  # the first call builds the columns
+    column = F.col("reading")
+    return {
+        "py4j_calls_device_1m": py4j_calls(
+            lambda: transforms.device_minute_aggregates(events, watermark)
+        ),
+        "py4j_calls_silver_rows": py4j_calls(lambda: silver_out(batch)),
+        "py4j_calls_quarantine_stamp": py4j_calls(lambda: transforms.stamp_ingest(batch)),
+        "py4j_calls_column_alias": py4j_calls(lambda: column.alias("renamed")),
+    }
 
 
 def check(spark: SparkSession, settings: ProcessorSettings, sent: int) -> None:
@@ -135,6 +181,10 @@ def main() -> None:
                     f"{statistics.mean(cpus[-20:]):.2f} CPU-s each"
                 )
         check(spark, settings, len(records))
+        raw = spark.createDataFrame(records[: args.batch_rows], KAFKA_SOURCE_SCHEMA)
+        calls = frame_calls(
+            silver_frame(transforms.to_bronze(raw), devices, settings.watermark), settings.watermark
+        )
         spark.stop()
     half = len(walls) // 2
     wall, cpu = statistics.mean(walls[half:]), statistics.mean(cpus[half:])
@@ -144,11 +194,13 @@ def main() -> None:
         f"{wall:.2f} s, {cpu:.2f} CPU-s (JVM and Python); at {RATE:.0f} events/s, one "
         f"batch every {every:.1f} s, that is {cpu / every:.2f} cores"
     )
+    say("py4j calls to build a batch's frames: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
     print(json.dumps({
         "batch_rows": args.batch_rows, "batches": args.batches,
         "wall_s_per_batch": round(wall, 3), "cpu_s_per_batch": round(cpu, 3),
         "wall_s_per_batch_median": round(statistics.median(walls[half:]), 3),
         "writes_cores_at_200": round(cpu / every, 3),
+        **calls,
     }))  # fmt: skip
 
 

@@ -193,7 +193,10 @@ def session_conf(settings: ProcessorSettings, log_file: Path | None = None) -> d
         log_file: Where the JVM also logs WARN and up (``log4j2_options``).
     """
     local = is_local(settings)
-    driver_options = (*(LOCAL_DRIVER_JVM_OPTIONS if local else ()),)
+    driver_options = (
+        *(LOCAL_DRIVER_JVM_OPTIONS if local else ()),
+        *((settings.driver_java_options,) if settings.driver_java_options else ()),
+    )
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",

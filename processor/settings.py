@@ -19,7 +19,7 @@ DEFAULT_PACKAGES = (
     f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION},"
     f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
 )
-# S3A for a lake on S3, as infra/maven/s3/pom.xml resolves it (tests/unit/test_jars.py checks
+# S3A for a lake on S3, as infra/maven/s3/pom.xml resolves it (tests/infra/test_jars.py checks
 # they agree): hadoop-aws of the wheel's Hadoop client, with the AWS SDK v2 modules it uses
 # instead of the SDK's 686 MB bundle.
 HADOOP_VERSION = "3.5.0"
@@ -168,6 +168,15 @@ class ProcessorSettings(FleetSettings):
         ),
     )
     driver_memory: str = Field("2g", description="spark.driver.memory (local mode)")
+    driver_java_options: str = Field(
+        "",
+        description=(
+            "More JVM options for the driver this process starts (a local master runs "
+            "every task in it), after the processor's own, e.g. '-XX:TieredStopAtLevel=1 "
+            "-XX:ReservedCodeCacheSize=256m' for short runs: the JIT's quick tier only "
+            "costs about a third less CPU to start and slows a long run"
+        ),
+    )
     ui: bool = Field(False, description="Start the Spark UI")
     log_level: LogLevel = Field(
         "ERROR",

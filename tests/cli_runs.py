@@ -2,7 +2,7 @@
 
 Starting Python again costs a test 1 to 2 s (pydantic, pandas and pyspark are imported
 each time); running the same ``__main__`` in the test's process costs milliseconds. Both
-give a ``CliRun``, so that a test can check the two agree (``tests/unit/test_cli_errors.py``).
+give a ``CliRun``, so that a test can check the two agree (``tests/common/test_cli.py``).
 """
 
 from __future__ import annotations

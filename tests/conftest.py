@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.cli_runs import CliRun, run_in_process
+from tests.jvm_options import DRIVER_JAVA_OPTIONS_ENV, SHORT_RUN_JVM_OPTIONS
 
 os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+# Every processor a test starts inherits this (tests.jvm_options says why).
+os.environ.setdefault(DRIVER_JAVA_OPTIONS_ENV, SHORT_RUN_JVM_OPTIONS)
 
 pytest_plugins = (
     ["tests.broker_fixture"] if (Path(__file__).parent / "broker_fixture.py").exists() else []
@@ -19,16 +22,36 @@ pytest_plugins = (
 
 
 # Fixtures that start a JVM: a test using one (directly or through another fixture) is
-# marked, so that `make test-fast` can leave it out.
+# marked, so that the fast tests leave it out.
 _HEAVY_FIXTURES = {"spark": "spark", "kafka_broker": "broker"}
+# A test with none of these marks is marked ``fast``: plain ``pytest`` (``addopts`` in
+# pyproject.toml) and ``make test-fast`` run those, on every core.
+_NOT_FAST = (
+    "integration",
+    "browser",
+    "slow",
+    "spark",
+    "broker",
+    "subprocess",
+    "cluster",
+    "compose",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by the heavy fixtures it uses (``spark``, ``broker``)."""
+    """Mark each test by the heavy fixtures it uses (``spark``, ``broker``), else ``fast``.
+
+    Then order them longest first, by their marks (``slow``, then ``integration``): on
+    several workers, a long test started last would keep one busy alone at the end.
+    """
     for item in items:
         for fixture, marker in _HEAVY_FIXTURES.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+        if not any(item.get_closest_marker(name) for name in _NOT_FAST):
+            item.add_marker("fast")
+    items.sort(key=lambda item: (not item.get_closest_marker("slow"),
+                                 not item.get_closest_marker("integration")))  # fmt: skip
 
 
 @pytest.fixture
@@ -88,40 +111,12 @@ def spark(lake_root: Path) -> Iterator[object]:
         jars_dir=str(ensure_jar_dir("spark", quiet=True)),
         shuffle_partitions=2,
         driver_memory="2g",
+        driver_java_options=SHORT_RUN_JVM_OPTIONS,
         lake={"root": str(lake_root)},
     )
     session = build_session(settings, app_name="iot-pulse-tests")
     yield session
     session.stop()
-
-
-@pytest.fixture
-def py4j_calls(spark: object, monkeypatch: pytest.MonkeyPatch) -> Callable[..., int]:
-    """How many py4j commands a call sends to the JVM: ``py4j_calls(build) -> int``.
-
-    Each is a round trip over the gateway's socket, paid in CPU on both sides. Only the
-    calling thread's are counted: py4j's finalizer thread frees the JVM's side of
-    dropped Python objects (a command each) on a schedule of its own.
-    """
-    import threading
-
-    import py4j.clientserver
-
-    send = py4j.clientserver.ClientServerConnection.send_command
-
-    def count(build: Callable[[], object]) -> int:
-        sent, caller = [0], threading.get_ident()
-
-        def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            sent[0] += threading.get_ident() == caller
-            return send(self, *args, **kwargs)
-
-        with monkeypatch.context() as patch:
-            patch.setattr(py4j.clientserver.ClientServerConnection, "send_command", counting)
-            build()
-        return sent[0]
-
-    return count
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@
 serves. Its schema is also published on npm: ``@cdktf/provider-azurerm`` ships, in its
 ``.jsii`` assembly, every resource's arguments (required or optional), nested blocks and
 exported attributes, generated from the provider itself. This module extracts the part
-the templates use into ``azurerm-schema.json``, which ``tests/unit/test_templates.py``
+the templates use into ``azurerm-schema.json``, which ``tests/infra/test_templates.py``
 lints the templates against (argument names, required arguments, attribute references).
 
 Regenerate (``make tf-schema`` does both steps)::

@@ -22,9 +22,9 @@ from common.delta_table import open_delta_table
 from common.fleet import device_id
 from common.lake import Table
 from infra import compose_rehearsal
+from tests.common.test_secrets import leaks
 from tests.compose.conftest import new_stack
 from tests.compose.stack import Stack, wait_for
-from tests.unit.test_secrets import leaks
 
 pytestmark = pytest.mark.timeout(2400)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from deltalake.exceptions import TableNotFoundError
 
 from common.delta_table import open_delta_table
+from tests.jvm_options import DRIVER_JAVA_OPTIONS_ENV, SHORT_RUN_JVM_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,6 +35,7 @@ def processor_env(
             "IOT_PROCESSOR_JARS_DIR": str(jars_dir),
             "IOT_PROCESSOR_SHUFFLE_PARTITIONS": "2",
             "IOT_PROCESSOR_DRIVER_MEMORY": "2g",
+            DRIVER_JAVA_OPTIONS_ENV: SHORT_RUN_JVM_OPTIONS,
             "PYTHONUNBUFFERED": "1",
         }
         | extra

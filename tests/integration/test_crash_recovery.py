@@ -1,6 +1,6 @@
 """SIGKILL the processor three times mid-stream: nothing lost, nothing twice.
 
-200,000 events (plus resent duplicates) go through the real broker. The processor
+120,000 events (plus resent duplicates) go through the real broker. The processor
 runs as its own process and is killed with SIGKILL (JVM included) at random
 points, then restarted on the same checkpoints; a last restart drains the topic.
 """
@@ -33,7 +33,7 @@ pytestmark = [
 ]
 
 TOPIC = "crash"
-EVENTS, FLEET, SEED = 200_000, 100, 11
+EVENTS, FLEET, SEED = 120_000, 100, 11
 DUP_EVERY, DUP_BACK = 500, 100  # resend the event from 100 positions back, every 500 events
 WATERMARK = "2 minutes"
 
@@ -82,7 +82,7 @@ def test_sigkill_three_times_then_exactly_once(spark, kafka_broker, tmp_path):
         kafka_broker.plaintext, TOPIC, lake, bundle_dir("spark"),
         IOT_PROCESSOR_FLEET_SIZE=str(FLEET), IOT_PROCESSOR_SEED=str(SEED),
         IOT_PROCESSOR_WATERMARK=WATERMARK, IOT_PROCESSOR_TRIGGER_INTERVAL="2 seconds",
-        IOT_PROCESSOR_MAX_OFFSETS_PER_TRIGGER="25000",
+        IOT_PROCESSOR_MAX_OFFSETS_PER_TRIGGER="12000",
     )  # fmt: skip
     bronze, silver = lake / "bronze" / "events", lake / "silver" / "events"
     rng = random.Random(2026)

@@ -26,7 +26,7 @@ from infra.broker import ensure_topic
 from infra.jars import ensure_jar_dir
 
 # A Spark run: minutes on two shared cores.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 TOPIC = "eh-dotenv"
 COUNT, FLEET, SEED = 600, 8, 11

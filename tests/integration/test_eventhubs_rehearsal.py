@@ -30,7 +30,7 @@ from common.lake import Table
 from common.lake_settings import LakeSettings
 from infra import broker
 from infra.jars import ensure_jar_dir
-from tests.unit.test_secrets import leaks
+from tests.common.test_secrets import leaks
 
 # Its own broker and a Spark run: minutes on two shared cores.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]

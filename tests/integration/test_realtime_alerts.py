@@ -35,7 +35,7 @@ from tests.integration.proc import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 EVENTS, ALERTS = "rt-events", "rt-alerts"
 FLEET, SEED = 30, 5

@@ -31,7 +31,7 @@ from infra.jars import ensure_jar_dir
 from loadtest.lake import read_truth
 from tests.integration.proc import contract_with_zone_and_signal, process_available_now, run_python
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET, SEED, COUNT = 8, 13, 320

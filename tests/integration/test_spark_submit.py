@@ -21,7 +21,7 @@ from infra.broker import ensure_topic
 from infra.jars import bundle_dir
 from tests.integration.proc import ROOT, processor_env, send_readings, table_rows
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TOPIC = "spark-submit"
 FLEET, SEED, EVENTS = 5, 13, 40

@@ -70,7 +70,29 @@ def test_the_driver_jvm_collects_with_the_parallel_collector(spark):
     assert LOCAL_DRIVER_JVM_OPTIONS == ("-XX:+UseParallelGC",)
 
 
-def test_the_local_profile_applies_to_a_local_master_only():
+def test_more_driver_options_come_after_the_processors_own():
+    from processor.session import session_conf
+    from processor.settings import ProcessorSettings
+
+    more = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
+    for master, own in (("local[2]", ["-XX:+UseParallelGC"]), ("spark://head:7077", [])):
+        settings = ProcessorSettings(_env_file=None, master=master, driver_java_options=more)
+        options = session_conf(settings)["spark.driver.extraJavaOptions"].split()
+        assert options[: len(own) + 2] == [*own, *more.split()]
+        assert options[len(own) + 2].startswith("-Dlog4j2.configurationFile=")
+
+
+def test_more_driver_options_reach_the_jvm(spark):
+    """The tests' session takes the JIT's quick tier only (tests/jvm_options.py)."""
+    jvm = spark._jvm
+    bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    assert bean.getVMOption("TieredStopAtLevel").getValue() == "1"
+    assert bean.getVMOption("ReservedCodeCacheSize").getValue() == str(256 * 1024 * 1024)
+
+
+def test_the_local_profile_applies_to_a_local_master_only(clean_env):
     """A cluster gets Spark's and Delta's defaults plus what the processor needs anywhere."""
     from processor.session import session_conf
     from processor.settings import ProcessorSettings

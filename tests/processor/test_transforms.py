@@ -10,8 +10,8 @@ from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
 from processor import sources, transforms
-from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
-from processor.silver import silver_frame, silver_out
+from processor.schema import KAFKA_SOURCE_SCHEMA
+from processor.silver import silver_frame
 
 T0 = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
 
@@ -383,22 +383,6 @@ def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
         transforms.with_audit(parsed, datetime(2026, 1, 1))
     with pytest.raises(ValueError, match="not on a stream"):
         transforms.with_audit(spark.readStream.format("rate").load())
-
-
-def test_silver_writer_builds_its_frames_in_few_py4j_calls(spark, py4j_calls):
-    """Silver's writer builds these frames for every micro-batch; each py4j call costs CPU.
-
-    The minute aggregates reuse their columns (building them anew took 428 calls,
-    now 86), and the audit and ingest columns are added by name: a select of every
-    column took 305 calls for silver's rows (now 131) and 247 to stamp a batch (now 63).
-    """
-    devices = spark.createDataFrame([], DEVICE_SCHEMA)
-    batch = silver_frame(_bronze(spark, [json.dumps(_event())]), devices, "1 minute")
-    events = transforms.silver_rows(batch)
-    transforms.device_minute_aggregates(events, "1 minute")  # the first call builds the columns
-    assert 0 < py4j_calls(lambda: transforms.device_minute_aggregates(events, "1 minute")) <= 110
-    assert 0 < py4j_calls(lambda: silver_out(batch)) <= 160
-    assert 0 < py4j_calls(lambda: transforms.stamp_ingest(batch)) <= 90
 
 
 def _generated_code(df) -> list[str]:

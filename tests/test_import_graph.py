@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (
     "common", "producer", "processor", "dashboard", "infra", "loadtest", "demo", "bridge", "notifier",
 )  # fmt: skip
