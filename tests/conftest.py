@@ -35,6 +35,7 @@ _NOT_FAST = (
     "subprocess",
     "cluster",
     "compose",
+    "alone",
 )
 
 

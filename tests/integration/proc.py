@@ -21,13 +21,21 @@ from tests.jvm_options import DRIVER_JAVA_OPTIONS_ENV, SHORT_RUN_JVM_OPTIONS
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def service_env(**extra: str) -> dict[str, str]:
+    """This process's environment without its IOT_* settings, for a service a test starts.
+
+    Only the tests' driver JVM options stay (``tests.jvm_options``), then ``extra``.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    return env | {DRIVER_JAVA_OPTIONS_ENV: SHORT_RUN_JVM_OPTIONS} | extra
+
+
 def processor_env(
     broker_bootstrap: str, topic: str, lake: Path, jars_dir: Path, **extra: str
 ) -> dict[str, str]:
     """A clean environment for ``python -m processor`` (no inherited IOT_* settings)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
     return (
-        env
+        service_env()
         | {
             "IOT_KAFKA_BOOTSTRAP_SERVERS": broker_bootstrap,
             "IOT_KAFKA_TOPIC": topic,
@@ -35,7 +43,6 @@ def processor_env(
             "IOT_PROCESSOR_JARS_DIR": str(jars_dir),
             "IOT_PROCESSOR_SHUFFLE_PARTITIONS": "2",
             "IOT_PROCESSOR_DRIVER_MEMORY": "2g",
-            DRIVER_JAVA_OPTIONS_ENV: SHORT_RUN_JVM_OPTIONS,
             "PYTHONUNBUFFERED": "1",
         }
         | extra

@@ -183,6 +183,7 @@ def test_bridge_killed_mid_run_and_restarted_loses_nothing(
     assert len(held) == len(wanted) + duplicates
 
 
+@pytest.mark.alone  # restarts Mosquitto on the port it gave up
 def test_mosquitto_restarted_mid_run_loses_nothing_acknowledged(
     mqtt_broker: MqttBrokerInfo, kafka_broker: BrokerInfo, tmp_path: Path
 ):

@@ -24,7 +24,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from infra import broker
 from infra.broker import BrokerInfo
 
-pytestmark = pytest.mark.integration
+# alone: each restarts a broker on the ports it gave up, which another test's connections
+# could take in between (tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 RESTART_LIMIT_S = 30.0

@@ -30,11 +30,16 @@ from tests.integration.proc import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.alone,  # restarts the broker on the ports it gave up
+    pytest.mark.timeout(1200),
+]
 
 TOPIC = "restart-pipeline"
-FLEET, SEED, RATE, COUNT = 20, 7, 100, 9_000  # 90 s of readings
-RESTART_AFTER_S = 30.0
+FLEET, SEED, RATE, COUNT = 20, 7, 100, 6_000  # 60 s of readings
+RESTART_AFTER_S = 20.0
 RESTART_LIMIT_S = 30.0
 
 

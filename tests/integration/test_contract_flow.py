@@ -11,7 +11,6 @@ expected silver and gold values are known exactly.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -23,7 +22,12 @@ from deltalake import DeltaTable
 from common.lake import Table, table_location
 from infra.broker import ensure_topic
 from loadtest.lake import read_truth
-from tests.integration.proc import contract_with_zone_and_signal, process_available_now, run_python
+from tests.integration.proc import (
+    contract_with_zone_and_signal,
+    process_available_now,
+    run_python,
+    service_env,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +40,7 @@ def test_added_field_and_metric_flow_to_silver_and_gold(kafka_broker, tmp_path: 
     contract = contract_with_zone_and_signal(tmp_path / "contract.toml", ZONE, SIGNAL)
     topic = "contract-flow"
     ensure_topic(kafka_broker.plaintext, topic, partitions=2)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    base = service_env()
     env = base | {
         "IOT_CONTRACT": str(contract),
         "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext,

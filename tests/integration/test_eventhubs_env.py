@@ -12,7 +12,6 @@ must never be printed.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from common.lake import Table
 from common.lake_settings import LakeSettings
 from infra.broker import ensure_topic
 from infra.jars import ensure_jar_dir
+from tests.integration.proc import service_env
 
 # A Spark run: minutes on two shared cores.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -63,8 +63,7 @@ def test_producer_and_processor_take_event_hubs_settings_from_dotenv(kafka_broke
         f"IOT_LAKE_ROOT={lake}\n"
         f"IOT_PROCESSOR_JARS_DIR={jars_dir}\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
-    env |= {"PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+    env = service_env(PYSPARK_PYTHON=sys.executable, PYTHONUNBUFFERED="1")
 
     _out, err = run(
         [

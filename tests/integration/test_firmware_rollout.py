@@ -12,7 +12,6 @@ columns, ``uptime_s`` in ``extra_fields`` with its JSON value, and
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -26,7 +25,7 @@ from common.contract import DEFAULT_CONTRACT, FIELDS
 from common.lake import Table, table_location
 from infra.broker import ensure_topic
 from loadtest.lake import read_truth
-from tests.integration.proc import ROOT, process_available_now, run_python
+from tests.integration.proc import ROOT, process_available_now, run_python, service_env
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +67,7 @@ def test_a_mixed_v1_v2_stream_lands_in_one_set_of_columns(kafka_broker, tmp_path
         text.replace('added = ["rssi_dbm"]', 'added = ["rssi_dbm", "uptime_s"]') + UNDECLARED,
         encoding="utf-8",
     )
-    base = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    base = service_env()
     env = base | {
         "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext,
         "IOT_KAFKA_TOPIC": topic,

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from infra.broker import ensure_topic
 from infra.jars import ensure_jar_dir
 from loadtest.lake import read_lake, read_truth
 from loadtest.verify import VerifyConfig, verify
-from tests.integration.proc import run_python
+from tests.integration.proc import run_python, service_env
 
 pytestmark = pytest.mark.integration
 
@@ -31,8 +30,7 @@ FLEET, SEED, COUNT = 20, 11, 4000
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
-    return env | {"PYTHONUNBUFFERED": "1"} | extra
+    return service_env(PYTHONUNBUFFERED="1", **extra)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from tests.integration.proc import (
     kill_group,
     processor_env,
     send_readings,
+    service_env,
     start_processor,
     table_rows,
     wait_for,
@@ -225,7 +226,7 @@ def test_a_trace_the_jvm_prints_while_stopping_goes_to_the_log(tmp_path):
     lands in the log file, not on the terminal; FATAL events still reach both.
     """
     log = tmp_path / "processor.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    env = service_env()
     jars = ensure_jar_dir("spark", quiet=True)
     done = subprocess.run(
         [sys.executable, "-c", _REPORTS, str(jars), str(log)], cwd=ROOT,

@@ -11,7 +11,6 @@ table, the feature and what to do, before any query starts.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,8 @@ from common.delta_table import open_delta_table
 from common.jars import connector_jars
 from common.lake import Table
 from infra.jars import bundle_dir, ensure_jar_dir
+from tests.integration.proc import service_env
+from tests.jvm_options import SHORT_RUN_JVM_OPTIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.subprocess]
 
@@ -42,7 +43,7 @@ def _landing(folder: Path) -> set[str]:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("IOT_")} | extra
+    return service_env(**extra)
 
 
 PROCESSOR_FLAGS = ["run", "--source", "files", "--trigger", "available_now",
@@ -58,7 +59,7 @@ def test_tables_made_under_a_deletion_vectors_default_stay_readable(tmp_path):
     submit = Path(sys.executable).parent / "spark-submit"
     proc = subprocess.run(
         [str(submit), "--master", "local[2]", "--jars", jars, "--conf", "spark.ui.enabled=false",
-         "--conf", f"{DV_DEFAULT}=true", "processor/__main__.py", *PROCESSOR_FLAGS,
+         "--driver-java-options", SHORT_RUN_JVM_OPTIONS, "--conf", f"{DV_DEFAULT}=true", "processor/__main__.py", *PROCESSOR_FLAGS,
          "--landing-dir", str(tmp_path / "landing"), "--lake-root", str(lake)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
         env=_env(IOT_PROCESSOR_MASTER="", IOT_PROCESSOR_JARS_DIR="", PYSPARK_PYTHON=sys.executable),

@@ -13,7 +13,6 @@ another slide; every dashboard page renders.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -29,7 +28,12 @@ from common.lake import Table, table_location
 from infra.broker import ensure_topic
 from infra.jars import ensure_jar_dir
 from loadtest.lake import read_truth
-from tests.integration.proc import contract_with_zone_and_signal, process_available_now, run_python
+from tests.integration.proc import (
+    contract_with_zone_and_signal,
+    process_available_now,
+    run_python,
+    service_env,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -91,7 +95,7 @@ def _assert_windows_equal(lake: Path, expected: dict[tuple, dict]) -> None:
 def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Path) -> None:
     topic = "schema-evolution"
     ensure_topic(kafka_broker.plaintext, topic, partitions=2)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    base = service_env()
     v1 = base | {
         "IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext,
         "IOT_KAFKA_TOPIC": topic,

@@ -20,6 +20,7 @@ from common.jars import connector_jars
 from infra.broker import ensure_topic
 from infra.jars import bundle_dir
 from tests.integration.proc import ROOT, processor_env, send_readings, table_rows
+from tests.jvm_options import SHORT_RUN_JVM_OPTIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -45,7 +46,7 @@ def test_spark_submit_supplies_the_master_and_the_jars(kafka_broker, tmp_path):
     submit = Path(sys.executable).parent / "spark-submit"
     proc = subprocess.run(
         [str(submit), "--master", "local[1]", "--jars", jars, "--conf", "spark.ui.enabled=false",
-         "processor/__main__.py", "run", "--trigger", "available_now"],
+         "--driver-java-options", SHORT_RUN_JVM_OPTIONS, "processor/__main__.py", "run", "--trigger", "available_now"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=540,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
