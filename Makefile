@@ -38,7 +38,7 @@ docs: setup
 # every test but the standalone cluster's (make test-cluster) and docker compose's (make
 # test-compose). PYTEST_ARGS goes to both pytest runs.
 test: jars lint
-	$(PY) -m pytest -q -x $(PYTEST_ARGS)
+	$(PY) -m pytest -x $(PYTEST_ARGS)
 	$(PY) -m pytest -m "$(SLOW_TESTS) and not alone" $(SLOW_TEST_OPTIONS) $(PYTEST_ARGS)
 	$(PY) -m pytest -m "alone and not cluster and not compose" -n 0 $(PYTEST_ARGS)
 
