@@ -34,13 +34,21 @@ demo-clean: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
+# The rest of `make test`: the broker's, Spark's, the browser's and the processes' tests,
+# on two workers, longest first (tests/conftest.py orders them); `--dist load` hands out
+# one test at a time, so that the long ones start first. Those marked `alone` restart a
+# daemon on the ports it gave up, which the other worker's connections could take in
+# between: they run after the rest, one at a time.
+SLOW_TESTS := not fast and not cluster and not compose
+SLOW_TEST_OPTIONS := -n 2 --dist load
+
 # What CI runs: lint, then the fast tests (stopping at the first failure), then the rest:
 # every test but the standalone cluster's (make test-cluster) and docker compose's (make
-# test-compose). PYTEST_ARGS goes to both pytest runs.
+# test-compose). PYTEST_ARGS goes to each of its pytest runs.
 test: jars lint
 	$(PY) -m pytest -x $(PYTEST_ARGS)
 	$(PY) -m pytest -m "$(SLOW_TESTS) and not alone" $(SLOW_TEST_OPTIONS) $(PYTEST_ARGS)
-	$(PY) -m pytest -m "alone and not cluster and not compose" -n 0 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "$(SLOW_TESTS) and alone" -n 0 $(PYTEST_ARGS)
 
 # The processor on a Spark standalone cluster that loses a worker, its lake on S3 (moto).
 test-cluster: jars
@@ -59,14 +67,6 @@ test-compose: setup
 # The CLIs run in-process there; the tests that start them as processes run in `make test`.
 test-fast: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
-
-# The rest of `make test`: the broker's, Spark's, the browser's and the processes' tests,
-# on two workers, longest first (tests/conftest.py orders them); `--dist load` hands out
-# one test at a time, so that the long ones start first. Those marked `alone` restart a
-# daemon on the ports it gave up, which the other worker's connections could take in
-# between: they run after the rest, one at a time.
-SLOW_TESTS := not fast and not cluster and not compose
-SLOW_TEST_OPTIONS := -n 2 --dist load
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.cli_runs import CliRun, run_in_process
-from tests.jvm_options import DRIVER_JAVA_OPTIONS_ENV, SHORT_RUN_JVM_OPTIONS
+from tests.jvm_options import SHORT_RUN_ENV, SHORT_RUN_JVM_OPTIONS
 
 os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-# Every processor a test starts inherits this (tests.jvm_options says why).
-os.environ.setdefault(DRIVER_JAVA_OPTIONS_ENV, SHORT_RUN_JVM_OPTIONS)
+# Every processor a test starts inherits these (tests.jvm_options says why).
+for _name, _value in SHORT_RUN_ENV.items():
+    os.environ.setdefault(_name, _value)
 
 pytest_plugins = (
     ["tests.broker_fixture"] if (Path(__file__).parent / "broker_fixture.py").exists() else []

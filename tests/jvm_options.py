@@ -4,9 +4,12 @@ The JIT's quick tier only (C1): a processor that starts, processes a few thousan
 events and stops spends about a third less CPU than with C2 compiling its hot code, on
 two cores shared by the whole test run. Its code cache must then be larger than the
 48 MB the JVM reserves for C1 alone, which Spark and Delta's classes fill. The
-processor takes them through its own setting (``IOT_PROCESSOR_DRIVER_JAVA_OPTIONS``),
-so its behaviour is the same; only the speed of its compiled code differs.
+processor takes them through its own setting (``driver_java_options``), so its
+behaviour is the same; only the speed of its compiled code differs.
 """
 
+from processor.settings import ProcessorSettings
+
 SHORT_RUN_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
-DRIVER_JAVA_OPTIONS_ENV = "IOT_PROCESSOR_DRIVER_JAVA_OPTIONS"
+# What gives a processor that a test starts these options.
+SHORT_RUN_ENV = ProcessorSettings.env_vars(driver_java_options=SHORT_RUN_JVM_OPTIONS)

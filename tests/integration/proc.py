@@ -16,7 +16,7 @@ from pathlib import Path
 from deltalake.exceptions import TableNotFoundError
 
 from common.delta_table import open_delta_table
-from tests.jvm_options import DRIVER_JAVA_OPTIONS_ENV, SHORT_RUN_JVM_OPTIONS
+from tests.jvm_options import SHORT_RUN_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def service_env(**extra: str) -> dict[str, str]:
     Only the tests' driver JVM options stay (``tests.jvm_options``), then ``extra``.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
-    return env | {DRIVER_JAVA_OPTIONS_ENV: SHORT_RUN_JVM_OPTIONS} | extra
+    return env | SHORT_RUN_ENV | extra
 
 
 def processor_env(

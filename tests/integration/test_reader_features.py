@@ -37,13 +37,9 @@ def _landing(folder: Path) -> set[str]:
         [sys.executable, "-m", "producer", "--transport", "file", "--out-dir", str(folder),
          "--count", str(EVENTS), "--rate", "0", "--seed", str(SEED), "--fleet-size", str(FLEET),
          "--scenario", "clean"],
-        cwd=ROOT, check=True, capture_output=True, env=_env(),
+        cwd=ROOT, check=True, capture_output=True, env=service_env(),
     )  # fmt: skip
     return {json.loads(line)["event_id"] for f in folder.glob("*.jsonl") for line in f.open()}
-
-
-def _env(**extra: str) -> dict[str, str]:
-    return service_env(**extra)
 
 
 PROCESSOR_FLAGS = ["run", "--source", "files", "--trigger", "available_now",
@@ -59,10 +55,11 @@ def test_tables_made_under_a_deletion_vectors_default_stay_readable(tmp_path):
     submit = Path(sys.executable).parent / "spark-submit"
     proc = subprocess.run(
         [str(submit), "--master", "local[2]", "--jars", jars, "--conf", "spark.ui.enabled=false",
-         "--driver-java-options", SHORT_RUN_JVM_OPTIONS, "--conf", f"{DV_DEFAULT}=true", "processor/__main__.py", *PROCESSOR_FLAGS,
+         "--driver-java-options", SHORT_RUN_JVM_OPTIONS, "--conf", f"{DV_DEFAULT}=true",
+         "processor/__main__.py", *PROCESSOR_FLAGS,
          "--landing-dir", str(tmp_path / "landing"), "--lake-root", str(lake)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
-        env=_env(IOT_PROCESSOR_MASTER="", IOT_PROCESSOR_JARS_DIR="", PYSPARK_PYTHON=sys.executable),
+        env=service_env(IOT_PROCESSOR_MASTER="", IOT_PROCESSOR_JARS_DIR="", PYSPARK_PYTHON=sys.executable),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     made = [t for t in Table if (lake / str(t) / "_delta_log").is_dir()]
@@ -87,7 +84,7 @@ def test_a_table_with_deletion_vectors_stops_the_processor_in_one_line(spark, tm
         [sys.executable, "-m", "processor", *PROCESSOR_FLAGS, "--landing-dir",
          str(tmp_path / "landing"), "--lake-root", str(lake),
          "--jars-dir", str(ensure_jar_dir("spark", quiet=True))],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env(),
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=service_env(),
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]

@@ -46,7 +46,8 @@ def test_spark_submit_supplies_the_master_and_the_jars(kafka_broker, tmp_path):
     submit = Path(sys.executable).parent / "spark-submit"
     proc = subprocess.run(
         [str(submit), "--master", "local[1]", "--jars", jars, "--conf", "spark.ui.enabled=false",
-         "--driver-java-options", SHORT_RUN_JVM_OPTIONS, "processor/__main__.py", "run", "--trigger", "available_now"],
+         "--driver-java-options", SHORT_RUN_JVM_OPTIONS,
+         "processor/__main__.py", "run", "--trigger", "available_now"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=540,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
