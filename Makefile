@@ -44,9 +44,12 @@ SLOW_TEST_OPTIONS := -n 2 --dist load
 
 # What CI runs: lint, then the fast tests (stopping at the first failure), then the rest:
 # every test but the standalone cluster's (make test-cluster) and docker compose's (make
-# test-compose). PYTEST_ARGS goes to each of its pytest runs.
+# test-compose). Before the rest, the Spark drivers' class archive (tests/jvm_archive.py:
+# once per Spark and JDK install; without it they only start slower). PYTEST_ARGS goes to
+# each of its pytest runs.
 test: jars lint
 	$(PY) -m pytest -x $(PYTEST_ARGS)
+	$(PY) -m tests.jvm_archive || echo "[tests] the Spark drivers start without a class archive"
 	$(PY) -m pytest -m "$(SLOW_TESTS) and not alone" $(SLOW_TEST_OPTIONS) $(PYTEST_ARGS)
 	$(PY) -m pytest -m "$(SLOW_TESTS) and alone" -n 0 $(PYTEST_ARGS)
 

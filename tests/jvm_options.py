@@ -6,10 +6,15 @@ two cores shared by the whole test run. Its code cache must then be larger than 
 48 MB the JVM reserves for C1 alone, which Spark and Delta's classes fill. The
 processor takes them through its own setting (``driver_java_options``), so its
 behaviour is the same; only the speed of its compiled code differs.
+
+And, once ``python -m tests.jvm_archive`` has made it, the class archive of Spark's
+jars (``tests.jvm_archive``): the classes are mapped, not loaded and verified anew.
 """
 
 from processor.settings import ProcessorSettings
+from tests.jvm_archive import archive_options
 
-SHORT_RUN_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
+QUICK_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
+SHORT_RUN_JVM_OPTIONS = f"{QUICK_JIT_OPTIONS} {archive_options()}".strip()
 # What gives a processor that a test starts these options.
 SHORT_RUN_ENV = ProcessorSettings.env_vars(driver_java_options=SHORT_RUN_JVM_OPTIONS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
@@ -43,3 +45,45 @@ def test_an_older_table_gains_the_new_columns_and_its_stream_resumes(spark, tmp_
     assert spark.read.format("delta").load(path).columns == ["id", "v", "w", "x"]
     with pytest.raises(TableSchemaError, match=r"v \(string -> bigint\)"):
         ensure_table(spark, path, spark.createDataFrame([], "id long, v long"))
+
+
+def test_a_new_table_is_one_commit_of_nullable_columns_with_the_readers_properties(spark, tmp_path):
+    """What a write of the empty frame would make, without a Spark job: no file, version 0."""
+    path = str(tmp_path / "t")
+    empty = spark.range(0).selectExpr(
+        "id",  # not null in the frame
+        "named_struct('n', id, 'tags', array(id), 'm', map('k', id)) AS s",
+        "CAST(NULL AS STRING) AS note",
+    )
+    assert not empty.schema["id"].nullable and not empty.schema["s"].nullable
+    assert ensure_table(spark, path, empty) == TableChange()
+
+    log = sorted((tmp_path / "t" / "_delta_log").glob("*.json"))
+    assert [p.name for p in log] == ["00000000000000000000.json"]
+    actions = [json.loads(line) for line in log[0].read_text().splitlines()]
+    assert [next(iter(a)) for a in actions] == ["commitInfo", "metaData", "protocol"]
+    meta = actions[1]["metaData"]
+    # The readers' properties, and the session's defaults for new tables (processor.session).
+    assert meta["configuration"] == {
+        "delta.enableDeletionVectors": "false",
+        "delta.dataSkippingNumIndexedCols": "6",
+    }
+    assert json.loads(meta["schemaString"]) == {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "s", "nullable": True, "metadata": {}, "type": {"type": "struct", "fields": [
+                {"name": "n", "type": "long", "nullable": True, "metadata": {}},
+                {"name": "tags", "nullable": True, "metadata": {},
+                 "type": {"type": "array", "elementType": "long", "containsNull": True}},
+                {"name": "m", "nullable": True, "metadata": {},
+                 "type": {"type": "map", "keyType": "string", "valueType": "long",
+                          "valueContainsNull": True}},
+            ]}},
+            {"name": "note", "type": "string", "nullable": True, "metadata": {}},
+        ],
+    }  # fmt: skip
+    # Nulls where the frame had none land, as in a table a write made.
+    rows = spark.createDataFrame([Row(id=None, s=None, note="x")], empty.schema.simpleString())
+    rows.write.format("delta").mode("append").save(path)
+    assertDataFrameEqual(spark.read.format("delta").load(path), [Row(id=None, s=None, note="x")])

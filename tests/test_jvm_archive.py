@@ -1,0 +1,69 @@
+"""The tests' class archive: named by what it must match, and mapped by the Spark drivers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests import jvm_archive
+
+
+@pytest.fixture
+def fake_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Spark jars folder of two jars, and the state folder under tmp_path."""
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    for name in ("spark-core.jar", "scala-library.jar"):
+        (jars / name).write_bytes(b"PK" + name.encode())
+    monkeypatch.setattr(jvm_archive, "spark_jars_dir", lambda: jars)
+    monkeypatch.setenv("IOT_PULSE_HOME", str(tmp_path / "home"))
+    return jars
+
+
+def test_no_archive_means_no_option(fake_install: Path) -> None:
+    assert jvm_archive.archive_options() == ""
+
+
+def test_an_archive_there_is_mapped_with_the_jvms_messages_off(fake_install: Path) -> None:
+    path = jvm_archive.archive_path()
+    assert path is not None and path.parent == fake_install.parent / "home" / "jvm"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    assert jvm_archive.archive_options() == (
+        f"-XX:SharedArchiveFile={path} -Xlog:cds=off,cds+dynamic=off"
+    )
+
+
+def test_the_name_changes_with_any_jar(fake_install: Path) -> None:
+    first = jvm_archive.archive_path()
+    assert jvm_archive.archive_path() == first
+    jar = fake_install / "spark-core.jar"
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 1_000_000_000))
+    touched = jvm_archive.archive_path()
+    (fake_install / "delta.jar").write_bytes(b"PK")
+    added = jvm_archive.archive_path()
+    assert len({first, touched, added}) == 3
+
+
+def test_without_java_there_is_no_archive(
+    fake_install: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jvm_archive, "java_executable", lambda: None)
+    assert jvm_archive.archive_path() is None
+    assert jvm_archive.archive_options() == ""
+
+
+@pytest.mark.spark
+def test_the_tests_spark_driver_maps_the_archive(spark) -> None:
+    """The JVM maps an archive it can use, and does not map one of other jars."""
+    from tests.jvm_options import SHORT_RUN_JVM_OPTIONS
+
+    path = jvm_archive.archive_path()
+    if path is None or not path.is_file():
+        pytest.skip("no class archive: make it with python -m tests.jvm_archive")
+    assert f"-XX:SharedArchiveFile={path}" in SHORT_RUN_JVM_OPTIONS.split()
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[attr-defined]
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    assert str(path) in maps
