@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from common.lake import READER_TABLE_PROPERTIES
 from processor.readers import check_readable
@@ -31,36 +30,6 @@ class TableChange:
     unwritten: tuple[str, ...] = ()
 
 
-def nullable(data_type: DataType) -> DataType:
-    """``data_type`` with every field, element and value nullable, at every depth.
-
-    Delta stores a frame written to a table this way (its writers make the schema
-    nullable), so a table created from a schema alone holds what a write would have.
-    """
-    if isinstance(data_type, StructType):
-        return StructType(
-            [StructField(f.name, nullable(f.dataType), True, f.metadata) for f in data_type.fields]
-        )
-    if isinstance(data_type, ArrayType):
-        return ArrayType(nullable(data_type.elementType), True)
-    if isinstance(data_type, MapType):
-        return MapType(data_type.keyType, nullable(data_type.valueType), True)
-    return data_type
-
-
-def create_table(spark: SparkSession, path: str, schema: StructType) -> None:
-    """Create an empty Delta table at ``path`` unless one exists: one commit, no Spark job.
-
-    Its columns are ``schema``'s, all nullable (as a write would make them), and its
-    properties ``READER_TABLE_PROPERTIES`` (what the readers need, whatever the
-    cluster's defaults).
-    """
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(nullable(schema))
-    for key, value in READER_TABLE_PROPERTIES.items():
-        builder = builder.property(key, value)
-    builder.execute()
-
-
 def ensure_table(
     spark: SparkSession,
     path: str,
@@ -69,7 +38,8 @@ def ensure_table(
 ) -> TableChange:
     """Create an empty Delta table with ``empty``'s schema unless one exists at ``path``.
 
-    A new table is made by ``create_table``. An existing one must be readable by the readers
+    A new table gets ``READER_TABLE_PROPERTIES`` (what the readers need, whatever the
+    cluster's defaults). An existing one must be readable by the readers
     (``readers.check_readable``), and is matched by column name: the columns it lacks
     are added (at the end, null in its rows so far), so that a contract that gained a
     field or a metric keeps the lake and the checkpoints; Delta appends and MERGEs match
@@ -88,7 +58,9 @@ def ensure_table(
         TableUnreadableError: the table uses a feature the readers cannot read.
     """
     if not DeltaTable.isDeltaTable(spark, path):
-        create_table(spark, path, empty.schema)
+        empty.limit(0).write.format("delta").mode("ignore").options(**READER_TABLE_PROPERTIES).save(
+            path
+        )
         return TableChange()
     check_readable(path, storage_options)
     have = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}

@@ -30,6 +30,8 @@ from bridge.service import READY_LINE
 from common.delta_table import open_delta_table
 from common.lake import Table
 from infra.jars import ensure_jar_dir
+from processor.settings import ProcessorSettings
+from tests.jvm_options import QUICK_JIT_OPTIONS
 
 pytestmark = [
     pytest.mark.integration,
@@ -239,7 +241,11 @@ def test_the_processor_alone_imports_and_writes_silver(workspace):
     assert "usage: python -m processor" in processor.run("-m", "processor", "--help")
     landing = processor.writable_folder("landing")
     lake = processor.writable_folder("lake")
-    env = {"IOT_LAKE_ROOT": str(lake)}
+    # The tests' quick JIT tier (tests.jvm_options); the class archive is of the tests' venv.
+    env = {
+        "IOT_LAKE_ROOT": str(lake),
+        **ProcessorSettings.env_vars(driver_java_options=QUICK_JIT_OPTIONS),
+    }
     health = processor.run_unchecked("-m", "processor.health", env=env)
     assert (health.returncode, health.stdout.strip()) == (
         1, f"starting: no silver micro-batch committed yet under {lake}"

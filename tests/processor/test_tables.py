@@ -48,7 +48,7 @@ def test_an_older_table_gains_the_new_columns_and_its_stream_resumes(spark, tmp_
 
 
 def test_a_new_table_is_one_commit_of_nullable_columns_with_the_readers_properties(spark, tmp_path):
-    """What a write of the empty frame would make, without a Spark job: no file, version 0."""
+    """Version 0 holds the schema, all nullable, and the readers' properties; no file."""
     path = str(tmp_path / "t")
     empty = spark.range(0).selectExpr(
         "id",  # not null in the frame
