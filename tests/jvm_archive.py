@@ -24,6 +24,7 @@ dynamic archives leave out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -138,14 +139,16 @@ def make_archive(target: Path, work: Path, timeout_s: float = 600) -> None:
             cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
+        exited = False
         try:
             code = proc.wait(timeout_s)
             exited = _wait_for_group(proc.pid, timeout_s)
         finally:
-            if proc.poll() is None or not exited:
-                os.killpg(proc.pid, signal.SIGKILL)
-    if code != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
+            if not exited:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+    if code != 0 or not exited or not partial.is_file():
+        partial.unlink(missing_ok=True)  # a JVM stopped while writing leaves half an archive
         raise RuntimeError(f"the archive run wrote no archive (exit code {code}): see {log}")
     partial.replace(target)
 

@@ -67,3 +67,46 @@ def test_the_tests_spark_driver_maps_the_archive(spark) -> None:
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[attr-defined]
     maps = Path(f"/proc/{pid}/maps").read_text()
     assert str(path) in maps
+
+
+def test_the_maker_leaves_an_archive_that_is_there(
+    fake_install: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jvm_archive.archive_path()
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    assert jvm_archive.main([]) == 0
+    assert capsys.readouterr().out == f"[tests] class archive for the Spark drivers: {path}\n"
+    assert path.read_bytes() == b"archive"
+
+
+def test_the_maker_without_java_says_so_and_succeeds(
+    fake_install: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(jvm_archive, "java_executable", lambda: None)
+    assert jvm_archive.main([]) == 0
+    assert capsys.readouterr().out == (
+        "[tests] no java found: the Spark drivers start without a class archive\n"
+    )
+    assert not (fake_install.parent / "home").exists()
+
+
+@pytest.mark.subprocess
+def test_a_run_that_fails_leaves_no_archive_and_names_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests import jvm_options
+
+    # A JVM that cannot start (Spark's launcher ignores unknown options, not a bad heap):
+    # the processor exits at once, with no archive written.
+    monkeypatch.setattr(jvm_options, "QUICK_JIT_OPTIONS", "-Xmx1k")
+    target = tmp_path / "jvm" / "spark-driver-test.jsa"
+    target.parent.mkdir()
+    with pytest.raises(RuntimeError) as failed:
+        jvm_archive.make_archive(target, tmp_path, timeout_s=120)
+    assert str(failed.value) == (
+        f"the archive run wrote no archive (exit code 1): see {tmp_path / 'archive-run.log'}"
+    )
+    assert list(target.parent.iterdir()) == []
+    assert "Java gateway process exited" in (tmp_path / "archive-run.log").read_text()
