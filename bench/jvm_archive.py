@@ -33,7 +33,6 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers
 
 from common.paths import PROJECT_ROOT  # noqa: E402
-from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.machine import process_cpu_s  # noqa: E402
 from processor.settings import ProcessorSettings  # noqa: E402
 from tests import jvm_archive  # noqa: E402
@@ -102,31 +101,28 @@ def main() -> int:
     archive = jvm_archive.archive_options()
     if not archive:
         raise SystemExit("[bench] no class archive to compare with (no java?)")
-    jars = ensure_jar_dir("spark", quiet=True)
     options = {"without": QUICK_JIT_OPTIONS, "with": f"{QUICK_JIT_OPTIONS} {archive}"}
     figures: dict[str, list[tuple[float, float]]] = {"without": [], "with": []}
     with tempfile.TemporaryDirectory(prefix="bench-jvm-archive-") as tmp:
         work = Path(tmp)
         landing = work / "made"
         subprocess.run(
-            [sys.executable, "-m", "producer", "--transport", "file", "--out-dir", str(landing),
-             "--count", str(args.events), "--rate", "0", "--fleet-size", str(FLEET),
-             "--seed", str(SEED), "--scenario", "clean"],
-            cwd=PROJECT_ROOT, env=service_env(), check=True, capture_output=True,
-        )  # fmt: skip
+            jvm_archive.file_events_command(landing, args.events, FLEET, SEED),
+            cwd=PROJECT_ROOT,
+            env=service_env(),
+            check=True,
+            capture_output=True,
+        )
         for r in range(args.rounds):
             order = ("without", "with") if r % 2 == 0 else ("with", "without")
             for name in order:
                 run = work / f"{name}-{r}"
                 env = service_env(**ProcessorSettings.env_vars(driver_java_options=options[name]))
                 wall, cpu = run_measured(
-                    [sys.executable, "-m", "processor", "run", "--source", "files",
-                     "--landing-dir", str(landing), "--trigger", "available_now",
-                     "--fleet-size", str(FLEET), "--seed", str(SEED),
-                     "--shuffle-partitions", "2", "--driver-memory", "1g",
-                     "--jars-dir", str(jars), "--lake-root", str(run / "lake")],
-                    env, work / "processor.log",
-                )  # fmt: skip
+                    jvm_archive.file_processor_command(landing, run / "lake", FLEET, SEED),
+                    env,
+                    work / "processor.log",
+                )
                 figures[name].append((wall, cpu))
                 say(f"round {r + 1}, {name} the archive: wall {wall:.1f} s, CPU {cpu:.1f} s")
     med = {

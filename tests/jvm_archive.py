@@ -38,8 +38,37 @@ from pathlib import Path
 
 from common.paths import PROJECT_ROOT, state_dir
 
-# Spark's jars are the classpath of every driver the tests start.
+# The archive run's readings: a few hundred from a small fleet.
 _DUMP_EVENTS, _DUMP_FLEET, _DUMP_SEED = 400, 10, 7
+
+
+def file_events_command(folder: Path, count: int, fleet: int, seed: int) -> list[str]:
+    """``python -m producer`` writing ``count`` clean readings as JSON-lines files in ``folder``."""
+    return [sys.executable, "-m", "producer", "--transport", "file", "--out-dir", str(folder),
+            "--count", str(count), "--rate", "0", "--fleet-size", str(fleet),
+            "--seed", str(seed), "--scenario", "clean"]  # fmt: skip
+
+
+def file_processor_command(
+    landing: Path, lake: Path, fleet: int, seed: int, *flags: str
+) -> list[str]:
+    """``python -m processor run`` over the files in ``landing`` to the end (``available_now``).
+
+    Args:
+        landing: The readings' folder (``file_events_command``'s).
+        lake: The lake root.
+        fleet: The fleet size the readings were made with.
+        seed: Their seed.
+        *flags: More flags, e.g. ``--queries bronze,silver``.
+    """
+    from infra.jars import ensure_jar_dir
+
+    return [sys.executable, "-m", "processor", "run", "--source", "files",
+            "--landing-dir", str(landing), "--trigger", "available_now",
+            "--fleet-size", str(fleet), "--seed", str(seed),
+            "--shuffle-partitions", "2", "--driver-memory", "1g",
+            "--jars-dir", str(ensure_jar_dir("spark", quiet=True)),
+            "--lake-root", str(lake), *flags]  # fmt: skip
 
 
 def java_executable() -> Path | None:
@@ -109,7 +138,6 @@ def make_archive(target: Path, work: Path, timeout_s: float = 600) -> None:
         RuntimeError: the run failed, or its JVM wrote no archive; the message names
             the log.
     """
-    from infra.jars import ensure_jar_dir
     from processor.settings import ProcessorSettings
     from tests.integration.proc import service_env
     from tests.jvm_options import QUICK_JIT_OPTIONS
@@ -122,20 +150,14 @@ def make_archive(target: Path, work: Path, timeout_s: float = 600) -> None:
     landing, log = work / "landing", work / "archive-run.log"
     with log.open("wb") as out:
         subprocess.run(
-            [sys.executable, "-m", "producer", "--transport", "file", "--out-dir", str(landing),
-             "--count", str(_DUMP_EVENTS), "--rate", "0", "--fleet-size", str(_DUMP_FLEET),
-             "--seed", str(_DUMP_SEED), "--scenario", "clean"],
+            file_events_command(landing, _DUMP_EVENTS, _DUMP_FLEET, _DUMP_SEED),
             cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, check=True,
             timeout=timeout_s,
         )  # fmt: skip
         proc = subprocess.Popen(
-            [sys.executable, "-m", "processor", "run", "--source", "files",
-             "--landing-dir", str(landing), "--trigger", "available_now",
-             "--queries", "bronze,silver",
-             "--fleet-size", str(_DUMP_FLEET), "--seed", str(_DUMP_SEED),
-             "--shuffle-partitions", "2", "--driver-memory", "1g",
-             "--jars-dir", str(ensure_jar_dir("spark", quiet=True)),
-             "--lake-root", str(work / "lake")],
+            file_processor_command(
+                landing, work / "lake", _DUMP_FLEET, _DUMP_SEED, "--queries", "bronze,silver"
+            ),
             cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
