@@ -4,15 +4,15 @@ Every Spark driver starts by loading and verifying the same classes of Spark, Sc
 Hadoop, Parquet and RocksDB, tens of thousands of them, and the suite starts dozens of
 drivers (processors, ``spark-submit``, the tests' own session). With
 ``-XX:SharedArchiveFile`` naming a dynamic CDS archive of those classes, a JVM maps
-them ready-made instead: a short processor run spends about a seventh less CPU.
+them ready-made instead, and a short processor run spends less CPU
+(``bench/jvm_archive.py`` measures how much).
 ``tests.jvm_options`` adds the option when the archive is there.
 
 ``python -m tests.jvm_archive`` makes it, unless there: one short processor run (a few
 hundred events from files, bronze and silver, ``available_now``) with
 ``-XX:ArchiveClassesAtExit``, which the JVM writes as it exits. An archive made by a run
 of every query maps no more of a full run's classes: the other queries' classes come
-from the same jars, loaded by then. ``make test`` runs it before the Spark tests;
-``bench/jvm_archive.py`` measures what it saves.
+from the same jars, loaded by then. ``make test`` runs it before the Spark tests.
 
 The archive's name carries what it must match (the JDK, Spark's jars): after an upgrade
 a new one is made, and a JVM never meets an archive of other jars (it would say so and
