@@ -125,14 +125,15 @@ def _wait_for_group(pgid: int, timeout_s: float) -> bool:
     return False
 
 
-def make_archive(target: Path, work: Path, timeout_s: float = 600) -> None:
+def make_archive(target: Path, work: Path, log: Path, timeout_s: float = 600) -> None:
     """Run one short processor with ``-XX:ArchiveClassesAtExit``; the archive goes to ``target``.
 
     Args:
         target: The archive's path (written atomically: a half-written archive never
             has this name).
-        work: A folder for the run's events, lake and log.
-        timeout_s: The longest the run and the JVM's exit may take.
+        work: A folder for the run's events and lake.
+        log: Where the run's output goes (kept: it says why a run failed).
+        timeout_s: The longest each of the run's two steps may take.
 
     Raises:
         RuntimeError: the run failed, or its JVM wrote no archive; the message names
@@ -147,13 +148,16 @@ def make_archive(target: Path, work: Path, timeout_s: float = 600) -> None:
     env = service_env(
         PYTHONUNBUFFERED="1", **ProcessorSettings.env_vars(driver_java_options=options)
     )
-    landing, log = work / "landing", work / "archive-run.log"
+    landing = work / "landing"
     with log.open("wb") as out:
-        subprocess.run(
-            file_events_command(landing, _DUMP_EVENTS, _DUMP_FLEET, _DUMP_SEED),
-            cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, check=True,
-            timeout=timeout_s,
-        )  # fmt: skip
+        try:
+            subprocess.run(
+                file_events_command(landing, _DUMP_EVENTS, _DUMP_FLEET, _DUMP_SEED),
+                cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, check=True,
+                timeout=timeout_s,
+            )  # fmt: skip
+        except subprocess.SubprocessError as exc:
+            raise RuntimeError(f"the archive run's producer failed: see {log}") from exc
         proc = subprocess.Popen(
             file_processor_command(
                 landing, work / "lake", _DUMP_FLEET, _DUMP_SEED, "--queries", "bronze,silver"
@@ -194,11 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jvm-archive-") as work:
         try:
-            make_archive(target, Path(work))
-        except (RuntimeError, subprocess.SubprocessError) as exc:
-            kept = target.parent / "archive-run.log"
-            shutil.copy(Path(work) / "archive-run.log", kept)
-            print(f"[tests] {str(exc).replace(str(Path(work) / 'archive-run.log'), str(kept))}")
+            make_archive(target, Path(work), target.parent / "archive-run.log")
+        except RuntimeError as exc:
+            print(f"[tests] {exc}")
             return 1
     print(f"[tests] class archive made in {time.monotonic() - started:.0f} s: {target}")
     return 0

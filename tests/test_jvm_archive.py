@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,44 @@ def test_the_maker_without_java_says_so_and_succeeds(
     assert not (fake_install.parent / "home").exists()
 
 
+def test_a_failed_run_is_one_line_naming_the_log_kept_beside_the_archive(
+    fake_install: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jvm_archive.archive_path()
+    assert path is not None
+    calls: list[tuple[Path, Path]] = []
+
+    def fail(target: Path, work: Path, log: Path) -> None:
+        calls.append((target, log))
+        assert work.is_dir()
+        raise RuntimeError(f"the archive run wrote no archive (exit code 1): see {log}")
+
+    monkeypatch.setattr(jvm_archive, "make_archive", fail)
+    assert jvm_archive.main([]) == 1
+    log = path.parent / "archive-run.log"
+    assert calls == [(path, log)]
+    assert capsys.readouterr().out == (
+        "[tests] making the Spark drivers' class archive (once per Spark and JDK, under a minute)\n"
+        f"[tests] the archive run wrote no archive (exit code 1): see {log}\n"
+    )
+
+
+@pytest.mark.subprocess
+def test_a_producer_that_fails_is_one_line_naming_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_producer(*_args: object) -> list[str]:
+        return [sys.executable, "-c", "import sys; print('no events'); sys.exit(3)"]
+
+    monkeypatch.setattr(jvm_archive, "file_events_command", failing_producer)
+    target, log = tmp_path / "spark-driver-test.jsa", tmp_path / "run.log"
+    with pytest.raises(RuntimeError) as failed:
+        jvm_archive.make_archive(target, tmp_path, log, timeout_s=60)
+    assert str(failed.value) == f"the archive run's producer failed: see {log}"
+    assert log.read_text() == "no events\n"
+    assert not target.exists()
+
+
 @pytest.mark.subprocess
 def test_a_run_that_fails_leaves_no_archive_and_names_its_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -104,7 +143,7 @@ def test_a_run_that_fails_leaves_no_archive_and_names_its_log(
     target = tmp_path / "jvm" / "spark-driver-test.jsa"
     target.parent.mkdir()
     with pytest.raises(RuntimeError) as failed:
-        jvm_archive.make_archive(target, tmp_path, timeout_s=120)
+        jvm_archive.make_archive(target, tmp_path, tmp_path / "archive-run.log", timeout_s=120)
     assert str(failed.value) == (
         f"the archive run wrote no archive (exit code 1): see {tmp_path / 'archive-run.log'}"
     )
