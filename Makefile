@@ -36,9 +36,9 @@ docs: setup
 
 # The rest of `make test`: the broker's, Spark's, the browser's and the processes' tests,
 # on two workers, longest first (tests/conftest.py orders them); `--dist load` hands out
-# one test at a time, so that the long ones start first. Those marked `alone` restart a
-# daemon on the ports it gave up, which the other worker's connections could take in
-# between: they run after the rest, one at a time.
+# one test at a time, so that the long ones start first. Tests that restart a broker on
+# the ports it gave up run beside the others: daemons listen outside the range clients'
+# connections take their ports from (infra.daemons.free_ports).
 SLOW_TESTS := not fast and not cluster and not compose
 SLOW_TEST_OPTIONS := -n 2 --dist load
 
@@ -50,8 +50,7 @@ SLOW_TEST_OPTIONS := -n 2 --dist load
 test: jars lint
 	$(PY) -m pytest -x $(PYTEST_ARGS)
 	$(PY) -m tests.jvm_archive || echo "[tests] the Spark drivers start without a class archive"
-	$(PY) -m pytest -m "$(SLOW_TESTS) and not alone" $(SLOW_TEST_OPTIONS) $(PYTEST_ARGS)
-	$(PY) -m pytest -m "$(SLOW_TESTS) and alone" -n 0 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "$(SLOW_TESTS)" $(SLOW_TEST_OPTIONS) $(PYTEST_ARGS)
 
 # The processor on a Spark standalone cluster that loses a worker, its lake on S3 (moto).
 test-cluster: jars

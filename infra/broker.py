@@ -384,7 +384,7 @@ def _choose_ports(
         if isinstance(old, int) and old not in chosen and daemons.port_free(BIND_HOST, old):
             chosen.append(old)
             continue
-        chosen.append(_free_port(exclude=chosen))
+        chosen.extend(daemons.free_ports(BIND_HOST, exclude=chosen))
         if isinstance(old, int):
             say(
                 f"{name} port {old} of the last run is taken by another process; using "
@@ -393,15 +393,6 @@ def _choose_ports(
     if len(set(chosen)) != len(chosen):
         raise BrokerError(f"the broker's ports must differ, got {chosen}; pass distinct ports")
     return Ports(*chosen)
-
-
-def _free_port(exclude: list[int]) -> int:
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((BIND_HOST, 0))
-            port = int(sock.getsockname()[1])
-        if port not in exclude:
-            return port
 
 
 def _ensure_connection_string(path: Path, sasl_ssl_port: int) -> str:

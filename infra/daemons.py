@@ -1,8 +1,10 @@
-"""Local daemons (the Kafka broker, Spark's master and workers): launch, find, stop.
+"""Local daemons (the Kafka broker, Mosquitto, Spark's master and workers): launch, find, stop.
 
 Each daemon runs in its own process group (``start_new_session``), so stopping it stops
 what it started too. Its pid and ports live in a JSON state file in its data dir,
 read and written under a lock file, so that two commands on one data dir take turns.
+Its ports are picked outside the kernel's range for clients' local ports
+(``free_ports``), so that a restart finds them free again.
 """
 
 from __future__ import annotations
@@ -11,13 +13,22 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+# Where the kernel takes clients' local ports from (Linux's ``ip_local_port_range``).
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# Linux's default range, for kernels that do not show it: macOS's (49152-65535) lies
+# above it, so ports below it are outside both.
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+# The lowest port a daemon is given: above the well-known services' ports.
+LOWEST_DAEMON_PORT = 20000
 
 # Popen handles of the daemons this process launched, so that exits get reaped.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -127,3 +138,42 @@ def port_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The ports the kernel gives clients' connections, lowest and highest."""
+    try:
+        low, high = (int(part) for part in path.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL_RANGE
+    return low, high
+
+
+def free_ports(host: str, count: int = 1, exclude: Sequence[int] = ()) -> list[int]:
+    """``count`` distinct ports free on ``host`` now, outside the clients' local ports.
+
+    A port the OS picks (``bind(0)``) comes from the range it gives clients' connections
+    too, so while its daemon is stopped any connection may take it, and a restart
+    would have to move. Ports below that range are only ever taken by a server binding
+    them. Where the kernel leaves no such range, the OS picks.
+
+    Args:
+        host: The address the daemon listens on.
+        count: How many ports.
+        exclude: Ports not to give (e.g. those already chosen for the same daemon).
+    """
+    low, high = LOWEST_DAEMON_PORT, ephemeral_range()[0] - 1
+    chosen: list[int] = []
+    tries = 0
+    while len(chosen) < count:
+        tries += 1
+        if high - low >= 1000 and tries <= 1000:
+            port = random.randint(low, high)
+            usable = port_free(host, port)
+        else:  # no range below the clients' ports, or it is full: the OS picks
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                port, usable = int(sock.getsockname()[1]), True
+        if usable and port not in exclude and port not in chosen:
+            chosen.append(port)
+    return chosen

@@ -117,12 +117,6 @@ def config_text(
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _listening(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -216,7 +210,7 @@ def start(
         chosen = port or (
             remembered
             if remembered and daemons.port_free("127.0.0.1", remembered)
-            else _free_port()
+            else daemons.free_ports("127.0.0.1")[0]
         )
         password_file = None
         if users:

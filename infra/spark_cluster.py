@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -344,7 +343,7 @@ def _launch(layout: _Layout, name: str, args: list[str]) -> subprocess.Popen[byt
 
 
 def _launch_master(layout: _Layout) -> Daemon:
-    port, webui = _free_ports(2)
+    port, webui = daemons.free_ports(HOST, 2)
     proc = _launch(
         layout, "master",
         [MASTER_CLASS, "--host", HOST, "--port", str(port), "--webui-port", str(webui)],
@@ -353,7 +352,7 @@ def _launch_master(layout: _Layout) -> Daemon:
 
 
 def _launch_worker(layout: _Layout, number: int, master: Daemon, cores: int, memory: str) -> Daemon:
-    port, webui = _free_ports(2)
+    port, webui = daemons.free_ports(HOST, 2)
     work = layout.work_dir(number)
     work.mkdir(parents=True, exist_ok=True)
     proc = _launch(
@@ -363,20 +362,6 @@ def _launch_worker(layout: _Layout, number: int, master: Daemon, cores: int, mem
          f"spark://{HOST}:{master.port}"],
     )  # fmt: skip
     return Daemon(proc.pid, port, webui)
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct ports the OS says are free now."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((HOST, 0))
-            socks.append(sock)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def _master_json(master: Daemon) -> dict[str, Any] | None:

@@ -36,7 +36,6 @@ _NOT_FAST = (
     "subprocess",
     "cluster",
     "compose",
-    "alone",
 )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from playwright import sync_api
 
+from infra.daemons import free_ports
 from tests.browser.seed import seed_lake
 from tests.browser.test_dashboard_browser import (
     CHROMIUM,
@@ -25,7 +26,6 @@ from tests.browser.test_dashboard_browser import (
     PAGES,
     ROOT,
     SHIFT,
-    _free_port,
     _settled,
     running_dashboard,
 )
@@ -45,7 +45,7 @@ def take(out_dir: Path) -> list[Path]:
         lake = Path(tmp) / "lake"
         lake.mkdir()
         seed_lake(lake, shift=SHIFT)
-        port = _free_port()
+        port = free_ports("127.0.0.1")[0]
         env = os.environ | {
             "IOT_LAKE_ROOT": str(lake),
             "IOT_DASHBOARD_AS_OF": CLOCK.isoformat(),

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from common.alerts import ALERT_FIELDS, alert_id
 from common.contract import METRICS, format_time
 from common.kafka_settings import KafkaSettings
 from infra.broker import BrokerInfo, ensure_topic
+from infra.daemons import free_ports
 from tests.browser.seed import ALERTS, AS_OF, QUARANTINE_REASONS, REPORT, seed_lake
 
 # The browser's time zone is New York's (UTC-5 on the seeded day), and the seeded
@@ -74,12 +74,6 @@ pytestmark = [
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -114,7 +108,7 @@ def alerts_topic(kafka_broker: BrokerInfo) -> str:
 def app_url(
     lake: Path, kafka_broker: BrokerInfo, alerts_topic: str, tmp_path_factory
 ) -> Iterator[str]:
-    port = _free_port()
+    port = free_ports("127.0.0.1")[0]
     env = (
         os.environ
         | {

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from common.paths import PROJECT_ROOT
+from infra.daemons import free_ports
 from tests.compose import engine
-from tests.compose.stack import Stack, free_port
+from tests.compose.stack import Stack
 
 ARTIFACTS = PROJECT_ROOT / "artifacts" / "compose"
 
@@ -54,7 +55,7 @@ def new_stack(project: str, env_file: Path | None = None, files: list[Path] | No
         env_file = ARTIFACTS / f"{project}.env"
         env_file.write_text("# no variables: the compose file's defaults\n")
     ports = {
-        name: str(free_port())
+        name: str(free_ports("127.0.0.1")[0])
         for name in ("KAFKA_HOST_PORT", "DASHBOARD_PORT", "EH_DASHBOARD_PORT")
     }
     return Stack(project=project, env=ports, env_file=env_file, files=files or [], log=log)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -27,13 +26,6 @@ HEALTHY_TIMEOUT_S = 600.0
 # Variables of the caller's shell that would change the project under test.
 CALLER_VARIABLES = re.compile(r"^(COMPOSE_|DOCKER_DEFAULT_PLATFORM$|DEMO_|EH_|IOT_)")
 SECRET_VALUE = re.compile(r"(CONNECTION_STRING=)\S+")
-
-
-def free_port() -> int:
-    """A TCP port free on this machine now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(check: Callable[[], object], timeout_s: float, what: str, every_s: float = 5.0):

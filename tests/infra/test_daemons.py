@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 
 from infra import daemons
@@ -29,3 +30,39 @@ def test_the_state_file_round_trips_and_a_broken_one_reads_as_empty(tmp_path) ->
     assert daemons.read_state(state) == {}
     state.write_text("{not json")
     assert daemons.read_state(state) == {}
+
+
+def test_the_clients_port_range_is_read_from_the_kernel_or_linuxs_default(tmp_path) -> None:
+    shown = tmp_path / "ip_local_port_range"
+    shown.write_text("40000\t50000\n")
+    assert daemons.ephemeral_range(shown) == (40000, 50000)
+    shown.write_text("garbled")
+    assert daemons.ephemeral_range(shown) == (32768, 60999)
+    assert daemons.ephemeral_range(tmp_path / "missing") == (32768, 60999)
+
+
+def test_daemon_ports_are_free_distinct_and_below_the_clients_local_ports() -> None:
+    low, _ = daemons.ephemeral_range()
+    ports = daemons.free_ports("127.0.0.1", 20)
+    assert len(set(ports)) == 20
+    for port in ports:
+        assert daemons.LOWEST_DAEMON_PORT <= port < low
+        assert daemons.port_free("127.0.0.1", port)
+
+
+def test_a_port_in_use_or_excluded_is_not_given(monkeypatch) -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        taken = listening.getsockname()[1]
+        picks = iter([taken, 25001, 25001, 25002])
+        monkeypatch.setattr(daemons, "ephemeral_range", lambda: (60000, 61000))
+        monkeypatch.setattr(daemons.random, "randint", lambda _low, _high: next(picks))
+        assert daemons.free_ports("127.0.0.1", 1, exclude=[25001]) == [25002]
+
+
+def test_without_a_range_below_the_clients_ports_the_os_picks(monkeypatch) -> None:
+    monkeypatch.setattr(daemons, "ephemeral_range", lambda: (1024, 65535))
+    ports = daemons.free_ports("127.0.0.1", 3)
+    assert len(set(ports)) == 3
+    assert all(1024 <= port <= 65535 and daemons.port_free("127.0.0.1", port) for port in ports)

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -18,22 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from common.lake_settings import LakeSettings
+from infra.daemons import free_ports
 
 # moto takes any key; these are the dummy values its documentation uses.
 ACCESS_KEY_ID = SECRET_ACCESS_KEY = "testing"
 REGION = "us-east-1"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def moto_server(log: Path, timeout_s: float = 60) -> Iterator[str]:
     """Run moto's S3 server on a free port; yield its endpoint URL (``http://127.0.0.1:PORT``)."""
-    port = _free_port()
+    port = free_ports("127.0.0.1")[0]
     endpoint = f"http://127.0.0.1:{port}"
     with log.open("ab") as out:
         proc = subprocess.Popen(

@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from bridge.service import READY_LINE
+from infra import daemons
 from infra import mqtt_broker as mqtt_infra
 from infra.broker import BrokerInfo, ensure_topic
 from infra.mqtt_broker import MqttBrokerInfo
@@ -183,7 +184,6 @@ def test_bridge_killed_mid_run_and_restarted_loses_nothing(
     assert len(held) == len(wanted) + duplicates
 
 
-@pytest.mark.alone  # restarts Mosquitto on the port it gave up
 def test_mosquitto_restarted_mid_run_loses_nothing_acknowledged(
     mqtt_broker: MqttBrokerInfo, kafka_broker: BrokerInfo, tmp_path: Path
 ):
@@ -198,6 +198,8 @@ def test_mosquitto_restarted_mid_run_loses_nothing_acknowledged(
     time.sleep(0.5)
     again = mqtt_infra.start(mqtt_broker.state_dir)
     assert again.port == mqtt_broker.port
+    # Below the range clients' connections take their local ports from (none took it).
+    assert daemons.LOWEST_DAEMON_PORT <= again.port < daemons.ephemeral_range()[0]
     assert producer.wait(60) == 0, err.read_text()
     truth = read_manifest(manifest)
     # paho sends what was not acknowledged again after reconnecting: every event acknowledged.

@@ -147,7 +147,6 @@ def _shared_access_key(connection_string: str) -> str:
     return connection_string.rsplit("SharedAccessKey=", 1)[1]
 
 
-@pytest.mark.alone  # restarts the broker on the ports it gave up
 def test_lifecycle_restart_and_secret_hygiene(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

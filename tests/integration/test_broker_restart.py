@@ -21,12 +21,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from infra import broker
+from infra import broker, daemons
 from infra.broker import BrokerInfo
 
-# alone: each restarts a broker on the ports it gave up, which another test's connections
-# could take in between (tests/conftest.py).
-pytestmark = [pytest.mark.integration, pytest.mark.alone]
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 RESTART_LIMIT_S = 30.0
@@ -159,6 +157,10 @@ def test_stop_then_start_at_once_on_the_same_ports(running: tuple[Path, BrokerIn
 
 def test_sigkill_then_start_on_the_same_ports(running: tuple[Path, BrokerInfo]) -> None:
     data_dir, first = running
+    # Below the range clients' connections take their local ports from: while the broker
+    # is down, no connection (of this test, or of any other process) can take them.
+    clients_low, _ = daemons.ephemeral_range()
+    assert all(daemons.LOWEST_DAEMON_PORT <= port < clients_low for port in _ports(first))
     producer, consumer = _connected_clients(first, TOPIC)
     os.kill(first.pid, signal.SIGKILL)  # the JVM alone, as a crash would
     deadline = time.monotonic() + 10

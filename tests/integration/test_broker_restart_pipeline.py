@@ -33,7 +33,6 @@ from tests.integration.proc import (
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
-    pytest.mark.alone,  # restarts the broker on the ports it gave up
     pytest.mark.timeout(1200),
 ]
 

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from common.contract import FIELDS, REQUIRED, parse_time
 from common.fleet import build_fleet
 from common.report import ProducerReport
 from demo.run import session_gap
+from infra.daemons import free_ports
 from infra.paths import state_dir
 from loadtest.lake import read_table
 from loadtest.truth import Truth, truth_from_manifest
@@ -56,12 +56,6 @@ CONTRACT_REASONS = (
     | {f"wrong_type:{f.name}" for f in FIELDS}
     | {f"out_of_range:{f.name}" for f in FIELDS if f.min is not None or f.max is not None}
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _http_status(url: str) -> int | None:
@@ -135,7 +129,7 @@ def _pages(lake: Path, port: int) -> dict[str, Callable[[], bool]]:
 
 def test_make_demo_fills_every_page_and_stops_cleanly(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    port = _free_port()
+    port = free_ports("127.0.0.1")[0]
     manifest = tmp_path / "manifest.jsonl"
     marker = f"IOT_PULSE_HOME={home}"
     env = os.environ | {"IOT_PULSE_HOME": str(home), "IOT_PRODUCER_MANIFEST_PATH": str(manifest)}
@@ -290,7 +284,7 @@ def test_ctrl_c_during_start_up_stops_everything_within_10_s(tmp_path: Path, mom
     log_path = tmp_path / "demo.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "demo", "--port", str(_free_port())],
+            [sys.executable, "-m", "demo", "--port", str(free_ports("127.0.0.1")[0])],
             cwd=ROOT, env=os.environ | {"IOT_PULSE_HOME": str(home)}, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
@@ -332,9 +326,10 @@ def test_the_demo_over_mqtt_fills_silver_through_the_bridge_and_stops_cleanly(
     marker = f"IOT_PULSE_HOME={home}"
     lake, logs = home / "demo" / "lake", home / "demo" / "logs"
     log_path = tmp_path / "demo.log"
+    port = free_ports("127.0.0.1")[0]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "demo", "--ingress", "mqtt", "--port", str(_free_port())],
+            [sys.executable, "-m", "demo", "--ingress", "mqtt", "--port", str(port)],
             cwd=ROOT, env=os.environ | {"IOT_PULSE_HOME": str(home)}, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip

@@ -7,7 +7,6 @@ or Java trace reaches the terminal, and the line is in <state dir>/logs/processo
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from infra.broker import ensure_topic
+from infra.daemons import free_ports
 from infra.jars import bundle_dir
 from tests.integration.proc import ROOT, processor_env
 
@@ -54,14 +54,8 @@ def assert_fails_in_one_line(result: tuple[int, str, str, float], pattern: str, 
     return message
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_an_unreachable_broker(tmp_path):
-    address = f"127.0.0.1:{free_port()}"  # nobody listens there
+    address = f"127.0.0.1:{free_ports('127.0.0.1')[0]}"  # nobody listens there
     result = run_processor(env_for(tmp_path, address))
     assert_fails_in_one_line(
         result,

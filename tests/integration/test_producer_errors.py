@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from infra.daemons import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -58,9 +59,7 @@ def test_right_password_reaches_a_missing_topic_and_says_so(kafka_broker):
 
 
 def test_unreachable_broker_fails_within_30s():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed as soon as we leave: nothing listens there
+    port = free_ports("127.0.0.1")[0]  # nothing listens there
     rc, err, elapsed = _run_producer({"IOT_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"})
     assert rc == 1
     assert elapsed < 10  # refused at once: no waiting for the check's deadline
@@ -91,9 +90,7 @@ def test_entra_without_a_usable_credential_fails_fast(kafka_broker):
 def test_a_broker_that_stops_answering_mid_run_stops_the_sink(tmp_path):
     from producer.sinks import KafkaSink, SinkStalledError
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_ports("127.0.0.1")[0]
     sink = KafkaSink(
         {"bootstrap.servers": f"127.0.0.1:{port}", "queue.buffering.max.messages": 10,
          "log_level": 0},
