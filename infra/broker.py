@@ -384,7 +384,8 @@ def _choose_ports(
         if isinstance(old, int) and old not in chosen and daemons.port_free(BIND_HOST, old):
             chosen.append(old)
             continue
-        chosen.extend(daemons.free_ports(BIND_HOST, exclude=chosen))
+        remembered = [p for p in prev.values() if isinstance(p, int)]
+        chosen.extend(daemons.free_ports(BIND_HOST, exclude=[*chosen, *remembered]))
         if isinstance(old, int):
             say(
                 f"{name} port {old} of the last run is taken by another process; using "

@@ -29,6 +29,9 @@ EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 # The lowest port a daemon is given: above the well-known services' ports.
 LOWEST_DAEMON_PORT = 20000
+# Its own generator: a test plugin that seeds ``random`` alike in each worker would
+# otherwise make parallel workers try the same ports in the same order.
+_RANDOM = random.SystemRandom()
 
 # Popen handles of the daemons this process launched, so that exits get reaped.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -149,28 +152,44 @@ def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
     return low, high
 
 
+def daemon_port_range() -> range | None:
+    """The ports daemons are given: the wider side of the clients' range, or None.
+
+    Below the clients' range (from ``LOWEST_DAEMON_PORT``) or above it, whichever is
+    wider; None where neither side holds a thousand ports (the OS picks then).
+    """
+    low, high = ephemeral_range()
+    sides = [range(LOWEST_DAEMON_PORT, low), range(high + 1, 65536)]
+    wider = max(sides, key=len)
+    return wider if len(wider) >= 1000 else None
+
+
 def free_ports(host: str, count: int = 1, exclude: Sequence[int] = ()) -> list[int]:
     """``count`` distinct ports free on ``host`` now, outside the clients' local ports.
 
     A port the OS picks (``bind(0)``) comes from the range it gives clients' connections
     too, so while its daemon is stopped any connection may take it, and a restart
-    would have to move. Ports below that range are only ever taken by a server binding
-    them. Where the kernel leaves no such range, the OS picks.
+    would have to move. Ports outside that range (``daemon_port_range``) are only ever
+    taken by a server binding them. Where the kernel leaves no such range, the OS picks.
 
     Args:
         host: The address the daemon listens on.
         count: How many ports.
-        exclude: Ports not to give (e.g. those already chosen for the same daemon).
+        exclude: Ports not to give (e.g. those already chosen for the same daemon, or
+            remembered for its other listeners).
+
+    Returns:
+        The ports, each free when it was checked.
     """
-    low, high = LOWEST_DAEMON_PORT, ephemeral_range()[0] - 1
+    ports = daemon_port_range()
     chosen: list[int] = []
     tries = 0
     while len(chosen) < count:
         tries += 1
-        if high - low >= 1000 and tries <= 1000:
-            port = random.randint(low, high)
+        if ports is not None and tries <= 1000:
+            port = _RANDOM.choice(ports)
             usable = port_free(host, port)
-        else:  # no range below the clients' ports, or it is full: the OS picks
+        else:  # no range outside the clients' ports, or it is full: the OS picks
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.bind((host, 0))
                 port, usable = int(sock.getsockname()[1]), True

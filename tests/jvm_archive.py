@@ -133,7 +133,8 @@ def make_archive(target: Path, work: Path, log: Path, timeout_s: float = 600) ->
             has this name).
         work: A folder for the run's events and lake.
         log: Where the run's output goes (kept: it says why a run failed).
-        timeout_s: The longest each of the run's two steps may take.
+        timeout_s: The longest the producer, the processor, and its JVM's exit after it
+            may each take.
 
     Raises:
         RuntimeError: the run failed, or its JVM wrote no archive; the message names
@@ -169,12 +170,16 @@ def make_archive(target: Path, work: Path, log: Path, timeout_s: float = 600) ->
         try:
             code = proc.wait(timeout_s)
             exited = _wait_for_group(proc.pid, timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
         finally:
             if not exited:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
     if code != 0 or not exited or not partial.is_file():
         partial.unlink(missing_ok=True)  # a JVM stopped while writing leaves half an archive
+        if code is None or (code == 0 and not exited):
+            raise RuntimeError(f"the archive run did not end within {timeout_s:.0f} s: see {log}")
         raise RuntimeError(f"the archive run wrote no archive (exit code {code}): see {log}")
     partial.replace(target)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,22 @@ def test_a_producer_that_fails_is_one_line_naming_the_log(
         jvm_archive.make_archive(target, tmp_path, log, timeout_s=60)
     assert str(failed.value) == f"the archive run's producer failed: see {log}"
     assert log.read_text() == "no events\n"
+    assert not target.exists()
+
+
+@pytest.mark.subprocess
+def test_a_run_that_does_not_end_is_stopped_and_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jvm_archive, "file_events_command", lambda *_: [sys.executable, "-c", ""])
+    hanging = [sys.executable, "-c", "import time; time.sleep(60)"]
+    monkeypatch.setattr(jvm_archive, "file_processor_command", lambda *_: hanging)
+    target, log = tmp_path / "spark-driver-test.jsa", tmp_path / "run.log"
+    began = time.monotonic()
+    with pytest.raises(RuntimeError) as failed:
+        jvm_archive.make_archive(target, tmp_path, log, timeout_s=2)
+    assert str(failed.value) == f"the archive run did not end within 2 s: see {log}"
+    assert time.monotonic() - began < 10
     assert not target.exists()
 
 

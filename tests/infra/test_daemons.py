@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 import sys
 
+import pytest
+
 from infra import daemons
 
 
@@ -41,13 +43,24 @@ def test_the_clients_port_range_is_read_from_the_kernel_or_linuxs_default(tmp_pa
     assert daemons.ephemeral_range(tmp_path / "missing") == (32768, 60999)
 
 
-def test_daemon_ports_are_free_distinct_and_below_the_clients_local_ports() -> None:
-    low, _ = daemons.ephemeral_range()
+def test_daemon_ports_are_free_distinct_and_outside_the_clients_local_ports() -> None:
+    low, high = daemons.ephemeral_range()
     ports = daemons.free_ports("127.0.0.1", 20)
     assert len(set(ports)) == 20
-    for port in ports:
-        assert daemons.LOWEST_DAEMON_PORT <= port < low
-        assert daemons.port_free("127.0.0.1", port)
+    assert all(daemons.port_free("127.0.0.1", port) for port in ports)
+    if daemons.daemon_port_range() is not None:
+        assert not any(low <= port <= high for port in ports)
+
+
+def test_the_daemons_range_is_the_wider_side_of_the_clients_range(monkeypatch) -> None:
+    for clients, expected in [
+        ((32768, 60999), range(20000, 32768)),  # Linux's default: below it
+        ((49152, 65535), range(20000, 49152)),  # macOS's: below it
+        ((1024, 49151), range(49152, 65536)),  # a range from 1024: above it
+        ((1024, 65000), None),  # 535 ports above it: the OS picks
+    ]:
+        monkeypatch.setattr(daemons, "ephemeral_range", lambda clients=clients: clients)
+        assert daemons.daemon_port_range() == expected, clients
 
 
 def test_a_port_in_use_or_excluded_is_not_given(monkeypatch) -> None:
@@ -58,14 +71,15 @@ def test_a_port_in_use_or_excluded_is_not_given(monkeypatch) -> None:
         later = range(25002, 25102)  # the first of them that nothing listens on is given
         expected = next(port for port in later if daemons.port_free("127.0.0.1", port))
         picks = iter([taken, 25001, 25001, *later])
-        monkeypatch.setattr(daemons, "ephemeral_range", lambda: (60000, 61000))
-        monkeypatch.setattr(daemons.random, "randint", lambda _low, _high: next(picks))
+        monkeypatch.setattr(daemons._RANDOM, "choice", lambda _ports: next(picks))
         assert daemons.free_ports("127.0.0.1", 1, exclude=[25001]) == [expected]
 
 
-def test_without_a_range_below_the_clients_ports_the_os_picks(monkeypatch) -> None:
+def test_without_a_range_outside_the_clients_ports_the_os_picks(monkeypatch) -> None:
+    if not daemons.EPHEMERAL_RANGE_FILE.is_file():
+        pytest.skip("the kernel does not show its clients' range")
     kernel_low, kernel_high = daemons.ephemeral_range()
-    monkeypatch.setattr(daemons, "ephemeral_range", lambda: (1024, 65535))
+    monkeypatch.setattr(daemons, "daemon_port_range", lambda: None)
     ports = daemons.free_ports("127.0.0.1", 3)
     assert len(set(ports)) == 3
     # The OS gives its own clients' range: what the kernel says it is.

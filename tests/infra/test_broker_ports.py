@@ -1,0 +1,28 @@
+"""infra.broker's ports: the last run's kept where free, new ones clear of the others."""
+
+from __future__ import annotations
+
+import socket
+
+from infra import broker, daemons
+
+
+def test_a_new_port_is_not_one_remembered_for_another_listener(monkeypatch) -> None:
+    with socket.socket() as squatter:
+        squatter.bind((broker.BIND_HOST, 0))
+        squatter.listen(1)
+        taken = squatter.getsockname()[1]
+        remembered = daemons.free_ports(broker.BIND_HOST, 3, exclude=[taken])
+        sasl_ssl, controller, fresh = remembered
+        # The plaintext port of the last run is taken; the picker first offers the other
+        # listeners' remembered ports (free now: the broker is stopped), then a fresh one.
+        picks = iter([sasl_ssl, controller, fresh])
+        monkeypatch.setattr(daemons._RANDOM, "choice", lambda _ports: next(picks))
+        said: list[str] = []
+        previous = {"plaintext": taken, "sasl_ssl": sasl_ssl, "controller": controller}
+        ports = broker._choose_ports((None, None, None), previous, said.append)
+    assert ports == broker.Ports(plaintext=fresh, sasl_ssl=sasl_ssl, controller=controller)
+    assert said == [
+        f"plaintext port {taken} of the last run is taken by another process; using {fresh} "
+        f"(clients configured with {taken} must change)"
+    ]
