@@ -370,6 +370,9 @@ def _choose_ports(
     """Explicit ports win; otherwise reuse the last run's ports if free, else pick new ones."""
     names = ("plaintext", "sasl_ssl", "controller")
     prev = previous if isinstance(previous, dict) else {}
+    # A new pick is none of the ports named for this broker: given, or remembered for a
+    # listener (free while the broker is stopped, and kept for it where they still are).
+    named = [p for p in (*wanted, *prev.values()) if isinstance(p, int)]
     chosen: list[int] = []
     for name, port in zip(names, wanted, strict=True):
         if port is not None:
@@ -384,8 +387,7 @@ def _choose_ports(
         if isinstance(old, int) and old not in chosen and daemons.port_free(BIND_HOST, old):
             chosen.append(old)
             continue
-        remembered = [p for p in prev.values() if isinstance(p, int)]
-        chosen.extend(daemons.free_ports(BIND_HOST, exclude=[*chosen, *remembered]))
+        chosen.extend(daemons.free_ports(BIND_HOST, exclude=[*chosen, *named]))
         if isinstance(old, int):
             say(
                 f"{name} port {old} of the last run is taken by another process; using "

@@ -26,3 +26,12 @@ def test_a_new_port_is_not_one_remembered_for_another_listener(monkeypatch) -> N
         f"plaintext port {taken} of the last run is taken by another process; using {fresh} "
         f"(clients configured with {taken} must change)"
     ]
+
+
+def test_a_new_port_is_not_one_given_for_a_later_listener(monkeypatch) -> None:
+    given, first, second = daemons.free_ports(broker.BIND_HOST, 3)
+    # The picker first offers the port given for sasl_ssl; plaintext must not take it.
+    picks = iter([given, first, given, second])
+    monkeypatch.setattr(daemons._RANDOM, "choice", lambda _ports: next(picks))
+    ports = broker._choose_ports((None, given, None), None, lambda _line: None)
+    assert ports == broker.Ports(plaintext=first, sasl_ssl=given, controller=second)
