@@ -38,6 +38,12 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
         ("p95_latency_s_at_2000", "<=", 5.0),
     ],
     "dashboard": [("overview_render_s", "<=", 0.5)],
+    # A million devices built in seconds, in a few hundred MB; the 50-device figures beside.
+    "fleet": [
+        ("producer_first_reading_s_1000000", "<=", 5.0),
+        ("producer_fleet_mb_1000000", "<=", 300.0),
+        ("processor_dimension_s_1000000", "<=", 5.0),
+    ],
     # py4j round trips per micro-batch to build silver's writes (CPU on both sides).
     "silver_writes": [
         ("py4j_calls_device_1m", "<=", 110),

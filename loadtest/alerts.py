@@ -9,6 +9,7 @@ the alerts topic and ``gold/alerts_rt`` with it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -56,7 +57,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[tupl
 
 
 def expected_alerts(
-    readings: list[tuple[bytes, int]], fleet: list[Device]
+    readings: list[tuple[bytes, int]], fleet: Sequence[Device]
 ) -> dict[str, tuple[str, float, float, int]]:
     """The alerts the readings call for: alert id -> (kind, value, threshold, reading's ms).
 

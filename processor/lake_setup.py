@@ -9,12 +9,16 @@ queries whose checkpointed state no longer fits are reset (``processor.evolution
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+import numpy as np
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 
-from common.fleet import build_fleet
+from common.delta_table import open_delta_table
+from common.fleet import FLEET_IDENTITY_PREFIX, Coded, Fleet, build_fleet, fleet_identity
 from common.lake import READER_TABLE_PROPERTIES, Table
 from processor import evolution, realtime, sources, transforms
 from processor.metrics import METRICS_SCHEMA
@@ -23,21 +27,71 @@ from processor.settings import ProcessorSettings
 from processor.silver import quarantine_out, silver_frame, silver_out
 from processor.tables import TableChange, ensure_table
 
+# Devices per task of the dimension's build: a million-device fleet is five tasks.
+DIMENSION_CHUNK = 200_000
+
 
 def devices_frame(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
-    """The device dimension built from the seeded fleet (as the producer builds it)."""
-    rows = [d.as_row() for d in build_fleet(settings.fleet_size, settings.seed)]
-    return spark.createDataFrame(rows, DEVICE_SCHEMA)
+    """The device dimension of the seeded fleet (as the producer builds it), built by Spark's tasks.
+
+    A device's profile is a pure function of the seed and its index (``common.fleet``),
+    so each task computes its range of devices from the fleet's small pools (sites,
+    building names): nothing the size of the fleet is made by the driver or shipped to
+    the executors.
+    """
+    whole = build_fleet(settings.fleet_size, settings.seed)
+    seed, size, sites, buildings = whole.seed, whole.size, whole.sites, whole.buildings
+    schema = to_arrow_schema(DEVICE_SCHEMA)
+
+    def profiles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            index = batch.column(0).to_numpy()
+            fleet = Fleet(seed, size, sites, buildings, index)
+            yield pa.RecordBatch.from_arrays(
+                [_arrow(column) for column in fleet.columns().values()], schema=schema
+            )
+
+    tasks = -(-size // DIMENSION_CHUNK)
+    return spark.range(0, size, numPartitions=tasks).mapInArrow(profiles, DEVICE_SCHEMA)
+
+
+def _arrow(column: Coded | np.ndarray | list[str]) -> pa.Array:
+    """A ``Fleet.columns`` column as Arrow: texts decoded from their pool in Arrow, NaN as null."""
+    if isinstance(column, Coded):
+        return pa.DictionaryArray.from_arrays(column.codes, column.texts).dictionary_decode()
+    return pa.array(column, from_pandas=True)
 
 
 def write_devices(spark: SparkSession, settings: ProcessorSettings) -> None:
     """(Re)write the device dimension; a running silver stream sees it a second or so later.
 
-    See ``processor.device_dimension``.
+    The commit carries the fleet's identity (``common.fleet.fleet_identity``) as its
+    user metadata, so that a start with another fleet knows to write it anew
+    (``dimension_is_stale``). See ``processor.device_dimension``.
     """
     devices_frame(spark, settings).write.format("delta").mode("overwrite").option(
         "overwriteSchema", "true"
-    ).options(**READER_TABLE_PROPERTIES).save(settings.lake.table(Table.DIM_DEVICES))
+    ).option("userMetadata", fleet_identity(settings.fleet_size, settings.seed)).options(
+        **READER_TABLE_PROPERTIES
+    ).save(settings.lake.table(Table.DIM_DEVICES))
+
+
+def dimension_is_stale(spark: SparkSession, settings: ProcessorSettings) -> bool:
+    """Whether the device dimension must be written: missing, of other columns, or another fleet's.
+
+    A dimension the processor wrote for another fleet (its last commit names another
+    ``fleet_identity``: another size, seed or profile definition) is stale; one whose
+    last commit someone else made (a user's own devices, an edit) is kept as it is.
+    """
+    path = settings.lake.table(Table.DIM_DEVICES)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return True
+    if sources.delta_table(spark, path).columns != DEVICE_SCHEMA.names:
+        return True
+    last = open_delta_table(path, settings.lake.storage_options()).history(1)
+    written = str(last[0].get("userMetadata", "")) if last else ""
+    wanted = fleet_identity(settings.fleet_size, settings.seed)
+    return written.startswith(FLEET_IDENTITY_PREFIX) and written != wanted
 
 
 def table_frames(
@@ -91,10 +145,9 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings) -> dict[Tabl
         What changed, per table.
     """
     devices = settings.lake.table(Table.DIM_DEVICES)
-    # The dimension is the fleet's: written anew when the contract changed its columns.
-    if not DeltaTable.isDeltaTable(spark, devices) or (
-        sources.delta_table(spark, devices).columns != DEVICE_SCHEMA.names
-    ):
+    # The dimension is the fleet's: written anew when the contract changed its columns
+    # or the fleet is another one.
+    if dimension_is_stale(spark, settings):
         write_devices(spark, settings)
     frames = table_frames(spark, settings, sources.delta_table(spark, devices))
     options = settings.lake.storage_options()

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from common.contract import FIELD_BY_NAME, METRIC_NAMES
-from common.fleet import Device
+from common.fleet import Fleet
 from producer.sampling import Hits, episode_start_probability, sub_rng
 from producer.simulation import Readings, format_micros
 
@@ -103,7 +103,7 @@ class AnomalyInjector:
 
     def __init__(
         self,
-        fleet: Sequence[Device],
+        fleet: Fleet,
         seed: int,
         config: AnomalyConfig,
         metrics: Sequence[str] = METRIC_NAMES,
@@ -117,7 +117,7 @@ class AnomalyInjector:
             metrics: The columns of ``Readings.values`` (``FleetSimulation.metrics``).
 
         """
-        self.fleet = list(fleet)
+        self.fleet = fleet
         self._col = {name: j for j, name in enumerate(metrics)}
         self.config = config
         self.records: list[dict[str, Any]] = []
@@ -141,7 +141,7 @@ class AnomalyInjector:
             },
         }
         self._detail = {kind: sub_rng(seed, f"anomaly:{kind}:detail") for kind in KINDS}
-        self._busy_until = {kind: [-1] * self._n for kind in self._lengths}
+        self._busy_until = {kind: np.full(self._n, -1, dtype=np.int64) for kind in self._lengths}
         self._open: list[_Episode] = []
 
     def _metric(self, kind: str, device: int) -> str:

@@ -30,7 +30,7 @@ import bisect
 import heapq
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -39,7 +39,7 @@ import numpy as np
 import orjson
 
 from common.contract import METRIC_NAMES, REQUIRED
-from common.fleet import Device
+from common.fleet import Fleet
 from producer.sampling import NEVER, Hits, sub_rng
 from producer.simulation import Clock, Readings
 
@@ -145,9 +145,7 @@ class FaultInjector:
 
     """
 
-    def __init__(
-        self, fleet: Sequence[Device], seed: int, config: FaultConfig, clock: Clock
-    ) -> None:
+    def __init__(self, fleet: Fleet, seed: int, config: FaultConfig, clock: Clock) -> None:
         """Prepare the seeded draws.
 
         Args:
@@ -159,11 +157,10 @@ class FaultInjector:
         """
         if config.duplicate_max_gap < 1 or config.out_of_order_max < 1:
             raise ValueError("duplicate_max_gap and out_of_order_max must be at least 1")
-        self.fleet = list(fleet)
+        self.fleet = fleet
         self.config = config
         self.clock = clock
         self._n = len(self.fleet)
-        self._keys = [d.device_id.encode() for d in self.fleet]
         self._delay = parse_delay(config.late_delay)
         self._hits = [
             (kind, Hits(getattr(config, kind), sub_rng(seed, f"fault:{kind}")))
@@ -176,14 +173,15 @@ class FaultInjector:
         self._skew_us: dict[int, int] = {}
         skew_rng = sub_rng(seed, "fault:clock_skew")
         n_skewed = round(config.clock_skew * self._n)
-        for i in sorted(skew_rng.sample(range(self._n), n_skewed)):
+        skewed = sorted(skew_rng.sample(range(self._n), n_skewed))
+        for i, device in zip(
+            skewed, self.fleet.device_ids(np.array(skewed, dtype=np.int64)), strict=True
+        ):
             seconds = round(skew_rng.uniform(0.5, 1.0) * config.clock_skew_max_s, 3)
             seconds = seconds if skew_rng.random() < 0.5 else -seconds
             self._skew_us[i] = round(seconds * 1_000_000)
-            self.clock_skew_s[self.fleet[i].device_id] = seconds
-            self.records.append(
-                {"kind": "clock_skew", "device_id": self.fleet[i].device_id, "skew_s": seconds}
-            )
+            self.clock_skew_s[device] = seconds
+            self.records.append({"kind": "clock_skew", "device_id": device, "skew_s": seconds})
         self._skew_off: np.ndarray | None = None
         if self._skew_us:
             self._skew_off = np.zeros(self._n, dtype=np.int64)
@@ -220,7 +218,7 @@ class FaultInjector:
         if n == 0:
             return []
         devs, ks = r.dev.tolist(), r.k.tolist()
-        keys = map(self._keys.__getitem__, devs)
+        keys = [i.encode() for i in self.fleet.device_ids(r.dev)]
         seqs, ids = r.seq.tolist(), r.event_id
         msgs = list(zip(keys, payloads, devs, seqs, ids, repeat(None, n), strict=True))
         out: list[Message] = []
@@ -349,7 +347,7 @@ class FaultInjector:
 
     def _malformed(self, kind: str, ev: dict[str, Any], i: int) -> Message:
         rng = self._detail
-        key = self._keys[i]
+        key = self.fleet[i].device_id.encode()
         rec: dict[str, Any] = {
             "kind": kind,
             "device_id": ev["device_id"],

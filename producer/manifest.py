@@ -36,7 +36,7 @@ class Manifest:
 
     """
 
-    def __init__(self, device_ids: list[str], *, uuid_ids: bool = False) -> None:
+    def __init__(self, device_ids: Sequence[str], *, uuid_ids: bool = False) -> None:
         """Start an empty manifest.
 
         Args:

@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 
 from common import contract
-from common.fleet import Device
+from common.fleet import DEVICE_ATTRIBUTES, DEVICE_TYPES, TYPE_NAMES, Fleet, plain
 
 _DAY_US: Final = 86_400_000_000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -49,6 +49,18 @@ TRANSITIONS: Final[dict[str, tuple[tuple[str, float], ...]]] = {
 MEAN_REVERSION: Final = 0.05  # share of the distance to the target closed per reading
 DRIFT_NOISE: Final = 0.01  # drift step, as a share of the metric's noise
 BATTERY_DRAIN_MAX: Final = 0.002  # percentage points per reading, drawn uniformly
+ROUND_CHUNK: Final = 65_536  # devices whose random numbers of a round are drawn at once
+
+
+def _type_table(attr: str) -> np.ndarray:
+    """``(types, metrics)``: a ``MetricProfile`` attribute per type (``TYPE_NAMES``) and metric.
+
+    ``has`` is whether the type reports the metric; other attributes are 0 where not.
+    """
+    profiles = [[DEVICE_TYPES[t].metrics.get(m) for m in contract.METRIC_NAMES] for t in TYPE_NAMES]
+    if attr == "has":
+        return np.array([[p is not None for p in row] for row in profiles])
+    return np.array([[getattr(p, attr) if p else 0.0 for p in row] for row in profiles])
 
 
 # --------------------------------------------------------------------------- time
@@ -280,12 +292,12 @@ class FleetSimulation:
 
     def __init__(
         self,
-        fleet: Sequence[Device],
+        fleet: Fleet,
         seed: int,
         clock: Clock,
         *,
         deterministic_ids: bool = False,
-        versions: Sequence[int] | None = None,
+        versions: Sequence[int] | np.ndarray | None = None,
     ) -> None:
         """Draw every device's initial state.
 
@@ -299,35 +311,41 @@ class FleetSimulation:
                 default: the contract's oldest for all.
 
         """
-        if not fleet:
+        if not len(fleet):
             raise ValueError("the simulation needs at least one device")
-        self.fleet = list(fleet)
+        self.fleet = fleet
         self.clock = clock
         oldest = contract.VERSIONS[0].number
-        self.versions = np.array(versions if versions is not None else [oldest] * len(fleet))
-        if len(self.versions) != len(self.fleet) or not set(self.versions.tolist()) <= set(
+        n, m = len(fleet), len(contract.METRIC_NAMES)
+        self.versions = (
+            np.asarray(versions, dtype=np.int16)
+            if versions is not None
+            else np.full(n, oldest, dtype=np.int16)
+        )
+        if len(self.versions) != n or not set(np.unique(self.versions).tolist()) <= set(
             contract.VERSION_BY_NUMBER
         ):
             raise ValueError("versions: one version of the contract per device")
         self.metrics = contract.METRIC_NAMES
-        n, m = len(self.fleet), len(self.metrics)
         self._rng = np.random.default_rng([seed, 0])
         self._id_rng = np.random.default_rng([seed, 1]) if deterministic_ids else None
-        profiles = [[d.kind.metrics.get(name) for name in self.metrics] for d in self.fleet]
-        self.has = np.array([[p is not None for p in row] for row in profiles])
-
-        def param(attr: str) -> np.ndarray:
-            return np.array([[getattr(p, attr) if p else 0.0 for p in row] for row in profiles])
-
-        self._baseline = param("baseline")
-        self._amplitude = param("daily_amplitude")
-        self._noise = param("noise")
+        # Each type's parameters, a row per type: a device's are its type's row.
+        self._type = fleet.type_code
+        self._type_has, self._type_baseline, self._type_amplitude, self._type_noise = (
+            _type_table(attr) for attr in ("has", "baseline", "daily_amplitude", "noise")
+        )
         fields = [contract.FIELD_BY_NAME[name] for name in self.metrics]
         self._low = np.array([-np.inf if f.min is None else f.min for f in fields])
         self._high = np.array([np.inf if f.max is None else f.max for f in fields])
-        self.battery_powered = np.array([d.battery_powered for d in self.fleet])
+        self.battery_powered = fleet.battery_powered
         self._battery = np.round(self._rng.uniform(60.0, 100.0, n), 3)
-        self._values = self._baseline + self._rng.normal(0.0, 1.0, (n, m)) * self._noise * 5
+        # Drawn a chunk of devices at a time (the same numbers as one draw): a large
+        # fleet's temporaries stay a chunk's size.
+        self._values = np.empty((n, m))
+        for a in range(0, n, ROUND_CHUNK):
+            types = self._type[a : a + ROUND_CHUNK]
+            start = self._rng.normal(0.0, 1.0, (len(types), m)) * self._type_noise[types] * 5
+            self._values[a : a + ROUND_CHUNK] = self._type_baseline[types] + start
         self._drift = np.zeros((n, m))
         self._seq = np.zeros(n, dtype=np.int64)
         self._status = np.zeros(n, dtype=np.int8)
@@ -336,29 +354,54 @@ class FleetSimulation:
             for a, moves in TRANSITIONS.items()
             for b, p in moves
         ]
-        self._round: tuple[np.ndarray, ...] = ()
+        self._chunks: dict[int, tuple[np.ndarray, ...]] = {}
         self.k = 0
+
+    @property
+    def has(self) -> np.ndarray:
+        """``(devices, metrics)``: whether each device reports each metric (its type's)."""
+        return self._type_has[self._type]
 
     def last_seq(self, index: int) -> int:
         """The sequence number of device ``index``'s latest reading (0: none yet)."""
         return int(self._seq[index])
 
-    def _draw_round(self) -> None:
-        """The random numbers of one reading per device."""
-        n, m = self.has.shape
-        rng = self._rng
-        self._round = (
-            rng.random(n),
-            rng.uniform(0.0, BATTERY_DRAIN_MAX, n),
-            rng.normal(0.0, 1.0, (n, m)),
-            rng.normal(0.0, 1.0, (n, m)),
+    def _draws(self, a: int, b: int) -> tuple[np.ndarray, ...]:
+        """The random numbers of devices ``a .. b - 1``'s next reading.
+
+        A round's numbers (one reading per device) are drawn ``ROUND_CHUNK`` devices at
+        a time, in device order: the steps of a round cover the fleet in order, so the
+        draws do not depend on how the stream is cut into batches, and a large fleet
+        holds one chunk's numbers at a time.
+        """
+        n, m = len(self.fleet), len(self.metrics)
+        first, last = a // ROUND_CHUNK, (b - 1) // ROUND_CHUNK
+        if a == 0:
+            self._chunks = {}
+        for c in range(first, last + 1):
+            if c not in self._chunks:
+                size = min(ROUND_CHUNK, n - c * ROUND_CHUNK)
+                rng = self._rng
+                self._chunks[c] = (
+                    rng.random(size),
+                    rng.uniform(0.0, BATTERY_DRAIN_MAX, size),
+                    rng.normal(0.0, 1.0, (size, m)),
+                    rng.normal(0.0, 1.0, (size, m)),
+                )
+        for c in [c for c in self._chunks if c < first]:
+            del self._chunks[c]
+        base = first * ROUND_CHUNK
+        parts = [self._chunks[c] for c in range(first, last + 1)]
+        joined = (
+            parts[0]
+            if len(parts) == 1
+            else tuple(np.concatenate(x) for x in zip(*parts, strict=True))
         )
+        return tuple(x[a - base : b - base] for x in joined)
 
     def _step(self, a: int, b: int, us: np.ndarray) -> None:
         """Advance devices ``a .. b - 1`` by one reading each, at times ``us``."""
-        if a == 0:
-            self._draw_round()
-        u, drain, drift_step, walk_step = (x[a:b] for x in self._round)
+        u, drain, drift_step, walk_step = self._draws(a, b)
         self._seq[a:b] += 1
         status = self._status[a:b]
         new = status.copy()
@@ -375,10 +418,15 @@ class FleetSimulation:
         self._battery[a:b] = np.where(
             powered, np.maximum(0.0, self._battery[a:b] - drain), self._battery[a:b]
         )
-        noise = self._noise[a:b]
+        types = self._type[a:b]
+        noise = self._type_noise[types]
         self._drift[a:b] += drift_step * noise * DRIFT_NOISE
         cycle = np.sin(2.0 * np.pi * ((us % _DAY_US) / _DAY_US - 0.25))
-        target = self._baseline[a:b] + self._amplitude[a:b] * cycle[:, None] + self._drift[a:b]
+        target = (
+            self._type_baseline[types]
+            + self._type_amplitude[types] * cycle[:, None]
+            + self._drift[a:b]
+        )
         values = self._values[a:b]
         self._values[a:b] = values + MEAN_REVERSION * (target - values) + walk_step * noise
 
@@ -397,7 +445,7 @@ class FleetSimulation:
             seq, status = self._seq[a:b].copy(), self._status[a:b].copy()
             battery = np.where(self.battery_powered[a:b], np.round(self._battery[a:b], 3), np.nan)
             values = np.round(np.clip(self._values[a:b], self._low, self._high), 3)
-            values[~self.has[a:b]] = np.nan
+            values[~self._type_has[self._type[a:b]]] = np.nan
             parts.append((seq, status, battery, values))
             pos += b - a
         self.k += n
@@ -431,29 +479,37 @@ class EventBuilder:
     """
 
     def __init__(self, sim: FleetSimulation) -> None:
-        """Work out where each contract field's value comes from, and each device's shape."""
+        """Work out where each contract field's value comes from, and each device's shape.
+
+        A device's shape follows from its schema version and its type (the metrics it
+        reports, whether it has a battery), so shapes are worked out per pair, not per device.
+        """
         self.sim = sim
         self.fields = tuple(contract.FIELDS)
-        self._device_ids = np.array([d.device_id for d in sim.fleet], dtype=object)
         self._statuses = np.array(contract.STATUSES, dtype=object)
-        shapes: dict[tuple[tuple[str, str], ...], int] = {}
-        self._shape_of = np.zeros(len(sim.fleet), dtype=np.int64)
-        for i, device in enumerate(sim.fleet):
-            keys = contract.VERSION_BY_NUMBER[int(sim.versions[i])].keys
-            shape = tuple(
-                (f.name, keys[f.name])
-                for f in self.fields
-                if f.name in keys and self._present(f, device, i)
-            )
-            self._shape_of[i] = shapes.setdefault(shape, len(shapes))
+        pairs, shape_of = np.unique(
+            sim.versions.astype(np.int32) * len(TYPE_NAMES) + sim.fleet.type_code,
+            return_inverse=True,
+        )
+        self._shape_of = shape_of.astype(np.int16)
         every = [f.name for f in self.fields]
-        self._make = [_dict_constructor(every, dict(shape)) for shape in shapes]
+        self._make = []
+        for pair in pairs.tolist():
+            version, type_code = divmod(pair, len(TYPE_NAMES))
+            keys = contract.VERSION_BY_NUMBER[version].keys
+            shape = {
+                f.name: keys[f.name]
+                for f in self.fields
+                if f.name in keys and self._present(f, type_code)
+            }
+            self._make.append(_dict_constructor(every, shape))
 
-    def _present(self, f: contract.Field, device: Device, i: int) -> bool:
+    def _present(self, f: contract.Field, type_code: int) -> bool:
+        kind = DEVICE_TYPES[TYPE_NAMES[type_code]]
         if f.name == "battery_pct":
-            return bool(self.sim.battery_powered[i])
+            return kind.battery_powered
         if f.name in self.sim.metrics:
-            return bool(self.sim.has[i, self.sim.metrics.index(f.name)])
+            return f.name in kind.metrics
         return True
 
     def _column(self, f: contract.Field, r: Readings, times: list[str]) -> list[Any]:
@@ -462,7 +518,7 @@ class EventBuilder:
         if name == "event_id":
             return r.event_id
         if name == "device_id":
-            return self._device_ids[r.dev].tolist()
+            return sim.fleet.device_ids(r.dev)
         if name == "seq":
             return r.seq.tolist()
         if name == "event_time":
@@ -527,17 +583,15 @@ def firmware_rollout(fleet_size: int, seed: int, share: float) -> np.ndarray:
     return versions
 
 
-def _generic_column(
-    f: contract.Field, fleet: Sequence[Device], r: Readings, times: list[str]
-) -> list[Any]:
+def _generic_column(f: contract.Field, fleet: Fleet, r: Readings, times: list[str]) -> list[Any]:
     """Values of a contract field the simulation has no model for.
 
     The device's profile attribute of the same name when it has one; else the field's
     ``example``; else, by type: the event time for a timestamp, the middle of the range
     for a number, ``""`` for text.
     """
-    if hasattr(fleet[0], f.name):
-        return np.array([getattr(d, f.name) for d in fleet], dtype=object)[r.dev].tolist()
+    if f.name in DEVICE_ATTRIBUTES:
+        return plain(fleet.columns(r.dev)[f.name])
     if f.example is not None:
         return [f.example] * len(r)
     if f.type == "timestamp":
@@ -550,7 +604,7 @@ def _generic_column(
 
 
 def generate(
-    fleet: Sequence[Device], seed: int, clock: Clock, *, deterministic_ids: bool = True
+    fleet: Fleet, seed: int, clock: Clock, *, deterministic_ids: bool = True
 ) -> Iterator[dict[str, Any]]:
     """Yield event dicts round-robin over the fleet, forever (no anomalies, no faults).
 

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, TypeVar
 
+import numpy as np
 import orjson
 
-from common.fleet import Device
+from common.fleet import Fleet
 from producer.anomalies import AnomalyConfig, AnomalyInjector
 from producer.faults import FaultConfig, FaultInjector, Message
 from producer.simulation import (
@@ -24,13 +25,13 @@ from producer.simulation import (
     firmware_rollout,
 )
 
-T = TypeVar("T")
+S = TypeVar("S", Fleet, np.ndarray, list[Any])
 
 
 class Source(Protocol):
     """Batches of messages to send."""
 
-    device_ids: list[str]
+    device_ids: Sequence[str]
     generated: int
 
     def prepare(self) -> None:
@@ -54,9 +55,9 @@ def worker_seed(seed: int, worker: int, workers: int) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def worker_slice(fleet: Sequence[T], worker: int, workers: int) -> list[T]:
+def worker_slice(fleet: S, worker: int, workers: int) -> S:
     """The devices one worker owns (or their values): every ``workers``-th from ``worker``."""
-    return list(fleet[worker::workers])
+    return fleet[worker::workers]
 
 
 def worker_count(count: int | None, worker: int, workers: int) -> int | None:
@@ -71,7 +72,7 @@ class SimulationSource:
 
     def __init__(
         self,
-        fleet: Sequence[Device],
+        fleet: Fleet,
         seed: int,
         clock: Clock,
         anomalies: AnomalyConfig,
@@ -106,7 +107,7 @@ class SimulationSource:
             own_seed,
             own_clock,
             deterministic_ids=deterministic_ids,
-            versions=worker_slice(versions.tolist(), worker, workers),
+            versions=worker_slice(versions, worker, workers),
         )
         self.events = EventBuilder(self.sim)
         self.anomalies = (
@@ -115,7 +116,7 @@ class SimulationSource:
             else None
         )
         self.faults = FaultInjector(devices, own_seed, faults, own_clock)
-        self.device_ids = [d.device_id for d in devices]
+        self.device_ids = devices.ids
         self.generated = 0
 
     def prepare(self) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from common import contract
 from common.fleet import DEVICE_TYPES, build_fleet
+from producer import simulation
 from producer.simulation import (
     EventBuilder,
     FleetSimulation,
@@ -47,9 +48,27 @@ def test_a_seed_gives_the_same_stream_however_it_is_batched(size, seed, rate):
     assert _stream(fleet, seed, clock, (1, 5, 333, 2), 3000, deterministic_ids=True) == whole
     assert list(itertools.islice(generate(fleet, seed, clock), 3000)) == whole
     other = _stream(fleet, seed + 1, clock, (3000,), 3000, deterministic_ids=True)
-    assert [e["temperature_c"] for e in other if "temperature_c" in e] != [
-        e["temperature_c"] for e in whole if "temperature_c" in e
-    ]
+
+    def metrics(events):
+        return [[e.get(m) for m in contract.METRIC_NAMES] for e in events]
+
+    assert metrics(other) != metrics(whole)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64])
+def test_round_chunks_give_the_same_stream_however_it_is_batched(monkeypatch, chunk):
+    # A round's numbers are drawn a chunk of devices at a time (a large fleet holds one
+    # chunk's): the stream must not depend on where batches cut the chunks.
+    monkeypatch.setattr(simulation, "ROUND_CHUNK", chunk)
+    fleet = build_fleet(7, 5)
+    clock = simulated_clock(START, 50.0)
+    whole = _stream(fleet, 5, clock, (700,), 700, deterministic_ids=True)
+    assert _stream(fleet, 5, clock, (1, 2, 5, 11, 3), 700, deterministic_ids=True) == whole
+    assert len({e["event_id"] for e in whole}) == 700
+    # Chunks of at least the fleet's size draw a round at once: the same stream.
+    if chunk >= 7:
+        monkeypatch.setattr(simulation, "ROUND_CHUNK", 65_536)
+        assert _stream(fleet, 5, clock, (700,), 700, deterministic_ids=True) == whole
 
 
 def test_an_empty_step_is_empty_and_changes_nothing():
