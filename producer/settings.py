@@ -69,6 +69,12 @@ class ProducerSettings(FleetSettings):
         "for python -m bridge to forward)",
     )
     rate: float = Field(1000.0, ge=0, description="Target events/s (0 = as fast as possible)")
+    report_every_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds between two readings of one device (e.g. 300: every 5 minutes); "
+        "sets the rate to fleet_size / report_every_s, instead of --rate",
+    )
     rate_profile: str = Field(
         "constant",
         description="constant | ramp:FROM:TO:SECONDS | step:RATE@T,RATE@T,... | "
@@ -161,6 +167,15 @@ class ProducerSettings(FleetSettings):
 
     @model_validator(mode="after")
     def _check(self) -> ProducerSettings:
+        if self.report_every_s is not None:
+            if "rate" in self.model_fields_set:
+                raise ValueError(
+                    "set the rate or report_every_s, not both (the rate follows from "
+                    "report_every_s: fleet_size / report_every_s)"
+                )
+            if self.rate_profile != "constant":
+                raise ValueError("report_every_s gives a constant rate: drop rate_profile")
+            self.rate = self.fleet_size / self.report_every_s
         parse_profile(self.rate_profile, self.rate)
         parse_delay(self.late_delay)
         if self.transport == "stdout" and self.workers > 1:

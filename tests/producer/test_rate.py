@@ -68,3 +68,16 @@ def test_bad_specs_say_what_is_expected(spec, message):
 def test_rates_must_be_finite_and_non_negative():
     with pytest.raises(ValueError, match="finite and >= 0"):
         RateProfile(((0.0, -1.0),))
+
+
+def test_a_reporting_interval_sets_the_fleet_rate():
+    from producer.settings import ProducerSettings
+
+    s = ProducerSettings(_env_file=None, fleet_size=1_000_000, report_every_s=300)
+    assert s.rate == 1_000_000 / 300 and s.profile() == RateProfile(((0.0, 1_000_000 / 300),))
+    # Round robin at that rate: device i's readings are fleet_size events, 300 s, apart.
+    assert ProducerSettings(_env_file=None, fleet_size=50, report_every_s=10).rate == 5.0
+    with pytest.raises(ValueError, match="set the rate or report_every_s, not both"):
+        ProducerSettings(_env_file=None, rate=10, report_every_s=300)
+    with pytest.raises(ValueError, match="report_every_s gives a constant rate"):
+        ProducerSettings(_env_file=None, report_every_s=300, rate_profile="ramp:1:10:60")
