@@ -7,11 +7,12 @@ hand-made frame (the producer's report is read by ``common.report.ProducerReport
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote_plus, urlencode
 
+import numpy as np
 import polars as pl
 
 from common.contract import FIELD_BY_NAME, METRIC_NAMES
@@ -92,7 +93,9 @@ class GoldParts:
             ``<metric>:sum`` (sum of avg x events) and ``<metric>:weight`` (events of
             the rows that have the metric).
         devices: Per device_id (with device_type and site, all three categorical): its
-            newest ``last_event_time``.
+            newest ``last_event_time`` in each part. ``combine_parts`` stacks the parts'
+            rows without grouping them again (that would be a group-by of the whole fleet
+            per refresh), so a device may have a row per part: count distinct ids.
     """
 
     cube: pl.DataFrame
@@ -119,7 +122,7 @@ _EMPTY_GOLD_SCHEMA = {
 def fleet_cube(gold: pl.DataFrame) -> pl.DataFrame:
     """The ``GoldParts.cube`` of some ``gold/device_1m`` rows."""
     metrics = [m for m in METRIC_NAMES if f"{m}_avg" in gold.columns]
-    weighted = gold.select(
+    weighted = gold.lazy().select(
         *CUBE_KEYS,
         "events",
         *[(pl.col(f"{m}_avg") * pl.col("events")).alias(f"{m}:sum") for m in metrics],
@@ -131,19 +134,37 @@ def fleet_cube(gold: pl.DataFrame) -> pl.DataFrame:
             for m in metrics
         ],
     )
-    # Plain sums only: polars' fastest group-by path.
-    return weighted.group_by(*CUBE_KEYS).agg(pl.all().sum())
+    # Plain sums only: polars' fastest group-by path; lazy, so that the weighted
+    # columns are never materialized whole.
+    return weighted.group_by(*CUBE_KEYS).agg(pl.all().sum()).collect()
 
 
 def gold_parts(gold: pl.DataFrame) -> GoldParts:
     """Partial aggregates of some ``gold/device_1m`` rows (e.g. one data file's)."""
-    devices = gold.group_by(*DEVICE_KEYS).agg(pl.col("last_event_time").max())
-    return GoldParts(
-        cube=fleet_cube(gold),
-        # Categorical keys: combine_parts groups every part's devices again (one row per
-        # device and data file, a million on a large fleet), by integers, not strings.
-        devices=devices.with_columns(pl.col(DEVICE_KEYS).cast(pl.Categorical)),
-    )
+    # Categorical keys: the parts of every file stay cached (a row per device and file,
+    # a million on a large fleet), and the KPIs count their distinct ids as integers.
+    devices = gold.select(pl.col(DEVICE_KEYS).cast(pl.Categorical), "last_event_time")
+    window = gold["window_start"]
+    # Rows of one window have a row per device already (the table's key): no group-by.
+    if window.min() != window.max():
+        devices = devices.group_by(*DEVICE_KEYS).agg(pl.col("last_event_time").max())
+    return GoldParts(cube=fleet_cube(gold), devices=devices)
+
+
+def distinct_count(values: pl.Series) -> int:
+    """Distinct non-null values; a categorical's through a bitmap of its codes.
+
+    The KPIs count a million distinct device ids among several million rows on every
+    refresh: marking their integer codes is a few times faster than hashing them.
+    """
+    if not isinstance(values.dtype, pl.Categorical):
+        return values.drop_nulls().n_unique()
+    codes = values.drop_nulls().to_physical().to_numpy()
+    if codes.size == 0:
+        return 0
+    seen = np.zeros(int(codes.max()) + 1, dtype=bool)
+    seen[codes] = True
+    return int(seen.sum())
 
 
 def _within(column: str, start: datetime | None, end: datetime | None) -> list[pl.Expr]:
@@ -160,7 +181,8 @@ def combine_parts(
 ) -> GoldParts:
     """Sum partial aggregates and keep the windows starting in ``[start, end)``.
 
-    A device keeps its newest event time if that lies in ``[start, end)``: with
+    The cubes are summed; the devices' rows are stacked (see ``GoldParts.devices``).
+    A device's row of a part is kept if its newest event time lies in ``[start, end)``: with
     whole-minute bounds, it does exactly when the device has a window in the range.
     With an ``end``, build the parts from rows already within it: a part's newest time
     for a device may lie after ``end`` while older rows of the part are inside.
@@ -176,7 +198,9 @@ def combine_parts(
     sums = [c for c in cube.columns if c not in CUBE_KEYS]
     return GoldParts(
         cube=cube.group_by(*CUBE_KEYS).agg(pl.col(sums).fill_null(0).sum()),
-        devices=devices.group_by(*DEVICE_KEYS).agg(pl.col("last_event_time").max()),
+        # Not grouped again: overview_kpis counts distinct ids and takes the newest time,
+        # which the stacked rows give as they are.
+        devices=devices,
     )
 
 
@@ -210,7 +234,7 @@ def overview_kpis(parts: GoldParts, now: datetime, active_minutes: int) -> Overv
     newest = devices["last_event_time"].max()
     active = devices.filter(pl.col("last_event_time") >= now - timedelta(minutes=active_minutes))
     return OverviewKpis(
-        active_devices=active["device_id"].n_unique(),
+        active_devices=distinct_count(active["device_id"]),
         events=int(cube["events"].sum()),
         events_per_min=float(complete["events"].sum()) / minutes if minutes else None,
         latest_window=cube["window_start"].max(),  # type: ignore[arg-type]
@@ -373,6 +397,125 @@ def with_device_links(grid: pl.DataFrame, params: Mapping[str, str | list[str]])
     return grid.with_columns(
         link=pl.concat_str(pl.lit(f"{DEVICE_PAGE}?device="), encoded, pl.lit(tail))
     )
+
+
+# The devices grid shows one page of the fleet at a time: bounded rows per render.
+PAGE_SIZES: tuple[int, ...] = (50, 100, 200, 500, 1000)
+DEFAULT_PAGE_SIZE = 200
+
+
+def page_count(rows: int, size: int) -> int:
+    """Pages of ``size`` rows that ``rows`` rows fill (at least one, an empty page)."""
+    return max(1, math.ceil(rows / max(1, size)))
+
+
+def attention_page(status: pl.DataFrame, page: int, size: int) -> pl.DataFrame:
+    """One page of devices, those that need attention first.
+
+    The order is offline, degraded, stale, online (any other status last), each by
+    device id: a fixed order, so a page keeps its devices from one refresh to the
+    next unless their status changes. Only the rows up to the page's end are ordered
+    (a partial sort), not the whole fleet.
+
+    Args:
+        status: Rows of ``shown_status``.
+        page: The page, from 1.
+        size: Rows per page.
+
+    Returns:
+        The page's rows in that order; none past the last page.
+    """
+    page, size = max(1, page), max(1, size)
+    start, end = (page - 1) * size, page * size
+    ranked = status.with_columns(
+        _severity=pl.col("status").replace_strict(_SEVERITY, default=len(_SEVERITY))
+    )
+    # Only the statuses whose rows reach into the page are ordered: page 1 of a million
+    # devices with a thousand offline sorts those thousand, not the fleet.
+    keep, skipped, before = [], 0, 0
+    for severity, rows in ranked.group_by("_severity").len().sort("_severity").iter_rows():
+        if before + rows > start and before < end:
+            keep.append(severity)
+        elif before + rows <= start:
+            skipped += rows
+        before += rows
+    reaching = ranked.filter(pl.col("_severity").is_in(keep))
+    top = reaching.bottom_k(end - skipped, by=["_severity", "device_id"])
+    return top.sort("_severity", "device_id").slice(start - skipped, size).drop("_severity")
+
+
+# ---------------------------------------------------------------- device search
+
+SEARCH_LIMIT = 50  # matches offered to pick from: a search never lists the fleet
+INDEX_COLUMNS = ("device_id", "site", "device_type")
+
+
+def device_index(devices: pl.DataFrame) -> pl.DataFrame:
+    """The devices a search looks through: one row per id, by id.
+
+    Args:
+        devices: Rows with ``device_id``, ``site`` and ``device_type`` (e.g.
+            ``dim/devices``), possibly several per id; null ids are left out.
+
+    Returns:
+        ``device_id``, ``site`` and ``device_type`` as strings, sorted by id.
+    """
+    return (
+        devices.select(pl.col(INDEX_COLUMNS).cast(pl.String))
+        .drop_nulls("device_id")
+        .unique("device_id", keep="first", maintain_order=True)
+        .sort("device_id")
+    )
+
+
+@dataclass(frozen=True)
+class DeviceMatches:
+    """What a device search found.
+
+    Attributes:
+        shown: At most the limit's rows of ``device_index``: ids that start with the
+            query first, then those that contain it elsewhere, each group by id.
+        total: How many devices match.
+    """
+
+    shown: pl.DataFrame
+    total: int
+
+
+def search_devices(
+    index: pl.DataFrame,
+    query: str,
+    *,
+    sites: Sequence[str] = (),
+    device_types: Sequence[str] = (),
+    limit: int = SEARCH_LIMIT,
+) -> DeviceMatches:
+    """Devices whose id contains ``query`` (case-insensitive), in the sites and types.
+
+    Args:
+        index: Rows of ``device_index`` (sorted by id).
+        query: Text to find in the id; blank matches every device.
+        sites: Keep these sites only (none: all).
+        device_types: Keep these device types only (none: all).
+        limit: Most rows in ``shown``.
+
+    Returns:
+        The first ``limit`` matches and their total.
+    """
+    frame = index
+    if sites:
+        frame = frame.filter(pl.col("site").is_in(list(sites)))
+    if device_types:
+        frame = frame.filter(pl.col("device_type").is_in(list(device_types)))
+    needle = query.strip().lower()
+    if not needle:
+        return DeviceMatches(shown=frame.head(limit), total=frame.height)
+    at = pl.col("device_id").str.to_lowercase().str.find(needle, literal=True)
+    found = frame.with_columns(_at=at).filter(pl.col("_at").is_not_null())
+    # The index is sorted by id, so each group's first rows are its smallest ids.
+    prefixed = found.filter(pl.col("_at") == 0).head(limit)
+    inside = found.filter(pl.col("_at") > 0).head(limit - prefixed.height)
+    return DeviceMatches(shown=pl.concat([prefixed, inside]).drop("_at"), total=found.height)
 
 
 # ---------------------------------------------------------------- alerts

@@ -172,8 +172,15 @@ def _local(uri: str) -> bool:
     return uri.startswith(("/", "file:"))
 
 
-def data_files(table: DeltaTable, time: TimeRange | None) -> list[str] | None:
+def data_files(
+    table: DeltaTable, time: TimeRange | None, equals: Mapping[str, str] | None = None
+) -> list[str] | None:
     """The snapshot's data files that may hold rows in ``time``, pruned by file statistics.
+
+    A file is left out when its minimum and maximum of the time column put it outside
+    the range, or those of an ``equals`` column (e.g. ``device_id``) cannot hold the
+    value: a device's page then reads only the files that may hold its rows (all of
+    them when every file spans the fleet's ids, as most do).
 
     Returns:
         File locations; None when the table needs delta-rs's full reader: partition
@@ -190,25 +197,49 @@ def data_files(table: DeltaTable, time: TimeRange | None) -> list[str] | None:
     uris = table.file_uris()
     if not all(_local(u) for u in uris):
         return None
-    if time is None or (time.start is None and time.end is None):
+    keep = [*_time_bounds(time), *(_holds(c, v) for c, v in (equals or {}).items())]
+    if not keep:
         return uris
     actions = utc_datetimes(pl.DataFrame(table.get_add_actions(flatten=True)))
-    low, high = f"min.{time.column}", f"max.{time.column}"
-    if low not in actions.columns or high not in actions.columns:
-        return uris
-    keep = pl.lit(True)
-    if time.start is not None:
-        keep = keep & (pl.col(high).is_null() | (pl.col(high) >= _aware(time.start)))
-    if time.end is not None:
-        keep = keep & (pl.col(low).is_null() | (pl.col(low) < _aware(time.end)))
+    # A column without statistics (for an equal-to filter, without text ones) prunes
+    # nothing: its bounds read as unknown (null).
+    schema = actions.schema
+    columns = [*([(time.column, False)] if time else []), *((c, True) for c in equals or {})]
+    unknown = [
+        f"{side}.{column}"
+        for column, text in columns
+        for side in ("min", "max")
+        if schema.get(f"{side}.{column}") is None
+        or (text and schema[f"{side}.{column}"] != pl.String)
+    ]
+    actions = actions.with_columns(pl.lit(None).alias(c) for c in dict.fromkeys(unknown))
     by_name = {u.rsplit("/", 1)[-1]: u for u in uris}
     kept = []
-    for path in actions.filter(keep)["path"].to_list():
+    for path in actions.filter(*keep)["path"].to_list():
         uri = by_name.get(unquote(path).rsplit("/", 1)[-1])
         if uri is None:
             return None
         kept.append(uri)
     return kept
+
+
+def _time_bounds(time: TimeRange | None) -> list[pl.Expr]:
+    """Files' statistics that may hold rows in ``time`` (none: no range)."""
+    if time is None:
+        return []
+    low, high = pl.col(f"min.{time.column}"), pl.col(f"max.{time.column}")
+    bounds = []
+    if time.start is not None:
+        bounds.append(high.is_null() | (high >= _aware(time.start)))
+    if time.end is not None:
+        bounds.append(low.is_null() | (low < _aware(time.end)))
+    return bounds
+
+
+def _holds(column: str, value: str) -> pl.Expr:
+    """Files' statistics that may hold ``value`` in ``column``."""
+    low, high = pl.col(f"min.{column}"), pl.col(f"max.{column}")
+    return (low.is_null() | (low <= value)) & (high.is_null() | (high >= value))
 
 
 def _aware(value: datetime) -> datetime:
@@ -252,7 +283,7 @@ def read(
         schema = check_columns(
             scan, name, [*wanted, *equals, *([time.column] if time is not None else [])]
         )
-        files = data_files(table, time)
+        files = data_files(table, time, equals)
         if files is None:
             return _read_scan(scan, schema, wanted, time, equals)
         read_columns = tuple(dict.fromkeys([*wanted, *([time.column] if time else [])]))

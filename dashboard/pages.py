@@ -4,8 +4,8 @@ from __future__ import annotations
 
 PAGES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     # file, title, icon, the page's own query parameters
-    ("views/overview.py", "Overview", ":material/dashboard:", ("metric",)),
-    ("views/device.py", "Device", ":material/sensors:", ("device",)),
+    ("views/overview.py", "Overview", ":material/dashboard:", ("metric", "per_page", "page")),
+    ("views/device.py", "Device", ":material/sensors:", ("device", "find")),
     (
         "views/alerts.py",
         "Alerts",

@@ -8,6 +8,12 @@ read (Delta data files are immutable, so each file's rows are cached by its path
 ``st.cache_data`` would pickle and unpickle a million-row frame on every hit. All
 sessions share the caches. The overview goes one step further for ``gold/device_1m``:
 it caches each file's partial aggregates (``data.GoldParts``) and never holds the rows.
+
+At fleet scale. No widget lists the fleet: the sidebar lists the distinct sites and
+device types (cached per table version), the Device page searches a cached index of the
+devices (``device_index``) and offers a bounded number of matches, and the Overview
+shows one page of the devices grid. A device's page reads only the files that may hold
+its rows, filtered on its id as they are read.
 """
 
 from __future__ import annotations
@@ -88,12 +94,15 @@ class Loaded:
         frame: The rows; None when the table does not exist (yet) or cannot be read.
         problem: Why the table cannot be read, if it exists but is unreadable.
         scoped: Whether site and device type filters were applied.
+        version: The Delta version read (None without a table): what a cache of
+            values derived from ``frame`` is keyed by.
     """
 
     name: str
     frame: pl.DataFrame | None
     problem: str | None = None
     scoped: bool = False
+    version: int | None = None
 
     @property
     def ready(self) -> bool:
@@ -167,7 +176,7 @@ def load(
         return Loaded(name, None, problem=one_line(str(exc)))
     except (DeltaError, OSError) as exc:
         return Loaded(name, None, problem=one_line(f"{name}: {exc}"))
-    return Loaded(name, frame)
+    return Loaded(name, frame, version=table.version())
 
 
 @st.cache_resource(ttl=3600, max_entries=4096, show_spinner=False)
@@ -201,6 +210,7 @@ class LoadedParts:
     name: str
     parts: data.GoldParts | None
     problem: str | None = None
+    version: int | None = None
 
     @property
     def ready(self) -> bool:
@@ -227,7 +237,7 @@ def load_gold_parts(
         return LoadedParts(name, None, problem=one_line(str(exc)))
     except (DeltaError, OSError, pl.exceptions.PolarsError) as exc:
         return LoadedParts(name, None, problem=one_line(f"{name}: {exc}"))
-    return LoadedParts(name, data.scope_parts(parts, filters.scope))
+    return LoadedParts(name, data.scope_parts(parts, filters.scope), version=table.version())
 
 
 @dataclass(frozen=True)
@@ -425,16 +435,65 @@ def default_range_of(settings: DashboardSettings) -> str:
     return range_from_minutes(settings.lookback_minutes)
 
 
+@st.cache_resource(ttl=600, max_entries=8, show_spinner=False)
+def _distinct_scopes(
+    name: str, uri: str, version: int, _frame: pl.DataFrame
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # A table has a row per device; only its few distinct values become Python strings.
+    sites, types = (
+        tuple(_frame[column].drop_nulls().unique().cast(pl.String).to_list())
+        for column in ("site", "device_type")
+    )
+    return sites, types
+
+
 def _scope_options(settings: DashboardSettings) -> tuple[list[str], list[str]]:
-    """Sites and device types known to the lake, from the small dimension tables."""
-    sites: set[str] = set()
-    types: set[str] = set()
+    """Sites and device types of the fleet: ``dim/devices``, else ``gold/device_status``.
+
+    The status table changes every trigger, the dimension seldom: it is read only until
+    the dimension has rows (silver keeps the readings of devices in the dimension only,
+    so the status table names no other site or type).
+    """
     for name in (Table.DIM_DEVICES, Table.GOLD_DEVICE_STATUS):
         loaded = load(settings, name, ("site", "device_type"))
-        if loaded.frame is not None:
-            sites.update(loaded.frame["site"].drop_nulls().to_list())
-            types.update(loaded.frame["device_type"].drop_nulls().to_list())
-    return sorted(sites), sorted(types)
+        if loaded.ready and loaded.version is not None:
+            uri = settings.lake.table(name)
+            sites, types = _distinct_scopes(name, uri, loaded.version, loaded.frame)
+            return sorted(sites), sorted(types)
+    return [], []
+
+
+@st.cache_resource(ttl=600, max_entries=8, show_spinner=False)
+def _device_index_version(name: str, uri: str, version: int, _frame: pl.DataFrame) -> pl.DataFrame:
+    return data.device_index(_frame)
+
+
+def device_index(view: View, now: datetime) -> pl.DataFrame | None:
+    """Every known device once (``data.device_index``), for the Device page's search.
+
+    From ``dim/devices``, the fleet; before it is written, from ``gold/device_status``;
+    before that, from the range's ``gold/device_1m`` aggregates. Cached per table
+    version: a search is then a filter of one cached frame, never a list of the fleet.
+
+    Returns:
+        The index; None when no table has a device yet.
+    """
+    settings = view.settings
+    for name in (Table.DIM_DEVICES, Table.GOLD_DEVICE_STATUS):
+        loaded = load(settings, name, data.INDEX_COLUMNS)
+        if loaded.ready and loaded.version is not None:
+            uri = settings.lake.table(name)
+            return _device_index_version(name, uri, loaded.version, loaded.frame)
+    gold = load_gold_parts(
+        settings, Filters(view.filters.range), view.filters.start(now), reads_end(view)
+    )
+    if gold.ready and gold.parts is not None and gold.version is not None:
+        uri = settings.lake.table(Table.GOLD_DEVICE_1M)
+        return _device_index_version(
+            f"{Table.GOLD_DEVICE_1M} from {view.filters.start(now).isoformat()}", uri,
+            gold.version, gold.parts.devices,
+        )  # fmt: skip
+    return None
 
 
 def _float(text: object, fallback: float) -> float:

@@ -13,37 +13,62 @@ view = ui.current_view()
 settings, filters = view.settings, view.filters
 
 st.title("Device")
+_SEARCHED = "_iot_device_searched"  # set when the search text changes
 
 
-def _device_ids() -> list[str]:
-    """Devices of the selected sites and types, from the dimension and the status table."""
-    ids: set[str] = set()
-    for name in (Table.DIM_DEVICES, Table.GOLD_DEVICE_STATUS):
-        loaded = ui.load(settings, name, ("device_id", "site", "device_type")).scope(filters)
-        if loaded.frame is not None:
-            ids.update(loaded.frame["device_id"].to_list())
-    if not ids:
-        now = settings.now()
-        gold = ui.load(
-            settings, Table.GOLD_DEVICE_1M, ("window_start", "device_id", "site", "device_type"),
-            time_column="window_start", start=filters.start(now), end=ui.reads_end(view),
-        ).scope(filters)  # fmt: skip
-        if gold.frame is not None:
-            ids.update(gold.frame["device_id"].unique().to_list())
-    return sorted(ids)
+def _picker() -> str | None:
+    """The device to show: from the URL, or found by a search of its id.
+
+    The search looks through the cached index of the fleet, narrowed by the sidebar's
+    sites and device types, and offers at most ``data.SEARCH_LIMIT`` matches: no
+    widget ever lists the whole fleet. A device named in the URL (the Overview's
+    links) opens whether or not it is among the matches.
+    """
+    query = st.text_input(
+        "Find a device", value=ui.initial("find", ""), key="find",
+        placeholder="Device id, or part of it",
+        help="Ids that start with the text come first, then those that contain it "
+        "(case-insensitive), in the sites and device types selected in the sidebar",
+        on_change=lambda: st.session_state.update({_SEARCHED: True}),
+    )  # fmt: skip
+    # Only a search typed in this run opens its first match: one restored from the URL
+    # or from an earlier visit leaves the device named in the URL as it is.
+    searched = bool(st.session_state.pop(_SEARCHED, False))
+    ui.publish("find", query.strip(), "")
+    index = ui.device_index(view, settings.now())
+    found = (
+        data.search_devices(index, query, sites=filters.sites, device_types=filters.device_types)
+        if index is not None
+        else None
+    )
+    ids: list[str] = found.shown["device_id"].to_list() if found is not None else []
+    chosen = ui.initial("device", "")
+    if chosen not in ids and ids and (searched or not chosen):
+        chosen = ids[0]  # a new search, or no device yet: its first match
+    options = ids if chosen in ids or not chosen else sorted({*ids, chosen})
+    device = st.selectbox(
+        "Device", options, index=options.index(chosen) if chosen else None, key="device",
+        placeholder="No devices yet",
+    )  # fmt: skip
+    if found is not None and query.strip() and found.total == 0:
+        st.caption(f"No device id contains “{query.strip()}”{_in_scope()}.")
+    elif found is not None and found.total > len(ids):
+        st.caption(
+            f"{len(ids):,} of {found.total:,} matching devices{_in_scope()} listed: type "
+            "more of an id to narrow them."
+        )
+    ui.publish("device", device or "", "")
+    return device
 
 
-device_ids = _device_ids()
-chosen = ui.initial("device", "")
-if chosen:
-    device_ids = sorted({*device_ids, chosen})
-elif device_ids:
-    chosen = device_ids[0]
-device = st.selectbox(
-    "Device", device_ids, index=device_ids.index(chosen) if chosen else None, key="device",
-    placeholder="No devices yet",
-)  # fmt: skip
-ui.publish("device", device or "", "")
+def _in_scope() -> str:
+    """`` in the selected sites and device types`` when the sidebar narrows the fleet."""
+    return (
+        " in the selected sites and device types" if filters.sites or filters.device_types else ""
+    )
+
+
+device = _picker()
 
 
 def _profile(device_id: str) -> dict[str, object] | None:

@@ -94,8 +94,39 @@ def _kpis(now: datetime, gold: data.GoldParts) -> int:
     return kpi.active_devices
 
 
+def _page_controls(devices: int) -> tuple[int, int]:
+    """The devices grid's page size and page (from 1), kept in the URL."""
+    size = _number(ui.initial("per_page", data.DEFAULT_PAGE_SIZE), data.DEFAULT_PAGE_SIZE)
+    if size not in data.PAGE_SIZES:
+        size = data.DEFAULT_PAGE_SIZE
+    left, right, _ = st.columns([1, 1, 3])
+    size = left.selectbox(
+        "Devices per page", data.PAGE_SIZES, index=data.PAGE_SIZES.index(size), key="per_page"
+    )
+    pages = data.page_count(devices, size)
+    page = _number(ui.initial("page", 1), 1)
+    page = right.number_input(
+        f"Page (of {pages:,})", min_value=1, max_value=pages, value=min(max(1, page), pages),
+        step=1, key="page",
+    )  # fmt: skip
+    ui.publish("per_page", size, data.DEFAULT_PAGE_SIZE)
+    ui.publish("page", page, 1)
+    return int(size), int(page)
+
+
+def _number(value: object, fallback: int) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return fallback
+
+
 def _devices(now: datetime, active: int = 0) -> None:
-    """The devices by site and status; ``active`` devices are known to report already."""
+    """One page of the devices by site and status, those that need attention first.
+
+    ``active`` devices are known to report already. A page holds at most the largest
+    of ``data.PAGE_SIZES`` devices, whatever the fleet's size.
+    """
     status = ui.load(settings, Table.GOLD_DEVICE_STATUS, lake.STATUS_COLUMNS).scope(filters)
     if not status.ready or status.frame is None:
         already = (
@@ -107,10 +138,17 @@ def _devices(now: datetime, active: int = 0) -> None:
         ui.waiting(status, ranged=False, already=already)
         return
     shown = data.shown_status(status.frame, now, settings.active_minutes)
+    size, page = _page_controls(shown.height)
+    rows = data.attention_page(shown, page, size)
     grid = data.with_device_links(
-        data.device_grid(shown), filters_to_params(filters, ui.default_range_of(settings))
+        data.device_grid(rows), filters_to_params(filters, ui.default_range_of(settings))
     )
     st.altair_chart(charts.device_grid(grid), width="content")
+    first = (page - 1) * size + 1
+    st.caption(
+        f"Devices {first:,}–{first + rows.height - 1:,} of {shown.height:,}: offline, "
+        f"degraded and stale ones first, then by id."
+    )
     counts = data.status_counts(shown)
     st.caption(
         " · ".join(f"{name}: {n:,}" for name, n in counts.items())

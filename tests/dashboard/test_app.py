@@ -22,7 +22,7 @@ from streamlit.testing.v1 import AppTest
 
 from common.alerts import LiveAlert
 from common.kafka_settings import KafkaSettings
-from dashboard import live_alerts, ui
+from dashboard import data, live_alerts, ui
 from dashboard import pages as dashboard_pages
 from processor.settings import ProcessorSettings
 from producer.settings import SCENARIOS, ProducerSettings
@@ -31,6 +31,8 @@ from tests.browser.seed import (
     MINUTE,
     REPORT,
     SeededLake,
+    device_status_frame,
+    devices_frame,
     gold_device_1m_frame,
     seed_lake,
 )
@@ -66,11 +68,11 @@ def seeded(lake) -> SeededLake:
     return seed_lake(lake)
 
 
-def _run(page: str = "views/overview.py", **params: str | list[str]) -> AppTest:
+def _run(script: str = "views/overview.py", /, **params: str | list[str]) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params.update(params)
-    if page != PAGES[0]:
-        at.switch_page(page)  # open the page's own URL, as a shared link does
+    if script != PAGES[0]:
+        at.switch_page(script)  # open the page's own URL, as a shared link does
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
@@ -554,6 +556,140 @@ def test_device_page_without_dimension_waits_for_thresholds(lake):
     )
     assert _metrics(at)["Events"] == f"{sum(10 + 2 + m % 3 for m in range(30)):,}"
     assert len(at.get("vega_lite_chart")) == 3  # co2, pm25, temperature
+
+
+# ---------------------------------------------------------------- a fleet larger than a page
+
+FLEET = 120  # over data.SEARCH_LIMIT and the smallest page of the devices grid
+_RANK = {"offline": 0, "degraded": 1, "stale": 2, "online": 3}
+
+
+def _fleet(lake: Path) -> dict[str, tuple[str, str]]:
+    """``dim/devices`` and ``gold/device_status`` of FLEET devices beside the seeded gold.
+
+    Odd devices are in Austin, even ones in Boston; every tenth from the third is
+    offline, from the seventh degraded; every 25th went silent 20 minutes ago.
+
+    Returns:
+        Each device's status as the Overview shows it, and its site.
+    """
+    seed_lake(lake, ("gold/device_1m",), report=False)
+    ids = [f"dev-{i:05d}" for i in range(FLEET)]
+    sites = ["Austin" if i % 2 else "Boston" for i in range(FLEET)]
+    reported = [
+        "offline" if i % 10 == 3 else "degraded" if i % 10 == 7 else "online" for i in range(FLEET)
+    ]
+    silent = [i % 25 == 0 for i in range(FLEET)]
+    dim = pl.concat([devices_frame().head(1)] * FLEET).with_columns(
+        device_id=pl.Series(ids), site=pl.Series(sites)
+    )
+    status = pl.concat([device_status_frame().head(1)] * FLEET).with_columns(
+        device_id=pl.Series(ids),
+        site=pl.Series(sites),
+        status=pl.Series(reported),
+        last_event_time=pl.Series(
+            [AS_OF - timedelta(minutes=20) if s else AS_OF - timedelta(seconds=10) for s in silent],
+            dtype=pl.Datetime("us", "UTC"),
+        ),
+    )
+    write_deltalake(str(lake / "dim/devices"), dim.to_arrow())
+    write_deltalake(str(lake / "gold/device_status"), status.to_arrow())
+    return {
+        d: ("stale" if s else r, site)
+        for d, r, s, site in zip(ids, reported, silent, sites, strict=True)
+    }
+
+
+def _device_options(at: AppTest) -> list[str]:
+    return list(at.selectbox(key="device").options)
+
+
+def test_device_page_never_lists_the_fleet(lake):
+    fleet = _fleet(lake)
+    at = _run("views/device.py")
+    # Every select box lists far fewer than the fleet: the device one, the first 50 ids.
+    assert all(len(box.options) <= data.SEARCH_LIMIT for box in at.selectbox)
+    assert _device_options(at) == sorted(fleet)[:50] == [f"dev-{i:05d}" for i in range(50)]
+    assert at.selectbox(key="device").value == "dev-00000"
+    assert f"50 of {FLEET} matching devices listed" in " ".join(c.value for c in at.caption)
+    assert _metrics(at)["Status"] == "stale"  # dev-00000 went silent
+
+
+def test_a_search_narrows_the_device_picker_to_the_matching_ids(lake):
+    fleet = _fleet(lake)
+    at = _run("views/device.py")
+    at.text_input(key="find").input("0011").run()
+    expected = sorted(d for d in fleet if "0011" in d)
+    assert expected == ["dev-00011", *(f"dev-{i:05d}" for i in range(110, 120))]
+    assert _device_options(at) == expected
+    # The search opens its first match; the URL keeps both.
+    assert at.selectbox(key="device").value == "dev-00011"
+    assert at.query_params == {"find": "0011", "device": "dev-00011"}
+    assert _metrics(at)["Status"] == "online"
+
+    at.selectbox(key="device").set_value("dev-00113").run()
+    assert _metrics(at)["Status"] == "offline"
+    assert at.query_params["device"] == "dev-00113"
+
+    # Case-insensitive, and narrowed by the sidebar's sites.
+    at.text_input(key="find").input("DEV-001").run()
+    assert _device_options(at) == sorted(d for d in fleet if d.startswith("dev-001"))
+    at.multiselect(key="site").set_value(["Austin"]).run()
+    austin = sorted(d for d, (_, site) in fleet.items() if site == "Austin" and "dev-001" in d)
+    assert _device_options(at) == austin == [f"dev-{i:05d}" for i in range(101, 120, 2)]
+
+    # No match: the open device stays, and the page says so.
+    at.text_input(key="find").input("zz").run()
+    assert _device_options(at) == [at.selectbox(key="device").value]
+    assert "No device id contains “zz” in the selected sites and device types." in [
+        c.value for c in at.caption
+    ]
+
+
+def test_a_device_from_the_url_opens_beyond_the_listed_matches(lake):
+    fleet = _fleet(lake)
+    at = _run("views/device.py", device="dev-00117")
+    assert at.selectbox(key="device").value == "dev-00117"
+    assert _device_options(at) == [*(f"dev-{i:05d}" for i in range(50)), "dev-00117"]
+    assert _metrics(at)["Status"] == "degraded"
+    assert at.query_params == {"device": "dev-00117"}
+    # A search in the URL that the device does not match leaves the device open.
+    at = _run("views/device.py", device="dev-00117", find="0004")
+    assert at.selectbox(key="device").value == "dev-00117"
+    matches = [d for d in sorted(fleet) if "0004" in d]
+    assert matches == ["dev-00004", *(f"dev-{i:05d}" for i in range(40, 50))]
+    assert _device_options(at) == [*matches, "dev-00117"]
+    assert at.query_params == {"device": "dev-00117", "find": "0004"}
+
+
+def _grid_ids(at: AppTest) -> list[str]:
+    (cells,) = _chart_data(at.get("vega_lite_chart")[-1])
+    return [c["device_id"] for c in cells]
+
+
+def test_overview_pages_the_devices_problems_first(lake):
+    fleet = _fleet(lake)
+    order = sorted(fleet, key=lambda d: (_RANK[fleet[d][0]], d))
+    # 12 offline, 12 degraded, 5 silent (stale whatever they reported), then online ones.
+    expected = ["offline"] * 12 + ["degraded"] * 12 + ["stale"] * 5 + ["online"]
+    assert [fleet[d][0] for d in order[:30]] == expected
+    at = _run()
+    assert sorted(_grid_ids(at)) == sorted(fleet)  # the default page holds all 120
+    at = _run(per_page="50", page="2")
+    assert at.selectbox(key="per_page").value == 50 and at.number_input(key="page").value == 2
+    assert set(_grid_ids(at)) == set(order[50:100])
+    assert f"Devices 51–100 of {FLEET}: offline, degraded and stale ones first, then by id." in [
+        c.value for c in at.caption
+    ]
+    at.number_input(key="page").set_value(1).run()
+    page = _grid_ids(at)
+    assert set(page) == set(order[:50])
+    # The grid draws the page by site, problems first within each site.
+    by_site = [d for d in page if fleet[d][1] == "Austin"]
+    assert by_site == [d for d in order[:50] if fleet[d][1] == "Austin"]
+    at.number_input(key="page").set_value(3).run()
+    assert set(_grid_ids(at)) == set(order[100:])
+    assert at.query_params == {"per_page": "50", "page": "3"}
 
 
 # ---------------------------------------------------------------- alerts

@@ -347,7 +347,11 @@ def test_parts_of_files_combine_to_the_parts_of_all_rows():
         assert combined.cube.sort(order).equals(
             direct.cube.select(combined.cube.columns).sort(order)
         )
-        assert combined.devices.sort("device_id").equals(direct.devices.sort("device_id"))
+        # The parts' device rows are stacked, not grouped again: grouped, they are the
+        # devices of all rows; the KPIs count distinct ids either way.
+        newest = combined.devices.group_by(data.DEVICE_KEYS).agg(pl.col("last_event_time").max())
+        assert newest.sort("device_id").equals(direct.devices.sort("device_id"))
+        assert combined.devices.height > direct.devices.height  # d0..d3 are in several files
         assert data.overview_kpis(combined, now, 10) == data.overview_kpis(direct, now, 10)
 
 
@@ -478,4 +482,166 @@ def test_parts_of_two_files_scoped_to_a_site_count_its_active_devices():
     site_b = data.scope_parts(parts, Filters("1h", sites=("B",)).scope)
     kpi = data.overview_kpis(site_b, T0 + timedelta(seconds=30), active_minutes=5)
     assert (kpi.active_devices, kpi.events) == (1, 40)  # d2 only: d3's last reading is old
-    assert site_b.devices.sort("device_id")["device_id"].cast(pl.String).to_list() == ["d2", "d3"]
+    # d2 and d3 once per file: both files have rows of theirs in the range.
+    assert sorted(site_b.devices["device_id"].cast(pl.String).to_list()) == ["d2", "d2", "d3", "d3"]
+
+
+# ---------------------------------------------------------------- devices at fleet scale
+
+_RANK = {"offline": 0, "degraded": 1, "stale": 2, "online": 3}
+
+
+def _status_rows(statuses: dict[str, str]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"device_id": list(statuses), "status": list(statuses.values())},
+        schema={"device_id": pl.String, "status": pl.String},
+    )
+
+
+def test_attention_page_orders_problems_first_and_pages_them():
+    statuses = {
+        "d09": "online", "d01": "online", "d05": "stale", "d02": "offline", "d08": "degraded",
+        "d03": "online", "d07": "offline", "d04": "degraded", "d06": "rebooting",
+    }  # fmt: skip
+    frame = _status_rows(statuses)
+    # Independently: sorted by (rank, id), an unknown status after online.
+    order = sorted(statuses, key=lambda d: (_RANK.get(statuses[d], 4), d))
+    assert order == ["d02", "d07", "d04", "d08", "d05", "d01", "d03", "d09", "d06"]
+    pages = [data.attention_page(frame, page, 4)["device_id"].to_list() for page in (1, 2, 3)]
+    assert pages == [order[0:4], order[4:8], order[8:9]]
+    assert pages == [["d02", "d07", "d04", "d08"], ["d05", "d01", "d03", "d09"], ["d06"]]
+    assert data.attention_page(frame, 4, 4).height == 0  # past the last page
+    # Every page of every size, pages starting and ending inside a status's rows too.
+    for size in range(1, 11):
+        for page in range(1, len(order) // size + 3):
+            got = data.attention_page(frame, page, size)["device_id"].to_list()
+            assert got == order[(page - 1) * size : page * size], (size, page)
+    assert data.attention_page(frame, 1, 100)["device_id"].to_list() == order
+    # Every column kept, none added.
+    assert data.attention_page(frame, 1, 2).columns == ["device_id", "status"]
+    assert data.attention_page(frame.head(0), 1, 4).height == 0
+
+
+def test_page_count():
+    assert [data.page_count(rows, 50) for rows in (0, 1, 50, 51, 100, 1_000_000)] == [
+        1, 1, 1, 2, 2, 20_000,
+    ]  # fmt: skip
+
+
+def _index() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "device_id": ["dev-00017", "DEV-00170", "dev-00001", "17-north", "x-117", "dev-00017"],
+            "site": ["A", "B", "A", "A", "B", "A"],
+            "device_type": ["t", "t", "q", "t", "q", "t"],
+        }
+    )
+
+
+def test_device_index_keeps_each_id_once_by_id():
+    devices = pl.concat(
+        [_index(), pl.DataFrame({"device_id": [None], "site": ["A"], "device_type": ["t"]})]
+    ).with_columns(pl.col("site").cast(pl.Categorical))
+    index = data.device_index(devices)
+    assert index.rows() == [
+        ("17-north", "A", "t"),
+        ("DEV-00170", "B", "t"),
+        ("dev-00001", "A", "q"),
+        ("dev-00017", "A", "t"),
+        ("x-117", "B", "q"),
+    ]
+    assert index.schema == {"device_id": pl.String, "site": pl.String, "device_type": pl.String}
+
+
+def test_search_devices_prefix_first_then_substring_case_insensitive():
+    index = data.device_index(_index())
+    found = data.search_devices(index, " 17 ")
+    # "17-north" starts with 17; the others contain it later, by id (upper case first).
+    assert found.shown["device_id"].to_list() == ["17-north", "DEV-00170", "dev-00017", "x-117"]
+    assert found.total == 4
+    found = data.search_devices(index, "dev-0017")
+    assert (found.shown["device_id"].to_list(), found.total) == (["DEV-00170"], 1)
+    found = data.search_devices(index, "DEV-0001")  # dev-00017 only: DEV-00170 has 0017
+    assert (found.shown["device_id"].to_list(), found.total) == (["dev-00017"], 1)
+    found = data.search_devices(index, "Dev-00")
+    assert found.shown["device_id"].to_list() == ["DEV-00170", "dev-00001", "dev-00017"]
+    found = data.search_devices(index, "nothing")
+    assert (found.shown.height, found.total) == (0, 0)
+
+
+def test_search_devices_narrows_by_site_and_type_and_limits_the_list():
+    index = data.device_index(_index())
+    assert data.search_devices(index, "17", sites=["A"]).shown["device_id"].to_list() == [
+        "17-north", "dev-00017",
+    ]  # fmt: skip
+    assert data.search_devices(index, "", device_types=["q"]).shown["device_id"].to_list() == [
+        "dev-00001", "x-117",
+    ]  # fmt: skip
+    assert data.search_devices(index, "1", sites=["B"], device_types=["t"]).total == 1
+    limited = data.search_devices(index, "17", limit=2)
+    assert (limited.shown["device_id"].to_list(), limited.total) == (["17-north", "DEV-00170"], 4)
+    # A blank search offers the first ids.
+    blank = data.search_devices(index, "  ", limit=3)
+    assert (blank.shown["device_id"].to_list(), blank.total) == (
+        ["17-north", "DEV-00170", "dev-00001"], 5,
+    )  # fmt: skip
+    # A million ids, of which 20 contain "12345" (01234x.., 0d12345): only the limit's rows come back.
+    many = pl.DataFrame(
+        {"device_id": [f"d-{i:07d}" for i in range(1_000_000)], "site": "A", "device_type": "t"}
+    )
+    found = data.search_devices(many, "12345", limit=5)
+    expected = sorted(d for d in (f"d-{i:07d}" for i in range(1_000_000)) if "12345" in d)
+    assert found.total == len(expected) == 20
+    assert found.shown["device_id"].to_list() == expected[:5]
+
+
+def test_distinct_count_of_categorical_codes_and_of_strings():
+    ids = ["d3", "d1", None, "d3", "d2", "d1", "d3"]
+    assert data.distinct_count(pl.Series(ids, dtype=pl.Categorical)) == len({"d1", "d2", "d3"})
+    assert data.distinct_count(pl.Series(ids, dtype=pl.String)) == 3
+    assert data.distinct_count(pl.Series(["d9"], dtype=pl.Categorical).head(0)) == 0
+    assert data.distinct_count(pl.Series([None, None], dtype=pl.Categorical)) == 0
+
+
+def test_parts_of_one_window_keep_a_row_per_device_ungrouped():
+    at = T0 - timedelta(minutes=1)
+    rows = _gold(
+        [(at, d, "t", "S", 10, 20.0, None, at + timedelta(seconds=s)) for d, s in
+         (("d1", 10), ("d2", 50), ("d3", 20))]
+    )  # fmt: skip
+    parts = data.gold_parts(rows)
+    assert parts.devices.select(pl.col("device_id").cast(pl.String), "last_event_time").rows() == [
+        ("d1", at + timedelta(seconds=10)),
+        ("d2", at + timedelta(seconds=50)),
+        ("d3", at + timedelta(seconds=20)),
+    ]
+    kpi = data.overview_kpis(parts, T0, active_minutes=1)
+    # Active: newest event at or after 11:59:00: all three; freshness from d2's 11:59:50.
+    assert (kpi.active_devices, kpi.freshness_s) == (3, 10.0)
+
+
+def test_files_that_cannot_hold_the_device_are_not_read(tmp_path):
+    uri = str(tmp_path / "t")
+    frame = _minutes(30)
+    for ids in (["d0", "d1"], ["d2"]):  # one file of d0 and d1, one of d2
+        write_deltalake(uri, frame.filter(pl.col("device_id").is_in(ids)).to_arrow(), mode="append")
+    table = DeltaTable(uri)
+    files = table.file_uris()
+    (of_d2,) = [f for f in files if pl.read_parquet(f)["device_id"].to_list()[0] == "d2"]
+    (of_d01,) = set(files) - {of_d2}
+    assert lake.data_files(table, None, {"device_id": "d2"}) == [of_d2]
+    assert lake.data_files(table, None, {"device_id": "d1"}) == [of_d01]
+    assert lake.data_files(table, None, {"device_id": "d9"}) == []
+    assert sorted(lake.data_files(table, None) or []) == sorted(files)
+    # With the time range too: both prune.
+    time = lake.TimeRange("window_start", T0 - timedelta(minutes=5), T0)
+    assert lake.data_files(table, time, {"device_id": "d2"}) == [of_d2]
+    read: list[str] = []
+
+    def reader(uri: str, columns, equals) -> pl.DataFrame:
+        read.append(uri)
+        return lake.read_file(uri, columns, equals)
+
+    out = lake.read(table, "t", ["events"], equals={"device_id": "d2"}, file_reader=reader)
+    assert sorted(out["events"].to_list()) == [e for e in range(30) if e % 3 == 2]
+    assert read == [of_d2]
