@@ -19,7 +19,6 @@ their own Spark application: see ``processor.realtime_app``.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
 
@@ -33,10 +32,10 @@ from processor.checkpoints import check_checkpoint_sources
 from processor.detector import DetectorConfig
 from processor.device_dimension import CachedDimension
 from processor.lake_setup import prepare_lake
-from processor.queries import Tier, foreach_batch_stream, table_stream
+from processor.queries import Tier, foreach_batch_stream, persisted, table_stream
 from processor.session import BACKGROUND_POOL, HOT_POOL
 from processor.settings import ProcessorSettings
-from processor.silver import quarantine_out, silver_frame, silver_out
+from processor.silver import checked_rows, enriched_rows, quarantine_out, silver_out
 from processor.stopping import stop_queries
 
 # A first start or a rebuild of alerts_rt reads the topic in batches of at most this many
@@ -98,7 +97,7 @@ def start_bronze(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
 def write_silver_batch(
     batch: DataFrame, batch_id: int, query_id: str, settings: ProcessorSettings
 ) -> None:
-    """Write one hot micro-batch (``silver_frame``'s rows) exactly once.
+    """Write one hot micro-batch (``silver_frame``'s rows, enriched) exactly once.
 
     Its minutes go to ``gold/device_1m`` first (a MERGE once per batch), then its rows
     to silver, quarantine and ``ops/schema_drift``, whichever it has rows for, as
@@ -168,8 +167,10 @@ def start_silver(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     The batch's valid events, aggregated per device and minute, are added to
     ``gold/device_1m`` by a MERGE applied once per batch (``writes.merge``), then
     appended to silver. A batch whose events carry undeclared fields also appends what
-    it saw to ``ops/schema_drift`` (``transforms.field_drift``). The device dimension is
-    joined from a cached copy, read again when the table changes (``CachedDimension``).
+    it saw to ``ops/schema_drift`` (``transforms.field_drift``). The stream checks the
+    device ids against the dimension; each micro-batch joins the dimension's rows of its
+    own devices (``enriched_rows``). Both read a cached copy, read again when the table
+    changes (``CachedDimension``).
     """
     at = s.lake.table
     from_bronze = silver_reads_bronze(s)
@@ -181,10 +182,17 @@ def start_silver(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
         if from_bronze
         else bronze_source(spark, s)
     )
-    write = functools.partial(write_silver_batch, settings=s)
     devices = CachedDimension(spark, at(Table.DIM_DEVICES), s.lake.storage_options())
+
+    def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
+        # The dimension read in the batch's session: Spark's cache manager substitutes
+        # the cached copy (CachedDimension), current as of its last check.
+        dimension = sources.delta_table(batch.sparkSession, at(Table.DIM_DEVICES))
+        with persisted(enriched_rows(batch, dimension)) as rows:
+            write_silver_batch(rows, batch_id, query_id, s)
+
     try:
-        frame = silver_frame(raw, devices.frame, s.watermark)
+        frame = checked_rows(raw, devices.frame, s.watermark)
         query = foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
     except BaseException:
         devices.release()

@@ -421,6 +421,17 @@ def flag_unknown_devices(events: DataFrame, devices: DataFrame) -> DataFrame:
     return joined.withColumn("reason", _unknown_device("_known_id")).drop("_known_id")
 
 
+def devices_of(events: DataFrame, devices: DataFrame) -> DataFrame:
+    """The device dimension's rows of the devices ``events`` name (a semi-join on the ids).
+
+    Args:
+        events: Rows with a ``device_id`` (static: a micro-batch).
+        devices: The device dimension.
+    """
+    ids = events.select("device_id").distinct()
+    return devices.join(F.broadcast(ids), "device_id", "left_semi")
+
+
 def enrich(events: DataFrame, devices: DataFrame) -> DataFrame:
     """Join the device dimension; a valid event of an unknown device becomes ``unknown_device``.
 

@@ -11,7 +11,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from processor import sources, transforms
 from processor.schema import KAFKA_SOURCE_SCHEMA
-from processor.silver import silver_frame
+from processor.silver import checked_rows, enriched_rows, silver_frame
 
 T0 = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
 
@@ -144,6 +144,34 @@ def test_deduplicate_keeps_one_row_per_event_id(spark):
     out = transforms.deduplicate(transforms.valid_events(parsed), "1 minute")
     assertDataFrameEqual(
         out.select("event_id", "seq"), [Row(event_id="a", seq=1), Row(event_id="b", seq=2)]
+    )
+
+
+def test_a_batch_joins_the_dimension_rows_of_its_own_devices(spark):
+    devices = spark.createDataFrame(
+        [(f"dev-{i}", f"type-{i}") for i in range(6)], "device_id string, device_type string"
+    )
+    events = spark.createDataFrame(
+        [("e1", "dev-4", None), ("e2", "dev-1", None), ("e3", "dev-4", None),
+         ("e4", "dev-9", None), ("e5", "dev-1", "unparsable")],
+        "event_id string, device_id string, reason string",
+    )  # fmt: skip
+    assertDataFrameEqual(
+        transforms.devices_of(events, devices),
+        [
+            Row(device_id="dev-1", device_type="type-1"),
+            Row(device_id="dev-4", device_type="type-4"),
+        ],
+    )
+    assertDataFrameEqual(
+        enriched_rows(events, devices).select("event_id", "device_type", "reason"),
+        [
+            Row(event_id="e1", device_type="type-4", reason=None),
+            Row(event_id="e2", device_type="type-1", reason=None),
+            Row(event_id="e3", device_type="type-4", reason=None),
+            Row(event_id="e4", device_type=None, reason="unknown_device"),
+            Row(event_id="e5", device_type="type-1", reason="unparsable"),
+        ],
     )
 
 
@@ -285,7 +313,8 @@ def test_one_streaming_pass_quarantines_late_and_repeated_bad_records(spark, tmp
         [("dev-00000", "thermostat")], "device_id string, device_type string"
     )
     lines = sources.lines_stream(spark, str(land), max_files_per_trigger=1)
-    frame = silver_frame(transforms.lines_to_bronze(lines), devices, "1 minute")
+    # The streamed part of silver (the micro-batches join the dimension afterwards).
+    frame = checked_rows(transforms.lines_to_bronze(lines), devices, "1 minute")
     # One pass: the source appears once in the plan (a union of two branches read it twice).
     assert frame._jdf.queryExecution().logical().toString().count("StreamingRelation") == 1
     query = (
