@@ -7,8 +7,7 @@ carry into the next:
   its first batch of readings in the ``realistic`` scenario (``producer.launch.make_source``
   then ``next_batch``): ``producer_first_reading_s_<n>``; and the peak resident memory
   then, less the peak after the imports alone: ``producer_fleet_mb_<n>`` (the fleet's
-  profiles, the simulation's state, the fault and anomaly injectors, the manifest's list
-  of ids).
+  profiles, the simulation's state, the fault and anomaly injectors).
 * **processor**: the device dimension written to a fresh lake by the processor's own
   ``processor.lake_setup.write_devices``, timed once the Spark session is up and has
   written one small table (so that the JIT's first Delta write is not counted):

@@ -28,8 +28,8 @@ and for one Column method: each is a command over the gateway's socket, paid in 
 both sides, every micro-batch. A Column method is one call when the session does not
 record call sites (``processor.session.CALL_SITE_CAPTURE``; Spark's default takes 11).
 
-Usage: ``python bench/silver_writes.py [--batches 120] [--batch-rows 700]``. The last
-line printed is one JSON object with the figures.
+Usage: ``python bench/silver_writes.py [--batches 120] [--batch-rows 700]
+[--fleet-size 200]``. The last line printed is one JSON object with the figures.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from processor.settings import ProcessorSettings  # noqa: E402
 from processor.silver import silver_frame, silver_out  # noqa: E402
 from producer.simulation import generate, simulated_clock  # noqa: E402
 
-FLEET, SEED, RATE = 200, 5, 200.0
+FLEET, SEED, RATE = 200, 5, 200.0  # the default fleet (--fleet-size), seed and event rate
 
 
 def say(msg: str) -> None:
@@ -73,9 +73,9 @@ def say(msg: str) -> None:
     print(f"[bench] {msg}", flush=True)
 
 
-def kafka_rows(n: int, start: datetime) -> list[tuple]:
+def kafka_rows(n: int, start: datetime, fleet: int) -> list[tuple]:
     """``n`` readings as Kafka records (``processor.schema.KAFKA_SOURCE_SCHEMA``), 2 partitions."""
-    stream = generate(build_fleet(FLEET, SEED), SEED, simulated_clock(start, RATE))
+    stream = generate(build_fleet(fleet, SEED), SEED, simulated_clock(start, RATE))
     now = datetime.now(UTC)
     rows = []
     for i in range(n):
@@ -146,6 +146,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=120, help="micro-batches written")
     ap.add_argument("--batch-rows", type=int, default=700, help="readings per micro-batch")
     ap.add_argument("--work", type=Path, help="keep the lake here (default: temp)")
+    ap.add_argument("--fleet-size", type=int, default=FLEET, help="devices in the fleet")
     args = ap.parse_args()
     jars = ensure_jar_dir("spark")
     with tempfile.TemporaryDirectory(prefix="bench-silver-writes-") as tmp:
@@ -155,15 +156,15 @@ def main() -> None:
             raise SystemExit(f"[bench] {work / 'lake'} exists: give an empty --work")
         settings = ProcessorSettings(
             lake=LakeSettings(root=str(work / "lake")), jars_dir=str(jars),
-            fleet_size=FLEET, seed=SEED,
+            fleet_size=args.fleet_size, seed=SEED,
         )  # fmt: skip
         spark = build_session(settings, "bench-silver-writes")
         at = settings.lake.table
         lake_setup.ensure_tables(spark, settings)
         devices = spark.read.format("delta").load(at(Table.DIM_DEVICES))
         jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
-        records = kafka_rows(args.batches * args.batch_rows, datetime.now(UTC))
-        say(f"{args.batches} batches of {args.batch_rows} readings, fleet of {FLEET}")
+        records = kafka_rows(args.batches * args.batch_rows, datetime.now(UTC), args.fleet_size)
+        say(f"{args.batches} batches of {args.batch_rows} readings, fleet of {args.fleet_size:,}")
         walls, cpus = [], []
         for b in range(args.batches):
             chunk = records[b * args.batch_rows : (b + 1) * args.batch_rows]

@@ -16,6 +16,7 @@ columns. Readings are generated from these profiles with plain numeric code (see
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import date, timedelta
@@ -177,14 +178,18 @@ DEVICE_ATTRIBUTES: Final = tuple(f.name for f in fields(Device))
 _ALL: Final = slice(None)
 
 
+# A device's id from its index, printf-style (Spark's ``format_string`` takes it too).
+DEVICE_ID_FORMAT: Final = "dev-%05d"
+
+
 def device_id(index: int) -> str:
     """The stable id of the device at ``index`` (0-based) in a fleet."""
-    return f"dev-{index:05d}"
+    return DEVICE_ID_FORMAT % index
 
 
 def device_ids(indices: np.ndarray) -> list[str]:
     """The ids of the devices at ``indices`` (``device_id`` of each)."""
-    return [f"dev-{i:05d}" for i in indices.tolist()]
+    return [DEVICE_ID_FORMAT % i for i in indices.tolist()]
 
 
 class DeviceIds(Sequence[str]):
@@ -505,15 +510,24 @@ class Fleet(Sequence[Device]):
         )
 
 
-# Names how profiles are derived from a seed: a change to ``Fleet``'s draws or pools is
-# a new definition, and a dimension written under another is written anew.
+# Names how profiles are derived from a seed: a change to ``Fleet``'s draws is a new
+# definition (the types, thresholds and pools are hashed into the identity as they are).
 FLEET_DEFINITION: Final = 2
 FLEET_IDENTITY_PREFIX: Final = "iot-pulse fleet"
+_PROFILE_TABLES: Final = hashlib.sha256(
+    repr(
+        (DEVICE_TYPES, BUILDING_KINDS, BUILDING_NAMES, INSTALL_START, INSTALL_DAYS,
+         POSITION_SPREAD, FIRMWARE_PARTS, DEVICE_ID_FORMAT)
+    ).encode()
+).hexdigest()[:12]  # fmt: skip
 
 
 def fleet_identity(size: int, seed: int) -> str:
-    """What identifies a fleet's device dimension: the definition, its size and its seed."""
-    return f"{FLEET_IDENTITY_PREFIX} v{FLEET_DEFINITION}: {size} devices, seed {seed}"
+    """What identifies a fleet's device dimension: its definition and tables, size and seed."""
+    return (
+        f"{FLEET_IDENTITY_PREFIX} v{FLEET_DEFINITION}.{_PROFILE_TABLES}: "
+        f"{size} devices, seed {seed}"
+    )
 
 
 def build_fleet(size: int, seed: int, *, sites: int | None = None) -> Fleet:
@@ -533,5 +547,15 @@ def build_fleet(size: int, seed: int, *, sites: int | None = None) -> Fleet:
     """
     if size < 1:
         raise ValueError("the fleet needs at least one device")
-    pool = site_pool(seed, sites or default_site_count(size))
-    return Fleet(seed, size, pool, building_pool(seed), np.arange(size, dtype=np.int64))
+    return Fleet(seed, size, *fleet_pools(size, seed, sites), np.arange(size, dtype=np.int64))
+
+
+def fleet_pools(
+    size: int, seed: int, sites: int | None = None
+) -> tuple[tuple[Site, ...], tuple[str, ...]]:
+    """The small pools a fleet's profiles draw from: its sites and its buildings' names.
+
+    With them, ``Fleet(seed, size, sites, buildings, index)`` computes any devices of the
+    fleet, without the others.
+    """
+    return site_pool(seed, sites or default_site_count(size)), building_pool(seed)

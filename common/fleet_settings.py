@@ -21,6 +21,7 @@ class FleetSettings(Settings):
     )
     seed: int = Field(
         42,
+        ge=0,
         description="Seed of the fleet and of the producer's event stream (the producer's "
         "and the processor's must match)",
     )

@@ -9,18 +9,17 @@ queries whose checkpointed state no longer fits are reset (``processor.evolution
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
-import numpy as np
-import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from common.delta_table import open_delta_table
-from common.fleet import FLEET_IDENTITY_PREFIX, Coded, Fleet, build_fleet, fleet_identity
+from common.fleet import FLEET_IDENTITY_PREFIX, fleet_identity, fleet_pools
 from common.lake import READER_TABLE_PROPERTIES, Table
 from processor import evolution, realtime, sources, transforms
+from processor.device_rows import profile_batches
 from processor.metrics import METRICS_SCHEMA
 from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
 from processor.settings import ProcessorSettings
@@ -29,37 +28,22 @@ from processor.tables import TableChange, ensure_table
 
 # Devices per task of the dimension's build: a million-device fleet is five tasks.
 DIMENSION_CHUNK = 200_000
+# Delta's operations that keep a table's rows as they are.
+UPKEEP = frozenset(
+    {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"}
+)
 
 
 def devices_frame(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
     """The device dimension of the seeded fleet (as the producer builds it), built by Spark's tasks.
 
-    A device's profile is a pure function of the seed and its index (``common.fleet``),
-    so each task computes its range of devices from the fleet's small pools (sites,
-    building names): nothing the size of the fleet is made by the driver or shipped to
-    the executors.
+    Each task computes the rows of a range of device indices (``processor.device_rows``).
     """
-    whole = build_fleet(settings.fleet_size, settings.seed)
-    seed, size, sites, buildings = whole.seed, whole.size, whole.sites, whole.buildings
-    schema = to_arrow_schema(DEVICE_SCHEMA)
-
-    def profiles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            index = batch.column(0).to_numpy()
-            fleet = Fleet(seed, size, sites, buildings, index)
-            yield pa.RecordBatch.from_arrays(
-                [_arrow(column) for column in fleet.columns().values()], schema=schema
-            )
-
+    size, seed = settings.fleet_size, settings.seed
+    sites, buildings = fleet_pools(size, seed)
+    rows = profile_batches(seed, size, sites, buildings, to_arrow_schema(DEVICE_SCHEMA))
     tasks = -(-size // DIMENSION_CHUNK)
-    return spark.range(0, size, numPartitions=tasks).mapInArrow(profiles, DEVICE_SCHEMA)
-
-
-def _arrow(column: Coded | np.ndarray | list[str]) -> pa.Array:
-    """A ``Fleet.columns`` column as Arrow: texts decoded from their pool in Arrow, NaN as null."""
-    if isinstance(column, Coded):
-        return pa.DictionaryArray.from_arrays(column.codes, column.texts).dictionary_decode()
-    return pa.array(column, from_pandas=True)
+    return spark.range(0, size, numPartitions=tasks).mapInArrow(rows, DEVICE_SCHEMA)
 
 
 def write_devices(spark: SparkSession, settings: ProcessorSettings) -> None:
@@ -79,17 +63,21 @@ def write_devices(spark: SparkSession, settings: ProcessorSettings) -> None:
 def dimension_is_stale(spark: SparkSession, settings: ProcessorSettings) -> bool:
     """Whether the device dimension must be written: missing, of other columns, or another fleet's.
 
-    A dimension the processor wrote for another fleet (its last commit names another
+    A dimension the processor wrote for another fleet (its last write names another
     ``fleet_identity``: another size, seed or profile definition) is stale; one whose
-    last commit someone else made (a user's own devices, an edit) is kept as it is.
+    last write someone else made (a user's own devices, an edit) is kept as it is.
+    Upkeep commits (``UPKEEP``: compaction, vacuum, properties) are not writes here.
     """
     path = settings.lake.table(Table.DIM_DEVICES)
     if not DeltaTable.isDeltaTable(spark, path):
         return True
     if sources.delta_table(spark, path).columns != DEVICE_SCHEMA.names:
         return True
-    last = open_delta_table(path, settings.lake.storage_options()).history(1)
-    written = str(last[0].get("userMetadata", "")) if last else ""
+    history = open_delta_table(path, settings.lake.storage_options()).history()
+    written = next(
+        (str(c.get("userMetadata", "")) for c in history if c.get("operation") not in UPKEEP),
+        "",
+    )
     wanted = fleet_identity(settings.fleet_size, settings.seed)
     return written.startswith(FLEET_IDENTITY_PREFIX) and written != wanted
 

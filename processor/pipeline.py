@@ -97,7 +97,7 @@ def start_bronze(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
 def write_silver_batch(
     batch: DataFrame, batch_id: int, query_id: str, settings: ProcessorSettings
 ) -> None:
-    """Write one hot micro-batch (``silver_frame``'s rows, enriched) exactly once.
+    """Write one hot micro-batch of ``silver_frame``'s rows exactly once.
 
     Its minutes go to ``gold/device_1m`` first (a MERGE once per batch), then its rows
     to silver, quarantine and ``ops/schema_drift``, whichever it has rows for, as

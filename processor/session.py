@@ -63,7 +63,7 @@ LOCAL_PROFILE = {
     # Micro-batches are cached for one batch only: skip compressing the cache.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
     # Memory pages of 1 MB, not the 32 MB Spark derives from a 2 GB driver: every
-    # micro-batch broadcasts the device dimension (a few KB) in a hash map that takes a
+    # micro-batch broadcasts its devices' dimension rows in a hash map that takes a
     # whole page, and the driver keeps each broadcast until a GC releases it.
     "spark.buffer.pageSize": "1m",
     # Spark's status store (the UI's data, kept even with the UI off) holds the last

@@ -4,7 +4,11 @@
 streams its first part, ``checked_rows`` (parsing, the device check, the dedup), and
 joins each micro-batch with the device dimension, ``enriched_rows``: a batch joins
 the dimension's rows of its own devices only, so a fleet of a million devices costs a
-batch a scan of the cached dimension, not a broadcast of it. ``silver_out`` and
+batch a scan of the cached dimension, not a broadcast of its every column. (The
+stream's device check still broadcasts the dimension's ids.) A dimension rewritten
+while a batch runs reaches the check and the join at most one refresh apart: a row
+whose device the new dimension dropped is quarantined as ``unknown_device`` either
+way. ``silver_out`` and
 ``quarantine_out`` shape each micro-batch for the two tables
 (``processor.pipeline.write_silver_batch`` writes them).
 """

@@ -27,6 +27,7 @@ from common.contract import (
     VERSIONS,
     Field,
 )
+from common.fleet import DEVICE_ID_FORMAT
 from processor.detector import DetectorConfig, detect_columns, dump_state, load_state
 from processor.schema import EVENT_SCHEMA, SPARK_TIME_FORMAT
 
@@ -93,7 +94,7 @@ def rate_to_bronze(rate: DataFrame, fleet_size: int) -> DataFrame:
     Row ``n`` becomes device ``n % fleet_size`` with sequence ``n // fleet_size + 1``
     (``ingest_time`` as in ``to_bronze``).
     """
-    device = F.format_string("dev-%05d", F.col("value") % fleet_size)
+    device = F.format_string(DEVICE_ID_FORMAT, F.col("value") % fleet_size)
     event = F.struct(
         F.format_string("rate-%d", F.col("value")).alias("event_id"),
         device.alias("device_id"),

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from common import contract
-from common.fleet import build_fleet, device_id
+from common.fleet import Fleet, build_fleet, device_id, fleet_pools
 from common.kafka import (
     TokenCredential,
     entra_scope,
@@ -248,7 +248,9 @@ def mean_event_bytes(settings: ProducerSettings, sample: int = 500) -> float:
         with settings.replay.open("rb") as fh:
             sizes = [len(line.rstrip(b"\r\n")) for _, line in zip(range(sample), fh, strict=False)]
         return sum(sizes) / len(sizes) if sizes else 0.0
-    fleet = build_fleet(settings.fleet_size, settings.seed)
+    # The first devices of the fleet: a sample of its readings' shapes and sizes.
+    size, seed = settings.fleet_size, settings.seed
+    fleet = Fleet(seed, size, *fleet_pools(size, seed), np.arange(min(size, sample)))
     clock = simulated_clock(datetime.now(UTC), 1000.0)
     source = SimulationSource(fleet, settings.seed, clock, AnomalyConfig(), FaultConfig())
     msgs = source.next_batch(sample)

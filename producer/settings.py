@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -168,20 +169,23 @@ class ProducerSettings(FleetSettings):
     @model_validator(mode="after")
     def _check(self) -> ProducerSettings:
         if self.report_every_s is not None:
-            if "rate" in self.model_fields_set:
+            rate = self.fleet_size / self.report_every_s
+            if "rate" in self.model_fields_set and not math.isclose(self.rate, rate):
                 raise ValueError(
                     "set the rate or report_every_s, not both (the rate follows from "
                     "report_every_s: fleet_size / report_every_s)"
                 )
             if self.rate_profile != "constant":
                 raise ValueError("report_every_s gives a constant rate: drop rate_profile")
-            self.rate = self.fleet_size / self.report_every_s
+            self.rate = rate
         parse_profile(self.rate_profile, self.rate)
         parse_delay(self.late_delay)
         if self.transport == "stdout" and self.workers > 1:
             raise ValueError("transport=stdout needs workers=1 (lines would interleave)")
         if self.replay is not None and self.workers > 1:
             raise ValueError("replay sends one file in order: it needs workers=1")
+        if self.replay is None and self.workers > self.fleet_size:
+            raise ValueError("workers: at most one per device (each owns a slice of the fleet)")
         return self
 
     def _rate(self, name: str) -> float:

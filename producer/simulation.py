@@ -7,8 +7,9 @@ lives in numpy arrays and a reading is one step of one device.
 
 Readings go round-robin over the fleet: event ``k`` comes from device ``k % n`` at
 ``clock.micros(k)``. The random numbers of a round (one reading per device) are drawn
-at once from a seeded ``numpy.random.Generator``, so the same fleet, seed and clock
-give the same readings however the stream is cut into batches.
+from a seeded ``numpy.random.Generator`` in device order, ``ROUND_CHUNK`` devices at a
+time, so the same fleet, seed and clock give the same readings however the stream is
+cut into batches, and a large fleet holds a chunk's numbers rather than a round's.
 
 Events are built from ``common.contract.FIELDS``: each field's value comes from the
 simulation when it models the field, else from the device's profile attribute of the
@@ -357,10 +358,9 @@ class FleetSimulation:
         self._chunks: dict[int, tuple[np.ndarray, ...]] = {}
         self.k = 0
 
-    @property
-    def has(self) -> np.ndarray:
-        """``(devices, metrics)``: whether each device reports each metric (its type's)."""
-        return self._type_has[self._type]
+    def last_seqs(self) -> list[int]:
+        """Each device's latest sequence number (0: none yet), in fleet order."""
+        return self._seq.tolist()
 
     def last_seq(self, index: int) -> int:
         """The sequence number of device ``index``'s latest reading (0: none yet)."""
@@ -372,7 +372,7 @@ class FleetSimulation:
         A round's numbers (one reading per device) are drawn ``ROUND_CHUNK`` devices at
         a time, in device order: the steps of a round cover the fleet in order, so the
         draws do not depend on how the stream is cut into batches, and a large fleet
-        holds one chunk's numbers at a time.
+        holds the numbers of the chunks its current step spans.
         """
         n, m = len(self.fleet), len(self.metrics)
         first, last = a // ROUND_CHUNK, (b - 1) // ROUND_CHUNK

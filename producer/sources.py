@@ -142,7 +142,7 @@ class SimulationSource:
         return {
             "faults": self.faults.records,
             "anomalies": self.anomalies.records if self.anomalies is not None else [],
-            "max_seqs": [self.sim.last_seq(i) for i in range(len(self.device_ids))],
+            "max_seqs": self.sim.last_seqs(),
         }
 
 

@@ -121,15 +121,24 @@ def test_the_columns_are_the_devices_rows():
 
 
 def test_the_fleet_identity_names_its_definition_size_and_seed():
-    assert fleet_identity(1_000_000, 42) == "iot-pulse fleet v2: 1000000 devices, seed 42"
+    identity = fleet_identity(1_000_000, 42)
+    assert re.fullmatch(r"iot-pulse fleet v2\.[0-9a-f]{12}: 1000000 devices, seed 42", identity)
     assert len({fleet_identity(50, 1), fleet_identity(51, 1), fleet_identity(50, 2)}) == 3
 
 
-def test_device_ids_are_made_as_they_are_read():
-    ids = build_fleet(70_000, 1)[1::2].ids
-    assert len(ids) == 35_000
-    assert (
-        ids[0] == "dev-00001" and ids[-1] == "dev-69999" and ids[2:4] == ["dev-00005", "dev-00007"]
-    )
-    listed = list(ids)  # in chunks: one crosses 65,536 ids
-    assert listed == [f"dev-{i:05d}" for i in range(1, 70_000, 2)]
+def test_the_fleet_identity_hashes_the_types_and_pools_tables():
+    import hashlib
+
+    def digest(types):
+        table = (types, fleet.BUILDING_KINDS, fleet.BUILDING_NAMES, fleet.INSTALL_START,
+                 fleet.INSTALL_DAYS, fleet.POSITION_SPREAD, fleet.FIRMWARE_PARTS,
+                 fleet.DEVICE_ID_FORMAT)  # fmt: skip
+        return hashlib.sha256(repr(table).encode()).hexdigest()[:12]
+
+    assert fleet_identity(50, 1) == f"iot-pulse fleet v2.{digest(DEVICE_TYPES)}: 50 devices, seed 1"
+    # A threshold edited in the types' table is another fleet's dimension.
+    thermostat = DEVICE_TYPES["thermostat"]
+    edited = dict(thermostat.metrics)
+    edited["temperature_c"] = fleet.MetricProfile(21.0, 0.05, 1.5, 15.0, 29.0)
+    types = dict(DEVICE_TYPES) | {"thermostat": fleet.replace(thermostat, metrics=edited)}
+    assert digest(types) != digest(DEVICE_TYPES)

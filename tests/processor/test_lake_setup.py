@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from common.fleet import build_fleet, fleet_identity
 from common.lake import Table
@@ -34,6 +34,10 @@ def test_the_dimension_is_the_fleet_built_in_tasks_and_rewritten_for_another_fle
     assert written["device_id"].to_list() == [f"dev-{i:05d}" for i in range(250)]
     assert written.row(249, named=True) == build_fleet(250, 5)[249].as_row()
     assert not lake_setup.dimension_is_stale(spark, s)
+    # Compaction (three tasks' files) is upkeep, not a write: the identity still counts.
+    spark.sql(f"OPTIMIZE delta.`{path}`")
+    assert pl.read_delta(path).sort("device_id").equals(written)
+    assert not lake_setup.dimension_is_stale(spark, s)
     # Another size or seed is another fleet: its dimension is written anew.
     assert lake_setup.dimension_is_stale(spark, _settings(tmp_path, 251))
     assert lake_setup.dimension_is_stale(spark, _settings(tmp_path, 250, seed=6))
@@ -47,3 +51,6 @@ def test_the_dimension_is_the_fleet_built_in_tasks_and_rewritten_for_another_fle
     lake_setup.ensure_tables(spark, s)
     assert pl.read_delta(path)["site"].to_list() == ["Head office"] * 3
     assert fleet_identity(251, 5) != fleet_identity(250, 5)
+    # OPTIMIZE did compact: its commit is the upkeep the check skipped.
+    operations = [c["operation"] for c in DeltaTable(path).history()]
+    assert "OPTIMIZE" in operations and "OPTIMIZE" in lake_setup.UPKEEP

@@ -77,6 +77,8 @@ def test_a_reporting_interval_sets_the_fleet_rate():
     assert s.rate == 1_000_000 / 300 and s.profile() == RateProfile(((0.0, 1_000_000 / 300),))
     # Round robin at that rate: device i's readings are fleet_size events, 300 s, apart.
     assert ProducerSettings(_env_file=None, fleet_size=50, report_every_s=10).rate == 5.0
+    # Validated again (a dump read back), the rate it set is no conflict.
+    assert ProducerSettings.model_validate(s.model_dump()).rate == s.rate
     with pytest.raises(ValueError, match="set the rate or report_every_s, not both"):
         ProducerSettings(_env_file=None, rate=10, report_every_s=300)
     with pytest.raises(ValueError, match="report_every_s gives a constant rate"):
