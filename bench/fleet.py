@@ -13,11 +13,23 @@ carry into the next:
   written one small table (so that the JIT's first Delta write is not counted):
   ``processor_dimension_s_<n>``.
 
+With ``--pipeline SIZE:RATE:SECONDS,...`` it also runs the whole pipeline for each fleet,
+through ``python -m loadtest run`` (a local broker, the processor, the producer in the
+``realistic`` scenario, then ``verify``), and reads from the load test's report and the
+lake's ``ops/pipeline_metrics``: whether ``verify`` found nothing lost or doubled
+(``pipeline_lost_<n>``, ``pipeline_duplicated_<n>``), p95 event time to gold
+(``pipeline_p95_gold_s_<n>``), the median silver micro-batch
+(``pipeline_silver_batch_s_<n>``) and its trend (the median of the run's last third of
+batches over its first third: ``pipeline_silver_trend_<n>``, 1 for no growth), the
+deduplication's state (``pipeline_silver_state_rows_<n>``), and the median batch of each
+background query (``pipeline_<query>_batch_s_<n>``).
+
 The 50-device fleet of ``make demo`` runs beside the large ones in the same run: compare
 the sizes within one run (this machine's speed moves from hour to hour).
 
 Usage: ``python bench/fleet.py [--sizes 50,100000,1000000,10000000]
-[--processor-sizes 50,1000000]``. The last line is one JSON object of the figures.
+[--processor-sizes 50,1000000] [--pipeline 50:3000:600,1000000:3000:600]``. The last
+line is one JSON object of the figures.
 """
 
 from __future__ import annotations
@@ -26,11 +38,14 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,6 +99,39 @@ def processor_child(size: int) -> dict[str, float]:
     return {"dimension_s": round(elapsed, 3)}
 
 
+def pipeline(size: int, rate: int, seconds: int, out: Path) -> dict[str, float]:
+    """The whole pipeline for one fleet, through the load test; its figures."""
+    command = [
+        sys.executable, "-m", "loadtest", "run", "--fleet-size", str(size), "--rate", str(rate),
+        "--duration-s", str(seconds), "--scenario", "realistic", "--out-dir", str(out),
+        "--no-dashboard-report",
+    ]  # fmt: skip
+    env = os.environ | {"IOT_PULSE_HOME": str(out / "home")}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    report_file = out / "report.json"
+    if not report_file.is_file():
+        raise SystemExit(f"bench/fleet.py: the load test of {size:,} devices wrote no report:\n"
+                         f"{done.stdout[-2000:]}{done.stderr[-2000:]}")  # fmt: skip
+    report = json.loads(report_file.read_text())
+    verify = report["verify"]
+    stages = verify["latency"].get("stages", {})
+    figures = {
+        "lost": float(verify["loss"]["total"]),
+        "duplicated": float(verify["duplicates"]["silver_duplicated_ids"]),
+        "p95_gold_s": stages.get("gold", {}).get("p95", float("nan")),
+    }
+    metrics = pl.read_delta(str(Path(report["lake"]) / "ops" / "pipeline_metrics"))
+    for query, batches in metrics.sort("timestamp").group_by("query_name", maintain_order=True):
+        seconds_each = (batches["batch_duration_ms"] / 1000).to_list()
+        figures[f"{query[0]}_batch_s"] = round(statistics.median(seconds_each), 2)
+        if query[0] == "silver" and len(seconds_each) >= 6:
+            third = len(seconds_each) // 3
+            first, last = seconds_each[1 : third + 1], seconds_each[-third:]  # past batch 0
+            figures["silver_trend"] = round(statistics.median(last) / statistics.median(first), 2)
+            figures["silver_state_rows"] = float(batches["state_rows"].max())
+    return figures
+
+
 def in_child(side: str, size: int) -> dict[str, float]:
     """Run one side for one size in a fresh interpreter; its figures."""
     out = subprocess.run(
@@ -103,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="50,100000,1000000,10000000")
     parser.add_argument("--processor-sizes", default="50,1000000")
+    parser.add_argument("--pipeline", default="", help="SIZE:RATE:SECONDS,... load tests")
     parser.add_argument("--child", nargs=2, metavar=("SIDE", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -124,6 +173,16 @@ def main(argv: list[str] | None = None) -> int:
         got = in_child("processor", size)
         print(f"processor  {size:>11,} devices: dimension {got['dimension_s']:7.2f} s", flush=True)
         figures[f"processor_dimension_s_{size}"] = got["dimension_s"]
+    for spec in (s for s in args.pipeline.split(",") if s):
+        size, rate, seconds = (int(v) for v in spec.split(":"))
+        with tempfile.TemporaryDirectory(prefix="iot-fleet-pipeline-") as out:
+            got = pipeline(size, rate, seconds, Path(out))
+        print(
+            f"pipeline   {size:>11,} devices at {rate:,}/s: "
+            + ", ".join(f"{k} {v:g}" for k, v in got.items()),
+            flush=True,
+        )
+        figures |= {f"pipeline_{k}_{size}": v for k, v in got.items()}
     print(json.dumps(figures))
     return 0
 
