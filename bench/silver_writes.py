@@ -4,7 +4,8 @@ Silver's query writes each micro-batch with ``processor.pipeline.write_silver_ba
 MERGE (Spark's, once per batch) of the batch's minutes into ``gold/device_1m``, then
 appends to silver (and quarantine, when the batch has invalid records). This bench calls
 that function on ``--batches`` consecutive batches of ``--batch-rows`` readings each,
-the fleet's readings at 200 events/s of event time (700 rows: a 3.5 s micro-batch), in
+the fleet's readings at 200 events/s of event time (``--event-rate``; 700 rows: a 3.5 s
+micro-batch), in
 one Spark session with the processor's settings (``local[2]``), no stream, no Kafka, no
 other query. Each batch goes through ``silver_frame`` as the stream's do (Kafka-shaped
 records, parsed, checked, deduplicated, joined with the device dimension), from an in-
@@ -29,7 +30,9 @@ both sides, every micro-batch. A Column method is one call when the session does
 record call sites (``processor.session.CALL_SITE_CAPTURE``; Spark's default takes 11).
 
 Usage: ``python bench/silver_writes.py [--batches 120] [--batch-rows 700]
-[--fleet-size 200]``. The last line printed is one JSON object with the figures.
+[--fleet-size 200] [--event-rate 200]``; a million devices at 3,000 events/s:
+``--fleet-size 1000000 --event-rate 3000 --batch-rows 30000 --batches 40``. The last line
+printed is one JSON object with the figures.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ from processor.settings import ProcessorSettings  # noqa: E402
 from processor.silver import silver_frame, silver_out  # noqa: E402
 from producer.simulation import generate, simulated_clock  # noqa: E402
 
-FLEET, SEED, RATE = 200, 5, 200.0  # the default fleet (--fleet-size), seed and event rate
+FLEET, SEED, RATE = 200, 5, 200.0  # the defaults of --fleet-size and --event-rate, the seed
 
 
 def say(msg: str) -> None:
@@ -73,9 +76,9 @@ def say(msg: str) -> None:
     print(f"[bench] {msg}", flush=True)
 
 
-def kafka_rows(n: int, start: datetime, fleet: int) -> list[tuple]:
+def kafka_rows(n: int, start: datetime, fleet: int, rate: float) -> list[tuple]:
     """``n`` readings as Kafka records (``processor.schema.KAFKA_SOURCE_SCHEMA``), 2 partitions."""
-    stream = generate(build_fleet(fleet, SEED), SEED, simulated_clock(start, RATE))
+    stream = generate(build_fleet(fleet, SEED), SEED, simulated_clock(start, rate))
     now = datetime.now(UTC)
     rows = []
     for i in range(n):
@@ -147,6 +150,9 @@ def main() -> None:
     ap.add_argument("--batch-rows", type=int, default=700, help="readings per micro-batch")
     ap.add_argument("--work", type=Path, help="keep the lake here (default: temp)")
     ap.add_argument("--fleet-size", type=int, default=FLEET, help="devices in the fleet")
+    ap.add_argument(
+        "--event-rate", type=float, default=RATE, help="readings per second of event time"
+    )
     args = ap.parse_args()
     jars = ensure_jar_dir("spark")
     with tempfile.TemporaryDirectory(prefix="bench-silver-writes-") as tmp:
@@ -163,7 +169,9 @@ def main() -> None:
         lake_setup.ensure_tables(spark, settings)
         devices = spark.read.format("delta").load(at(Table.DIM_DEVICES))
         jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
-        records = kafka_rows(args.batches * args.batch_rows, datetime.now(UTC), args.fleet_size)
+        records = kafka_rows(
+            args.batches * args.batch_rows, datetime.now(UTC), args.fleet_size, args.event_rate
+        )
         say(f"{args.batches} batches of {args.batch_rows} readings, fleet of {args.fleet_size:,}")
         walls, cpus = [], []
         for b in range(args.batches):
@@ -189,10 +197,10 @@ def main() -> None:
         spark.stop()
     half = len(walls) // 2
     wall, cpu = statistics.mean(walls[half:]), statistics.mean(cpus[half:])
-    every = args.batch_rows / RATE
+    every = args.batch_rows / args.event_rate
     say(
         f"per batch of {args.batch_rows} readings (batches {half + 1}-{len(walls)}): "
-        f"{wall:.2f} s, {cpu:.2f} CPU-s (JVM and Python); at {RATE:.0f} events/s, one "
+        f"{wall:.2f} s, {cpu:.2f} CPU-s (JVM and Python); at {args.event_rate:.0f} events/s, one "
         f"batch every {every:.1f} s, that is {cpu / every:.2f} cores"
     )
     say("py4j calls to build a batch's frames: " + ", ".join(f"{k} {v}" for k, v in calls.items()))

@@ -18,18 +18,21 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from deltalake import DeltaTable
 
 from common.contract import DEFAULT_CONTRACT, FIELDS
+from common.fleet import build_fleet
 from common.lake import Table, table_location
 from infra.broker import ensure_topic
 from loadtest.lake import read_truth
+from producer.simulation import firmware_rollout
 from tests.integration.proc import ROOT, process_available_now, run_python, service_env
 
 pytestmark = pytest.mark.integration
 
-FLEET, SEED, COUNT, SHARE = 10, 21, 400, 0.3
+FLEET, SEED, COUNT, SHARE = 10, 24, 400, 0.3
 UPTIME = 3600
 UNDECLARED = f"""
 [[envelope]]
@@ -55,6 +58,14 @@ def _expected(payload: dict) -> tuple[dict, dict | None]:
         else:
             extra[key] = value
     return columns, extra or None
+
+
+def test_the_seed_rolls_out_devices_with_and_without_temperature() -> None:
+    # The scenario below needs both: a v2 device that sends temp_c, and one that does not.
+    fleet = build_fleet(FLEET, SEED)
+    rolled = np.flatnonzero(firmware_rollout(FLEET, SEED, SHARE) != 1)
+    measures = {"temperature_c" in fleet[int(i)].kind.metrics for i in rolled}
+    assert len(rolled) == 3 and measures == {True, False}
 
 
 def test_a_mixed_v1_v2_stream_lands_in_one_set_of_columns(kafka_broker, tmp_path: Path) -> None:
