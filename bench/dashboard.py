@@ -279,14 +279,13 @@ def _lake_sizes(root: Path) -> dict[str, int] | None:
     return json.loads(sizes.read_text()) if sizes.exists() else None
 
 
-def merge_newest_minute(root: Path, devices: pl.DataFrame, newest: datetime, n: int) -> None:
-    """What the processor does each trigger: MERGE the open minute's updated counts."""
-    update = _gold_minutes(devices, [newest], 1000 + n).with_columns(pl.col("events") + n)
+def _upsert(table: Path, rows: pl.DataFrame, keys: tuple[str, ...]) -> None:
+    """MERGE ``rows`` into the table on ``keys``: matched rows replaced, new ones inserted."""
     (
-        DeltaTable(str(root / "gold/device_1m"))
+        DeltaTable(str(table))
         .merge(
-            update.to_arrow(),
-            predicate="t.device_id = s.device_id AND t.window_start = s.window_start",
+            rows.to_arrow(),
+            predicate=" AND ".join(f"t.{k} = s.{k}" for k in keys),
             source_alias="s",
             target_alias="t",
         )
@@ -294,6 +293,12 @@ def merge_newest_minute(root: Path, devices: pl.DataFrame, newest: datetime, n: 
         .when_not_matched_insert_all()
         .execute()
     )
+
+
+def merge_newest_minute(root: Path, devices: pl.DataFrame, newest: datetime, n: int) -> None:
+    """What the processor does each trigger: MERGE the open minute's updated counts."""
+    update = _gold_minutes(devices, [newest], 1000 + n).with_columns(pl.col("events") + n)
+    _upsert(root / "gold/device_1m", update, ("device_id", "window_start"))
 
 
 def merge_status(root: Path, devices: pl.DataFrame, n: int) -> None:
@@ -302,18 +307,7 @@ def merge_status(root: Path, devices: pl.DataFrame, n: int) -> None:
         pl.lit(AS_OF - timedelta(seconds=5)).cast(TS).alias("last_event_time"),
         pl.lit(1 + n, pl.Int64).alias("last_seq"),
     )
-    (
-        DeltaTable(str(root / "gold/device_status"))
-        .merge(
-            batch.to_arrow(),
-            predicate="t.device_id = s.device_id",
-            source_alias="s",
-            target_alias="t",
-        )
-        .when_matched_update_all()
-        .when_not_matched_insert_all()
-        .execute()
-    )
+    _upsert(root / "gold/device_status", batch, ("device_id",))
 
 
 def commit(root: Path, lake: dict[str, object], n: int) -> None:

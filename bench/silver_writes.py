@@ -6,12 +6,12 @@ appends to silver (and quarantine, when the batch has invalid records). This ben
 that function on ``--batches`` consecutive batches of ``--batch-rows`` readings each,
 the fleet's readings at 200 events/s of event time (``--event-rate``; 700 rows: a 3.5 s
 micro-batch), in one Spark session with the processor's settings (``local[2]``), no
-stream, no Kafka, no other query. Each batch goes through ``silver_frame`` as the stream's do (Kafka-shaped
-records, parsed, checked, deduplicated, joined with the device dimension), from an in-
-memory frame rather than Kafka and without the deduplication's state store. It is cached
-lazily, so the timed call also parses it and fills the cache, as the stream's first job
-on a batch does. The generator injects no faults: quarantine and schema drift are never
-written.
+stream, no Kafka, no other query. Each batch goes through ``silver_frame`` as the
+stream's do (Kafka-shaped records, parsed, checked, deduplicated, joined with the device
+dimension), from an in-memory frame rather than Kafka and without the deduplication's
+state store. It is cached lazily, so the timed call also parses it and fills the cache,
+as the stream's first job on a batch does. The generator injects no faults: quarantine
+and schema drift are never written.
 
 Printed per batch, over the second half of the batches (the JVM warmed up): wall
 time and the CPU the driver's JVM and Python process used, with the processes they
