@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -35,13 +37,18 @@ UPKEEP = frozenset(
 
 
 def devices_frame(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
-    """The device dimension of the seeded fleet (as the producer builds it), built by Spark's tasks.
+    """The device dimension of the seeded fleet (as the producer builds it).
 
-    Each task computes the rows of a range of device indices (``processor.device_rows``).
+    A fleet larger than one task's ``DIMENSION_CHUNK`` is computed by Spark's tasks, a
+    range of device indices each (``processor.device_rows``); a smaller one by the same
+    function here, with no Python worker to start for it.
     """
     size, seed = settings.fleet_size, settings.seed
     sites, buildings = fleet_pools(size, seed)
     rows = profile_batches(seed, size, sites, buildings, to_arrow_schema(DEVICE_SCHEMA))
+    if size <= DIMENSION_CHUNK:
+        ids = pa.record_batch([pa.array(np.arange(size, dtype=np.int64))], names=["id"])
+        return spark.createDataFrame(pa.Table.from_batches(rows(iter([ids]))), DEVICE_SCHEMA)
     tasks = -(-size // DIMENSION_CHUNK)
     return spark.range(0, size, numPartitions=tasks).mapInArrow(rows, DEVICE_SCHEMA)
 

@@ -10,6 +10,7 @@ from deltalake import DeltaTable, write_deltalake
 from common.fleet import build_fleet, fleet_identity
 from common.lake import Table
 from processor import lake_setup
+from processor.schema import DEVICE_SCHEMA
 from processor.settings import ProcessorSettings
 
 
@@ -27,6 +28,10 @@ def test_the_dimension_is_the_fleet_built_in_tasks_and_rewritten_for_another_fle
     assert sorted((r.asDict() for r in frame.collect()), key=lambda r: r["device_id"]) == [
         d.as_row() for d in build_fleet(250, 5)
     ]
+    # One task's worth (here 100 devices) is computed by the driver: the same rows and schema.
+    small = lake_setup.devices_frame(spark, _settings(tmp_path, 100))
+    assert small.schema == frame.schema == DEVICE_SCHEMA
+    assert [r.asDict() for r in small.collect()] == [d.as_row() for d in build_fleet(100, 5)]
     path = s.lake.table(Table.DIM_DEVICES)
     assert lake_setup.dimension_is_stale(spark, s)  # no table yet
     lake_setup.write_devices(spark, s)
