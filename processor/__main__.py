@@ -16,7 +16,14 @@ from processor import health, realtime_app
 from processor.checkpoints import CheckpointSourcesError
 from processor.evolution import REBUILDABLE
 from processor.lake_setup import prepare_lake, write_devices
-from processor.lifecycle import ChildApp, StartInterrupted, StopSignal, say, wait_for_stop
+from processor.lifecycle import (
+    ChildApp,
+    StartInterrupted,
+    StopSignal,
+    say,
+    wait_for_release,
+    wait_for_stop,
+)
 from processor.maintenance import maintain
 from processor.metrics import DRAIN_TIMEOUT_S, MetricsListener
 from processor.pipeline import (
@@ -194,6 +201,8 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
         say("all available data processed")
         return 0
     queries = start_all(spark, settings, should_stop=stop.requested.is_set, prepare=False)
+    if realtime is not None:
+        realtime.release()
     if not stop.requested.is_set():
         bronze_every = tier_interval(settings, bronze_tier(settings))
         say(
@@ -282,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     stop.install()  # before anything starts: a signal during start-up stops it at once
     _quiet_py4j()
     try:
+        if args.supervised:  # a run's child app: it starts once the run's queries have
+            with stop.starting():
+                if not wait_for_release():
+                    return 0  # the run ended before it released its child
         with stop.starting():
             partitions, settings = preflight(settings, args.command)
         if args.command == "run":

@@ -10,6 +10,7 @@ queries whose checkpointed state no longer fits are reset (``processor.evolution
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +31,8 @@ from processor.tables import TableChange, ensure_table
 
 # Devices per task of the dimension's build: a million-device fleet is five tasks.
 DIMENSION_CHUNK = 200_000
+# Tables created or checked at once at start-up.
+SETUP_THREADS = 4
 # Delta's operations that keep a table's rows as they are.
 UPKEEP = frozenset(
     {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"}
@@ -146,10 +149,13 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings) -> dict[Tabl
         write_devices(spark, settings)
     frames = table_frames(spark, settings, sources.delta_table(spark, devices))
     options = settings.lake.storage_options()
-    return {
-        table: ensure_table(spark, settings.lake.table(table), empty, options)
-        for table, empty in frames.items()
-    }
+    # Each table is a few calls to the lake and a commit, mostly waiting: several at once.
+    with ThreadPoolExecutor(SETUP_THREADS, thread_name_prefix="lake-setup") as pool:
+        changes = {
+            table: pool.submit(ensure_table, spark, settings.lake.table(table), empty, options)
+            for table, empty in frames.items()
+        }
+        return {table: change.result() for table, change in changes.items()}
 
 
 def prepare_lake(

@@ -100,11 +100,18 @@ def first_stopped(queries: Sequence[StreamingQuery]) -> str | None:
     return None
 
 
+# What a held child app reads on its stdin before it starts its work (``wait_for_release``).
+RELEASE_LINE = b"start\n"
+
+
 class ChildApp:
     """A Spark application that the run starts beside its own, as a child process.
 
     Its output goes to this process's stderr; it stops with this process (SIGTERM,
-    then SIGKILL after ``CHILD_STOP_TIMEOUT_S``).
+    then SIGKILL after ``CHILD_STOP_TIMEOUT_S``). The child is started first (before
+    the run lowers its own priority, which a child would inherit) but held: it starts
+    its work when ``release`` is called, so that two JVMs do not start on the same
+    cores at once.
     """
 
     def __init__(self, name: str, argv: Sequence[str]) -> None:
@@ -113,12 +120,24 @@ class ChildApp:
         Args:
             name: What to call it in messages.
             argv: The interpreter's arguments, e.g. ``["-m", "processor", "realtime"]``;
-                the child must stop on SIGTERM and ignore SIGINT (``StopSignal``).
+                the child must stop on SIGTERM, ignore SIGINT (``StopSignal``) and
+                call ``wait_for_release`` before its work.
         """
         self.name = name
-        self.proc = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([sys.executable, *argv], stdin=subprocess.PIPE)
         self._asked = False
-        log.info("started %s (pid %d)", name, self.proc.pid)
+        log.info("started %s (pid %d), held until released", name, self.proc.pid)
+
+    def release(self) -> None:
+        """Let the child start its work (once; nothing if it has ended)."""
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        with contextlib.suppress(OSError):  # the child ended: its own failure says why
+            stdin.write(RELEASE_LINE)
+            stdin.flush()
+        with contextlib.suppress(OSError):
+            stdin.close()
 
     def failure(self) -> str | None:
         """Why the child ended, in one line, if it did."""
@@ -135,8 +154,12 @@ class ChildApp:
 
     def stop(self) -> None:
         """Ask the child to stop, and wait for it."""
-        if self.proc.poll() is not None:
-            return
+        if self.proc.poll() is None:
+            self._stop_running()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+
+    def _stop_running(self) -> None:
         self.ask_to_stop()
         try:
             self.proc.wait(CHILD_STOP_TIMEOUT_S)
@@ -144,6 +167,14 @@ class ChildApp:
             log.warning("%s did not stop in %.0f s: killed", self.name, CHILD_STOP_TIMEOUT_S)
             self.proc.kill()
             self.proc.wait()
+
+
+def wait_for_release() -> bool:
+    """In a ``ChildApp``: wait until the parent releases it; False if the parent never will.
+
+    Call inside ``StopSignal.starting``: the parent's SIGTERM ends the wait at once.
+    """
+    return sys.stdin.buffer.readline() == RELEASE_LINE
 
 
 def wait_for_stop(

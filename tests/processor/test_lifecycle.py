@@ -108,3 +108,38 @@ def test_a_child_app_is_asked_to_stop_once(tmp_path) -> None:
     child.ask_to_stop()  # no second SIGTERM: it would abort a starting child
     child.stop()
     assert child.proc.returncode == 1
+
+
+def test_a_held_child_starts_its_work_only_once_released(tmp_path):
+    """The run's real-time app waits for the run's queries, not beside its JVM's start."""
+    started = tmp_path / "started"
+    code = (
+        "import pathlib, sys\n"
+        "from processor.lifecycle import wait_for_release\n"
+        "released = wait_for_release()\n"
+        f"pathlib.Path({str(started)!r}).write_text(str(released))\n"
+    )
+    child = ChildApp("held", ["-c", code])
+    threading.Event().wait(1.0)
+    assert child.proc.poll() is None and not started.exists()
+    child.release()
+    assert child.proc.wait(30) == 0
+    assert started.read_text() == "True"
+    child.release()  # once only: the pipe is closed, nothing fails
+    child.stop()
+
+
+def test_a_child_stopped_before_its_release_never_starts(tmp_path):
+    started = tmp_path / "started"
+    code = (
+        "import pathlib, signal, sys\n"
+        "from processor.lifecycle import wait_for_release\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        "released = wait_for_release()\n"
+        f"pathlib.Path({str(started)!r}).write_text(str(released))\n"
+    )
+    child = ChildApp("held", ["-c", code])
+    threading.Event().wait(1.0)
+    child.stop()
+    assert child.proc.returncode == 0
+    assert not started.exists()
