@@ -37,7 +37,13 @@ from processor.pipeline import (
 from processor.preflight import check_kafka, check_lake_root, check_lake_store
 from processor.queries import tier_interval
 from processor.readers import TableUnreadableError
-from processor.session import ConnectorJarsMissingError, build_session, quiet_console
+from processor.session import (
+    ConnectorJarsMissingError,
+    build_session,
+    is_remote,
+    quiet_console,
+    remote_url,
+)
 from processor.settings import ProcessorSettings
 from processor.stopping import BatchInterruptedError, stop_queries
 from processor.tables import TableSchemaError
@@ -96,7 +102,11 @@ def preflight(settings: ProcessorSettings, command: str) -> tuple[int, Processor
     if command not in ("run", "realtime"):
         return 0, settings
     explicit = bool(settings.queries)
-    if command == "run" and realtime_app.wanted(settings) and not settings.master:
+    if (
+        command == "run"
+        and realtime_app.wanted(settings)
+        and (not settings.master or remote_url(settings))
+    ):
         settings = _without_realtime_child(settings, explicit)
     kafka = settings.kafka
     partitions = 0
@@ -126,9 +136,11 @@ SUBMIT_REALTIME = (
 
 
 def _without_realtime_child(settings: ProcessorSettings, explicit: bool) -> ProcessorSettings:
-    """Under ``spark-submit`` (no master of its own) a run cannot start the real-time app.
+    """Under ``spark-submit`` or Spark Connect a run does not start the real-time app.
 
-    The child app would be a second driver with no master to run on. A run of every
+    The child app would be a second driver, with no master of its own to run on under
+    spark-submit; through Spark Connect, a classic application beside the server's,
+    which real-time mode needs (it is submitted on its own there). A run of every
     query leaves it out and says so; one that names it beside other queries fails. Named
     alone, it runs in this application (``_run``), on the cluster's executors.
 
@@ -137,20 +149,26 @@ def _without_realtime_child(settings: ProcessorSettings, explicit: bool) -> Proc
     """
     if not stages(settings):
         return settings
+    where = "through Spark Connect" if remote_url(settings) else "under spark-submit"
     if explicit:
         raise cli.CliError(
-            "under spark-submit (IOT_PROCESSOR_MASTER empty) a run cannot start the real-time "
-            f"alerts beside it: leave realtime_alerts out of --queries and {SUBMIT_REALTIME}",
+            f"{where} a run cannot start the real-time alerts beside it: leave "
+            f"realtime_alerts out of --queries and {SUBMIT_REALTIME}",
             cli.BAD_INPUT,
         )
-    say(f"real-time alerts are off under spark-submit: {SUBMIT_REALTIME}")
+    say(f"real-time alerts are off {where}: {SUBMIT_REALTIME}")
     rest = [q for q in settings.query_names() if q != Query.REALTIME_ALERTS]
     return settings.model_copy(update={"queries": ",".join(rest)})
 
 
 def _session(settings: ProcessorSettings) -> SparkSession:
     spark = build_session(settings, log_file=cli.log_file())
-    say(f"Spark {spark.version}, master {spark.sparkContext.master}")
+    where = (
+        f"Spark Connect {remote_url(settings)}"
+        if is_remote(spark)
+        else (f"master {spark.sparkContext.master}")
+    )
+    say(f"Spark {spark.version}, {where}")
     if cli.log_file():
         say(f"warnings and full traces: {cli.log_file()}")
     check_lake_store(spark, settings.lake)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
-from pyspark.sql import SparkSession
-
 from common.cli import local_path
+from processor.lake_files import LakeFiles
 
 log = logging.getLogger("iot_pulse.processor")
 
@@ -51,7 +51,7 @@ def check_checkpoint_sources(checkpoint: str, name: str, expected: int) -> None:
         )
 
 
-def clear_unlogged_first_batch(spark: SparkSession, checkpoint: str) -> int:
+def clear_unlogged_first_batch(files: LakeFiles, checkpoint: str) -> int:
     """Delete what a process killed while logging a query's first batch left behind.
 
     Spark writes each offsets file to a hidden temporary file (``.0.<uuid>.tmp``), then
@@ -59,22 +59,37 @@ def clear_unlogged_first_batch(spark: SparkSession, checkpoint: str) -> int:
     batch to resume, and refuses to start a new query in a folder that is not empty
     (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``), as if it belonged to another query.
     With no batch logged those files hold nothing, so they go. Any other file is left
-    for Spark's check. Works on any file system the lake can be on (Hadoop's API).
+    for Spark's check.
+
+    Args:
+        files: The lake's files.
+        checkpoint: The query's checkpoint folder.
 
     Returns:
         How many files were deleted.
     """
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    offsets = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/offsets")
-    fs = offsets.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())  # type: ignore[attr-defined]
-    if not fs.exists(offsets):
-        return 0
-    paths = [status.getPath() for status in fs.listStatus(offsets)]
-    if any(p.getName().isdigit() for p in paths):
+    offsets = f"{checkpoint.rstrip('/')}/offsets"
+    names = files.names(offsets)
+    if any(name.isdigit() for name in names):
         return 0  # a batch is logged: Spark resumes from it and ignores the rest
-    unfinished = [p for p in paths if re.fullmatch(r"\.+\d+\..+\.tmp(\.crc)?", p.getName())]
-    for path in unfinished:
-        fs.delete(path, False)
+    unfinished = [n for n in names if re.fullmatch(r"\.+\d+\..+\.tmp(\.crc)?", n)]
+    for name in unfinished:
+        files.delete_file(f"{offsets}/{name}")
     if unfinished:
         log.info("%s: deleted %d unfinished offsets files", checkpoint, len(unfinished))
     return len(unfinished)
+
+
+def checkpoint_query_id(files: LakeFiles, checkpoint: str) -> str:
+    """The query id in a checkpoint's ``metadata`` file (``{"id": "..."}``).
+
+    Spark writes the file when a query first starts on the checkpoint, and keeps it:
+    the id is the query's across restarts, and a new checkpoint gives a new one.
+
+    Raises:
+        RuntimeError: The checkpoint has no metadata file yet.
+    """
+    text = files.read_text(f"{checkpoint.rstrip('/')}/metadata")
+    if text is None:
+        raise RuntimeError(f"{checkpoint} has no metadata file: the query has not started")
+    return str(json.loads(text.splitlines()[0])["id"])

@@ -13,8 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from py4j.protocol import Py4JError, Py4JJavaError
-from pyspark.errors.exceptions.captured import CapturedException
+from pyspark.errors import PySparkException
 
 T = TypeVar("T")
 
@@ -25,32 +24,24 @@ CONFLICTS = frozenset({
     "DELTA_CONCURRENT_TRANSACTION", "DELTA_CONCURRENT_WRITE",
 })  # fmt: skip
 CONFLICT_ATTEMPTS = 5
-# An error condition in brackets at the start of a message: ``[CLASS.SUBCLASS] ...``.
-_LEADING_CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
+# An error condition in brackets: ``[CLASS.SUBCLASS] ...``.
+_CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
 
 
 def error_condition(exc: BaseException) -> str | None:
-    """The Spark error condition (class) of a JVM error, e.g. ``DELTA_CONCURRENT_APPEND``.
+    """The Spark error condition (class) of an error, e.g. ``DELTA_CONCURRENT_APPEND``.
 
-    PySpark converts the JVM errors it knows (``CapturedException``), with the Java
-    exception as their origin. delta-spark converts its commit conflicts into its own
-    ``CapturedException`` subclasses (``delta.exceptions``) from the Java exception's
-    text alone, with no origin to ask: their condition leads the message
-    (``[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict ...``). Other Delta
-    errors reach Python as a bare ``Py4JJavaError`` around the Java exception.
+    PySpark's errors (classic or Spark Connect) carry it (``getCondition``). delta-spark
+    converts its commit conflicts into errors of its own from the Java exception's text
+    alone: their condition leads the message (``[DELTA_CONCURRENT_APPEND.WITHOUT_HINT]
+    Transaction conflict ...``); any other error that names one in brackets is read the
+    same way.
     """
-    if isinstance(exc, CapturedException):
-        condition = exc.getCondition()
-        if condition is None:
-            leading = _LEADING_CONDITION.match(str(exc))
-            condition = leading.group(1) if leading else None
-        return condition
-    if isinstance(exc, Py4JJavaError):
-        try:
-            return exc.java_exception.getErrorClass()  # a SparkThrowable, as Delta's are
-        except Py4JError:
-            return None
-    return None
+    condition = exc.getCondition() if isinstance(exc, PySparkException) else None
+    if condition is None:
+        named = _CONDITION.search(str(exc))
+        condition = named.group(1) if named else None
+    return condition
 
 
 def is_conflict(exc: BaseException) -> bool:
@@ -83,7 +74,7 @@ def retry_conflicts(
     for attempt in range(1, attempts + 1):  # the last try returns or raises
         try:
             return write()
-        except (CapturedException, Py4JJavaError) as exc:
+        except Exception as exc:
             if attempt == attempts or not is_conflict(exc):
                 raise
             if on_conflict is not None:

@@ -130,7 +130,9 @@ class CachedDimension:
                 failing = False
             self.release()
 
-        thread = InheritableThread(target=run, name="device-dimension", daemon=True)
+        thread = InheritableThread(
+            target=run, name="device-dimension", daemon=True, session=self._spark
+        )
         thread.start()
         return thread
 

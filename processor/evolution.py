@@ -16,12 +16,12 @@ import logging
 import sys
 from collections.abc import Iterable, Mapping
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.lake import TABLES, Query, Table, written_by
 from common.lake_settings import LakeSettings
-from processor.tables import TableChange
+from processor.lake_files import LakeFiles
+from processor.tables import TableChange, delta_identifier, is_delta_table
 
 log = logging.getLogger("iot_pulse.processor")
 
@@ -89,14 +89,6 @@ def stale_queries(changes: Mapping[Table, TableChange]) -> dict[str, str]:
     return stale
 
 
-def delete_folder(spark: SparkSession, location: str) -> bool:
-    """Delete a folder (local or a Hadoop URI) through Spark's file system; True if it was there."""
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    path = jvm.org.apache.hadoop.fs.Path(location)
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
-    return bool(fs.exists(path) and fs.delete(path, True))
-
-
 def reset_query(spark: SparkSession, query: Query | str, lake: LakeSettings) -> None:
     """Forget a query's progress: delete its checkpoint and every row of its tables.
 
@@ -109,12 +101,12 @@ def reset_query(spark: SparkSession, query: Query | str, lake: LakeSettings) -> 
         lake: Where its checkpoint and tables are.
     """
     checkpoint = lake.checkpoint(query)
-    delete_folder(spark, checkpoint)
+    LakeFiles(lake).delete_folder(checkpoint)
     tables = written_by(query)
     for table in tables:
         location = lake.table(table)
-        if DeltaTable.isDeltaTable(spark, location):
-            DeltaTable.forPath(spark, location).delete()
+        if is_delta_table(spark, location):
+            spark.sql(f"DELETE FROM {delta_identifier(location)}").collect()
     log.info("reset %s: checkpoint %s deleted, %s emptied", query, checkpoint, ", ".join(tables))
 
 

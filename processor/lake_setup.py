@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -27,7 +26,7 @@ from processor.metrics import METRICS_SCHEMA
 from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
 from processor.settings import ProcessorSettings
 from processor.silver import quarantine_out, silver_frame, silver_out
-from processor.tables import TableChange, ensure_table
+from processor.tables import TableChange, ensure_table, is_delta_table
 
 # Devices per task of the dimension's build: a million-device fleet is five tasks.
 DIMENSION_CHUNK = 200_000
@@ -79,7 +78,7 @@ def dimension_is_stale(spark: SparkSession, settings: ProcessorSettings) -> bool
     Upkeep commits (``UPKEEP``: compaction, vacuum, properties) are not writes here.
     """
     path = settings.lake.table(Table.DIM_DEVICES)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not is_delta_table(spark, path):
         return True
     if sources.delta_table(spark, path).columns != DEVICE_SCHEMA.names:
         return True

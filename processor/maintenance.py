@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.lake import TABLES
 from processor.conflicts import retry_conflicts
 from processor.settings import ProcessorSettings
+from processor.tables import delta_identifier, is_delta_table
 
 
 def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: float = 168.0) -> None:
@@ -22,14 +22,14 @@ def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: flo
     """
     for name in TABLES:
         path = settings.lake.table(name)
-        if not DeltaTable.isDeltaTable(spark, path):
+        if not is_delta_table(spark, path):
             continue
-        table = DeltaTable.forPath(spark, path)
+        table = delta_identifier(path)
         metrics = retry_conflicts(
-            lambda t=table: t.optimize().executeCompaction().select("metrics.*").first(),
+            lambda t=table: spark.sql(f"OPTIMIZE {t}").select("metrics.*").first(),
             f"OPTIMIZE {name}",
         )
-        table.vacuum(retain_hours)
+        spark.sql(f"VACUUM {table} RETAIN {retain_hours:g} HOURS").collect()
         added = metrics["numFilesAdded"] if metrics else 0
         removed = metrics["numFilesRemoved"] if metrics else 0
         print(f"[maintain] {name}: compacted {removed} files into {added}", flush=True)

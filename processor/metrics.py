@@ -16,15 +16,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from py4j.java_gateway import JavaObject
-from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from common.cli import first_line, full_trace_hint
 from common.lake import READER_TABLE_PROPERTIES
 from processor.lifecycle import say
-from processor.session import BACKGROUND_POOL
+from processor.session import BACKGROUND_POOL, is_remote
 
 log = logging.getLogger("iot_pulse.processor")
 # How long closing waits for a metrics write in progress (before its own last write).
@@ -114,8 +112,8 @@ def append_metrics(spark: SparkSession, rows: list[dict[str, Any]], path: str) -
         rows: The rows (``METRICS_SCHEMA``'s columns; times UTC-aware).
         path: Location of the table (``processor.lake_setup`` created it).
     """
-    # In the flushing thread: its jobs take the background queries' share.
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
+    if not is_remote(spark):  # in the flushing thread: its jobs take the background share
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
     frame = spark.createDataFrame(rows, METRICS_SCHEMA)
     frame.write.format("delta").mode("append").options(**READER_TABLE_PROPERTIES).save(path)
 
@@ -124,50 +122,6 @@ def _say_failure(what: str, exc: Exception) -> None:
     """One line on the console (the trace goes to the log): the pipeline goes on."""
     log.error(what, exc_info=exc)
     say(f"{what}: {first_line(exc)} ({full_trace_hint()})")
-
-
-class _ProgressAsJson:
-    """The listener's Java side: hands each progress over as its JSON.
-
-    Spark's callback costs two py4j calls back (the progress, its JSON). PySpark's own
-    adaptor builds Python objects from the Java event field by field, some 40 py4j calls
-    per event; each Java map it copies ends in an exception that PySpark converts by
-    looking classes up across every jar, for every event of every query
-    (``bench/metrics_listener.py`` times both adaptors). A query's start and end pass
-    on its run id (``MetricsListener.drain``).
-    """
-
-    def __init__(
-        self,
-        on_progress: Callable[[str], None],
-        on_started: Callable[[str], None],
-        on_terminated: Callable[[str], None],
-    ) -> None:
-        self._on_progress = on_progress
-        self._on_started = on_started
-        self._on_terminated = on_terminated
-
-    def onQueryStarted(self, jevent: JavaObject) -> None:  # noqa: N802 - Spark's API
-        """Pass the run id on."""
-        _guarded("could not record a query's start", self._on_started, lambda: str(jevent.runId()))
-
-    def onQueryProgress(self, jevent: JavaObject) -> None:  # noqa: N802
-        """Pass the progress's JSON on (a failure is one line, not a trace per event)."""
-        _guarded(
-            "could not record a query's progress",
-            self._on_progress,
-            lambda: jevent.progress().json(),
-        )
-
-    def onQueryIdle(self, _jevent: JavaObject) -> None:  # noqa: N802
-        """Nothing to record."""
-
-    def onQueryTerminated(self, jevent: JavaObject) -> None:  # noqa: N802
-        """Pass the run id on."""
-        _guarded("could not record a query's end", self._on_terminated, lambda: str(jevent.runId()))
-
-    class Java:
-        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
 def _guarded(what: str, handle: Callable[[str], None], read: Callable[[], str]) -> None:
@@ -181,8 +135,9 @@ def _guarded(what: str, handle: Callable[[str], None], read: Callable[[], str]) 
 class MetricsListener(StreamingQueryListener):
     """Queues a metrics row per progress event and flushes the queue to Delta.
 
-    Registered with ``spark.streams.addListener`` as any listener; the Java side
-    Spark calls is ``_ProgressAsJson``, not PySpark's (see there).
+    Registered with ``spark.streams.addListener``: on a classic session Spark calls it
+    through the driver's Python gateway; through Spark Connect the client receives the
+    events from the server. A failure in a callback is one line, not a trace per event.
     """
 
     def __init__(
@@ -212,18 +167,6 @@ class MetricsListener(StreamingQueryListener):
         self._flush_s = flush_s
         self._thread = threading.Thread(target=self._loop, name="metrics-flush", daemon=True)
         self._thread.start()
-
-    @property
-    def _jlistener(self) -> JavaObject:
-        # PySpark's addListener and removeListener register what this property returns.
-        if not hasattr(self, "_jlistenerobj"):
-            jvm = SparkContext._jvm
-            if jvm is None:
-                raise RuntimeError("start the SparkSession before adding the listener")
-            adaptor = _ProgressAsJson(self.record, self.query_started, self.query_ended)
-            wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
-            self._jlistenerobj = wrapper(adaptor)
-        return self._jlistenerobj
 
     def record(self, progress_json: str) -> None:
         """Queue one progress (its JSON) as a row, and print its line if asked to."""
@@ -257,19 +200,19 @@ class MetricsListener(StreamingQueryListener):
             return self._none_running.wait_for(lambda: not self._running, timeout_s)
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
-        """Note the run (PySpark's event, when called directly)."""
-        self.query_started(str(event.runId))
+        """Note the run."""
+        _guarded("could not record a query's start", self.query_started, lambda: str(event.runId))
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
-        """Queue the progress as a row (PySpark's event, when called directly)."""
-        self.record(event.progress.json)
+        """Queue the progress as a row."""
+        _guarded("could not record a query's progress", self.record, lambda: event.progress.json)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         """Nothing to record."""
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-        """Note the run's end (PySpark's event, when called directly)."""
-        self.query_ended(str(event.runId))
+        """Note the run's end."""
+        _guarded("could not record a query's end", self.query_ended, lambda: str(event.runId))
 
     def flush(self) -> int:
         """Append the queued rows now; return how many were written."""

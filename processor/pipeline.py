@@ -33,7 +33,7 @@ from processor.detector import DetectorConfig
 from processor.device_dimension import CachedDimension
 from processor.lake_setup import prepare_lake
 from processor.queries import Tier, foreach_batch_stream, persisted, table_stream
-from processor.session import BACKGROUND_POOL, HOT_POOL
+from processor.session import BACKGROUND_POOL, HOT_POOL, is_remote
 from processor.settings import ProcessorSettings
 from processor.silver import checked_rows, enriched_rows, quarantine_out, silver_out
 from processor.stopping import stop_queries
@@ -415,12 +415,14 @@ def is_hot(stage: Stage, settings: ProcessorSettings) -> bool:
 def start_stage(spark: SparkSession, stage: Stage, settings: ProcessorSettings) -> StreamingQuery:
     """Start one query in its scheduler pool, with its settings (``stage_conf``).
 
-    The query's thread, and so every job of its micro-batches, inherits the pool.
+    The query's thread, and so every job of its micro-batches, inherits the pool. Through
+    Spark Connect the server schedules the jobs (its pools are its own).
     """
-    sc = spark.sparkContext
-    sc.setLocalProperty(
-        "spark.scheduler.pool", HOT_POOL if is_hot(stage, settings) else BACKGROUND_POOL
-    )
+    sc = None if is_remote(spark) else spark.sparkContext
+    if sc is not None:
+        sc.setLocalProperty(
+            "spark.scheduler.pool", HOT_POOL if is_hot(stage, settings) else BACKGROUND_POOL
+        )
     conf = stage_conf(stage, settings)
     before = {key: spark.conf.get(key, None) for key in conf}
     for key, value in conf.items():
@@ -428,7 +430,8 @@ def start_stage(spark: SparkSession, stage: Stage, settings: ProcessorSettings) 
     try:
         return stage(spark, settings)
     finally:
-        sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+        if sc is not None:
+            sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         for key, value in before.items():
             if value is None:
                 spark.conf.unset(key)

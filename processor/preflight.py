@@ -21,6 +21,7 @@ from common.cli import CliError, local_path, make_writable_folder, one_line
 from common.kafka import KafkaConnectionError, check_connection, librdkafka_config
 from common.kafka_settings import KafkaSettings
 from common.lake_settings import LakeSettings
+from processor.session import is_remote
 
 log = logging.getLogger(__name__)
 _JAVA_CLASS = re.compile(r"(?:[a-z_][\w]*\.)+[A-Z]\w*(?:Exception|Error)")
@@ -100,7 +101,7 @@ def check_lake_store(
     Raises:
         CliError: The store did not answer, has no such bucket, or refused the keys.
     """
-    if not lake.on_s3:
+    if not lake.on_s3 or is_remote(spark):  # a Connect server reaches its lake itself
         return
     outcome: dict[str, Any] = {}
 

@@ -7,7 +7,6 @@ the checkpoint, so it is the same after a restart.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -18,8 +17,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from processor import writes
-from processor.checkpoints import clear_unlogged_first_batch
+from processor.checkpoints import checkpoint_query_id, clear_unlogged_first_batch
 from processor.conflicts import retry_conflicts
+from processor.lake_files import LakeFiles
 from processor.settings import ProcessorSettings
 from processor.stopping import interrupted, is_stopping
 
@@ -52,24 +52,20 @@ def tier_interval(settings: ProcessorSettings, tier: Tier) -> str:
     }[tier]
 
 
-class QueryId:
-    """The running query's id, known once ``start()`` returns; batches wait for it."""
+# The query id of each checkpoint, read once per process (``query_id``).
+_QUERY_IDS: dict[str, str] = {}
 
-    def __init__(self) -> None:
-        self._id: str | None = None
-        self._ready = threading.Event()
 
-    def set(self, query_id: str) -> None:
-        """Record the id (called right after ``start()``)."""
-        self._id = query_id
-        self._ready.set()
+def query_id(files: LakeFiles, checkpoint: str) -> str:
+    """The id of the query that runs on ``checkpoint``: the same after every restart.
 
-    def get(self) -> str:
-        """The id; blocks until it is set."""
-        self._ready.wait(60)
-        if self._id is None:
-            raise RuntimeError("the streaming query id was never recorded")
-        return self._id
+    Read in the micro-batch's own process (the driver's, or under Spark Connect the
+    Python process that runs ``foreachBatch`` beside the server), from the checkpoint's
+    ``metadata`` file, which Spark writes before the query's first batch.
+    """
+    if checkpoint not in _QUERY_IDS:
+        _QUERY_IDS[checkpoint] = checkpoint_query_id(files, checkpoint)
+    return _QUERY_IDS[checkpoint]
 
 
 @contextmanager
@@ -83,8 +79,19 @@ def persisted(batch: DataFrame) -> Iterator[DataFrame]:
 
 
 # Background queries run their micro-batches one at a time: together they then take
-# about one core at most, and the hot path keeps the other.
+# about one core at most, and the hot path keeps the other. (Through Spark Connect each
+# query's batches run in a process of their own: the server schedules them.)
 _BACKGROUND_TURN = threading.Lock()
+
+
+@contextmanager
+def turn(tier: Tier) -> Iterator[None]:
+    """A background micro-batch's turn among the other background queries' (in this process)."""
+    if tier != "background":
+        yield
+        return
+    with _BACKGROUND_TURN:
+        yield
 
 
 def foreach_batch_stream(
@@ -114,13 +121,14 @@ def foreach_batch_stream(
         cache: Cache the batch while ``write`` runs (for writes that read it more
             than once).
     """
-    qid = QueryId()
+    files = LakeFiles(settings.lake)
 
     def _write(batch: DataFrame, batch_id: int) -> None:
-        retry_conflicts(lambda: write(batch, batch_id, qid.get()), f"{name} batch {batch_id}")
+        qid = query_id(files, checkpoint)
+        retry_conflicts(lambda: write(batch, batch_id, qid), f"{name} batch {batch_id}")
 
     def _batch(batch: DataFrame, batch_id: int) -> None:
-        with _BACKGROUND_TURN if tier == "background" else contextlib.nullcontext():
+        with turn(tier):
             if not cache:
                 _write(batch, batch_id)
                 return
@@ -133,7 +141,7 @@ def foreach_batch_stream(
         try:
             _batch(batch, batch_id)
         except Exception as exc:
-            if not is_stopping(qid.get()):
+            if not is_stopping(query_id(files, checkpoint)):
                 raise
             log.info("%s batch %d stopped: %s", name, batch_id, type(exc).__name__)
             raise interrupted(f"{name} batch {batch_id}") from None
@@ -144,10 +152,8 @@ def foreach_batch_stream(
         .option("checkpointLocation", checkpoint)
         .queryName(str(name))  # an exact str: Spark refuses a subclass (common.lake.Query)
     )
-    clear_unlogged_first_batch(df.sparkSession, checkpoint)
-    query = with_trigger(writer, settings, tier).start()
-    qid.set(query.id)
-    return query
+    clear_unlogged_first_batch(files, checkpoint)
+    return with_trigger(writer, settings, tier).start()
 
 
 def table_stream(

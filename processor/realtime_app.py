@@ -22,6 +22,7 @@ from common.kafka import spark_kafka_options
 from common.lake import Query
 from processor import realtime, sources, transforms
 from processor.checkpoints import clear_unlogged_first_batch
+from processor.lake_files import LakeFiles
 from processor.lake_setup import devices_frame
 from processor.lifecycle import StopSignal, say, wait_for_stop
 from processor.preflight import check_lake_store
@@ -65,7 +66,7 @@ def start_realtime_alerts(spark: SparkSession, settings: ProcessorSettings) -> S
     events = transforms.to_bronze(sources.kafka_stream(spark, settings, micro_batch=False))
     alerts = realtime.threshold_alerts(events, devices_frame(spark, settings))
     name = Query.REALTIME_ALERTS
-    clear_unlogged_first_batch(spark, settings.lake.checkpoint(name))
+    clear_unlogged_first_batch(LakeFiles(settings.lake), settings.lake.checkpoint(name))
     return (
         realtime.alert_records(alerts)
         .writeStream.format("kafka")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from common.jars import ConnectorJarsMissingError, connector_jars
@@ -15,17 +16,6 @@ from common.paths import package_file
 from processor.settings import S3_PACKAGES, S3_PACKAGES_EXCLUDES, ProcessorSettings
 
 log = logging.getLogger("iot_pulse.processor")
-
-REQUIRED_CLASSES = (
-    "io.delta.tables.DeltaTable",
-    "org.apache.spark.sql.kafka010.KafkaSourceProvider",
-)
-S3_CLASSES = (
-    "org.apache.hadoop.fs.s3a.S3AFileSystem",
-    "software.amazon.awssdk.services.s3.S3Client",
-    "software.amazon.awssdk.transfer.s3.S3TransferManager",
-)
-
 
 # Fair scheduling between the hot path and the rest (the pools are defined in this file).
 SCHEDULER_POOLS = package_file("processor", "fairscheduler.xml")
@@ -118,6 +108,8 @@ def quiet_console(spark: SparkSession) -> None:
     Lowering the console's level is a no-op without ``LOG4J2_CONFIG``; the stderr
     redirect, without a log file (``LOG_FILE_PROPERTY``).
     """
+    if is_remote(spark):  # the server's console and logs are the server's
+        return
     jvm = spark._jvm
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)  # type: ignore[union-attr]
     config = context.getConfiguration()
@@ -142,9 +134,12 @@ def build_session(
 ) -> SparkSession:
     """Create (or get) the session: Delta catalog, Kafka connector, RocksDB state.
 
-    The driver JVM logs through ``LOG4J2_CONFIG`` at ``settings.log_level``, when this
-    call starts it (not under ``spark-submit``, which started it already: there the
-    root level is set instead).
+    With a Spark Connect server (``settings.remote``, or ``SPARK_REMOTE``) the session
+    is its client: the server has the connectors and its own application settings
+    (``application_conf``), and this session sets only its own (``runtime_conf``).
+    Otherwise the driver JVM logs through ``LOG4J2_CONFIG`` at ``settings.log_level``,
+    when this call starts it (not under ``spark-submit``, which started it already:
+    there the root level is set instead).
 
     Args:
         settings: Processor settings (master, jars, shuffle partitions, log level ...).
@@ -154,9 +149,13 @@ def build_session(
     Raises:
         ConnectorJarsMissingError: the Delta classes cannot be loaded.
     """
+    if remote := remote_url(settings):
+        return _connect_session(settings, remote)
     if settings.master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
         # Python workers must see this interpreter's packages (pandas, pyarrow).
         os.environ["PYSPARK_PYTHON"] = sys.executable
+    # spark-submit starts the JVM before Python, and passes it the gateway's port.
+    started_here = "PYSPARK_GATEWAY_PORT" not in os.environ
     builder = SparkSession.builder.appName(app_name)
     if settings.master:
         builder = builder.master(settings.master)
@@ -172,11 +171,28 @@ def build_session(
     for key, value in session_conf(settings, log_file).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    if spark._jvm.java.lang.System.getProperty("iot.log.level") is None:  # type: ignore[union-attr]
+    if not started_here:
         spark.sparkContext.setLogLevel(settings.log_level)
-    _check_classes(spark, REQUIRED_CLASSES, "Delta or the Kafka connector", "spark")
-    if s3:
-        _check_classes(spark, S3_CLASSES, "S3A (hadoop-aws and the AWS SDK)", "s3")
+    _check_sources(spark)
+    return spark
+
+
+def remote_url(settings: ProcessorSettings) -> str:
+    """The Spark Connect server to run through (``sc://host:port``); empty: a classic session."""
+    return settings.remote or os.environ.get("SPARK_REMOTE", "")
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client (no JVM, no SparkContext here)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _connect_session(settings: ProcessorSettings, url: str) -> SparkSession:
+    """A Spark Connect session on ``url``, with the processor's own session settings."""
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    for key, value in runtime_conf(settings).items():
+        spark.conf.set(key, value)
+    _check_sources(spark)
     return spark
 
 
@@ -186,27 +202,32 @@ def is_local(settings: ProcessorSettings) -> bool:
 
 
 def session_conf(settings: ProcessorSettings, log_file: Path | None = None) -> dict[str, str]:
-    """The session's settings: what the processor needs anywhere, plus the local profile.
+    """A classic session's settings: the application's, the session's, and the local profile.
 
     Args:
         settings: Processor settings (master, shuffle partitions, log level, the lake).
         log_file: Where the JVM also logs WARN and up (``log4j2_options``).
     """
-    local = is_local(settings)
+    conf = application_conf(settings, log_file) | runtime_conf(settings)
+    if is_local(settings):
+        conf |= LOCAL_PROFILE
+    return conf
+
+
+def application_conf(settings: ProcessorSettings, log_file: Path | None = None) -> dict[str, str]:
+    """What the Spark application starts with: a classic driver's, or a Connect server's.
+
+    Args:
+        settings: Processor settings (master, log level ...).
+        log_file: Where the JVM also logs WARN and up (``log4j2_options``).
+    """
     driver_options = (
-        *(LOCAL_DRIVER_JVM_OPTIONS if local else ()),
+        *(LOCAL_DRIVER_JVM_OPTIONS if is_local(settings) else ()),
         *((settings.driver_java_options,) if settings.driver_java_options else ()),
     )
-    conf = {
+    return {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.streaming.stateStore.providerClass": (
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-        ),
-        # Commit a small changelog per batch instead of uploading RocksDB snapshots.
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": str(SCHEDULER_POOLS),
         "spark.driver.extraJavaOptions": " ".join(
@@ -216,12 +237,6 @@ def session_conf(settings: ProcessorSettings, log_file: Path | None = None) -> d
         "spark.ui.enabled": str(settings.ui).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": settings.driver_memory,
-        # The contract checks make wide CASE WHEN projections; inferring constraints over
-        # them costs minutes of planning per micro-batch, and buys nothing here.
-        "spark.sql.constraintPropagation.enabled": "false",
-        # Delta collects min/max statistics on a table's first 32 columns at every write;
-        # the keys and times lead each table, so new tables index only their first 6.
-        "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "6",
         # Seven queries, Delta's own jobs and MERGEs generate a few hundred distinct
         # classes; with the default cache of 100, every micro-batch recompiles them all
         # (Janino, then the JIT again) and the processor spends its time compiling.
@@ -231,6 +246,29 @@ def session_conf(settings: ProcessorSettings, log_file: Path | None = None) -> d
         # call (Column.alias: 11 instead of 1) and a JVM stack trace, hundreds per
         # micro-batch. Errors keep their message and trace.
         **{key: "false" for key in CALL_SITE_CAPTURE},
+    }
+
+
+def runtime_conf(settings: ProcessorSettings) -> dict[str, str]:
+    """The processor's session settings: set on a classic session, or on a Connect one.
+
+    Args:
+        settings: Processor settings (shuffle partitions, the lake).
+    """
+    return {
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        # Commit a small changelog per batch instead of uploading RocksDB snapshots.
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # The contract checks make wide CASE WHEN projections; inferring constraints over
+        # them costs minutes of planning per micro-batch, and buys nothing here.
+        "spark.sql.constraintPropagation.enabled": "false",
+        # Delta collects min/max statistics on a table's first 32 columns at every write;
+        # the keys and times lead each table, so new tables index only their first 6.
+        "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "6",
         # VACUUM lists a table's files with this many tasks, 10,000 by Spark's default,
         # for a listing of a few files per table.
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
@@ -243,23 +281,41 @@ def session_conf(settings: ProcessorSettings, log_file: Path | None = None) -> d
         # The lake's own settings: S3A's endpoint, region and keys for a lake on S3.
         **settings.lake.spark_conf(),
     }
-    if local:
-        conf |= LOCAL_PROFILE
-    return conf
 
 
-def _check_classes(spark: SparkSession, classes: tuple[str, ...], what: str, bundle: str) -> None:
-    """Load ``classes`` in the driver JVM.
+def _check_sources(spark: SparkSession) -> None:
+    """Check that Spark has Delta and the Kafka connector (S3A's jars: ``connector_jars``).
+
+    Each format is looked up with an analysis that fails on what is missing
+    (``DATA_SOURCE_NOT_FOUND``) before it reads anything: the same check on a classic
+    session and through Spark Connect.
 
     Raises:
-        ConnectorJarsMissingError: one of them cannot be loaded.
+        ConnectorJarsMissingError: one of them is not on Spark's classpath.
     """
-    try:
-        for cls in classes:
-            spark._jvm.org.apache.spark.util.Utils.classForName(cls, True, False)  # type: ignore[union-attr]
-    except Exception as exc:
+    missing = [
+        what
+        for what, found in (
+            ("Delta", _has_source(spark, "delta")),
+            ("the Kafka connector", _has_source(spark, "kafka")),
+        )
+        if not found
+    ]
+    if missing:
+        where = "the Spark Connect server's" if is_remote(spark) else "Spark's"
         raise ConnectorJarsMissingError(
-            f"{what} is not on Spark's classpath ({type(exc).__name__}); run "
-            f"'python -m infra.jars {bundle}' and set IOT_PROCESSOR_JARS_DIR, or let "
-            "spark.jars.packages resolve them"
-        ) from exc
+            f"{' and '.join(missing)} is not on {where} classpath; run "
+            "'python -m infra.jars spark' and set IOT_PROCESSOR_JARS_DIR (for a Connect "
+            "server: its --jars), or let spark.jars.packages resolve them"
+        )
+
+
+def _has_source(spark: SparkSession, name: str) -> bool:
+    """Whether Spark resolves the data source ``name`` (an analysis, no data read)."""
+    try:
+        spark.read.format(name).load("/nonexistent-iot-pulse-probe").schema  # noqa: B018
+    except AnalysisException as exc:
+        return "DATA_SOURCE_NOT_FOUND" not in (exc.getCondition() or str(exc))
+    except Exception as exc:  # noqa: BLE001 - any other error: the source was found
+        return "DATA_SOURCE_NOT_FOUND" not in str(exc)
+    return True

@@ -49,6 +49,12 @@ class ProcessorSettings(FleetSettings):
     model_config = SettingsConfigDict(env_prefix="IOT_PROCESSOR_")
 
     master: str = Field("local[2]", description="Spark master; empty under spark-submit")
+    remote: str = Field(
+        "",
+        description="Spark Connect server (sc://host:port) that runs every query (Databricks "
+        "serverless and standard access mode, spark.remote); empty: SPARK_REMOTE if set, "
+        "else a classic session on master",
+    )
     jars_dir: str = Field(
         "",
         description="Folder of pre-resolved connector jars, or several comma-separated "

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from common.lake import READER_TABLE_PROPERTIES
@@ -15,6 +15,20 @@ from processor.readers import check_readable
 
 class TableSchemaError(RuntimeError):
     """An existing table has a column of another type than this version writes."""
+
+
+def delta_identifier(path: str) -> str:
+    """A Delta table's path as a SQL identifier: ``delta.`<path>```."""
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def is_delta_table(spark: SparkSession, path: str) -> bool:
+    """Whether a Delta table is at ``path`` (through Spark: classic or Spark Connect)."""
+    try:
+        spark.read.format("delta").load(path).schema  # noqa: B018 - the analysis is the check
+    except AnalysisException:  # no such folder, or not a Delta table
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -57,7 +71,7 @@ def ensure_table(
             change: see docs/contract.md, "Changing the schema").
         TableUnreadableError: the table uses a feature the readers cannot read.
     """
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not is_delta_table(spark, path):
         empty.limit(0).write.format("delta").mode("ignore").options(**READER_TABLE_PROPERTIES).save(
             path
         )
@@ -77,7 +91,7 @@ def ensure_table(
     added = [f for f in empty.schema.fields if f.name not in have]
     if added:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
-        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+        spark.sql(f"ALTER TABLE {delta_identifier(path)} ADD COLUMNS ({columns})")
         print(f"[processor] {path}: added the columns {columns}", file=sys.stderr, flush=True)
     return TableChange(
         added=tuple(f.name for f in added),

@@ -17,14 +17,15 @@ os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 for _name, _value in SHORT_RUN_ENV.items():
     os.environ.setdefault(_name, _value)
 
-pytest_plugins = (
-    ["tests.broker_fixture"] if (Path(__file__).parent / "broker_fixture.py").exists() else []
-)
+pytest_plugins = [
+    *(["tests.broker_fixture"] if (Path(__file__).parent / "broker_fixture.py").exists() else []),
+    "tests.connect_fixture",
+]
 
 
 # Fixtures that start a JVM: a test using one (directly or through another fixture) is
 # marked, so that the fast tests leave it out.
-_HEAVY_FIXTURES = {"spark": "spark", "kafka_broker": "broker"}
+_HEAVY_FIXTURES = {"spark": "spark", "connect_server": "spark", "kafka_broker": "broker"}
 # A test with none of these marks is marked ``fast``: plain ``pytest`` (``addopts`` in
 # pyproject.toml) and ``make test-fast`` run those, on every core.
 _NOT_FAST = (

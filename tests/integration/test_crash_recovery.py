@@ -25,6 +25,7 @@ from processor import transforms
 from processor.detector import DetectorConfig, detect
 from processor.settings import ProcessorSettings
 from producer.simulation import generate, simulated_clock
+from tests.connect_fixture import start_connect_server
 from tests.integration.gold_expected import background_gold
 from tests.integration.proc import kill_group, processor_env, start_processor, table_rows, wait_for
 
@@ -40,7 +41,7 @@ DUP_EVERY, DUP_BACK = 500, 100  # resend the event from 100 positions back, ever
 WATERMARK = "2 minutes"
 
 
-def _produce(bootstrap: str) -> tuple[set[tuple[int, int]], list[str]]:
+def _produce(bootstrap: str, topic: str) -> tuple[set[tuple[int, int]], list[str]]:
     """Send the events and their resends; return the acknowledged (partition, offset)s and ids."""
     from datetime import UTC, datetime
 
@@ -64,27 +65,32 @@ def _produce(bootstrap: str) -> tuple[set[tuple[int, int]], list[str]]:
         e = next(stream)
         item = (json.dumps(e).encode(), str(e["device_id"]).encode())
         sent.append(item)
-        p.produce(TOPIC, item[0], item[1], on_delivery=on_delivery)
+        p.produce(topic, item[0], item[1], on_delivery=on_delivery)
         if i % DUP_EVERY == DUP_EVERY - 1:
             value, key = sent[i - DUP_BACK]
-            p.produce(TOPIC, value, key, on_delivery=on_delivery)
+            p.produce(topic, value, key, on_delivery=on_delivery)
         if i % 10_000 == 0:
             p.poll(0)
     assert p.flush(60) == 0
     return acked, ids
 
 
-def test_sigkill_three_times_then_exactly_once(spark, kafka_broker, tmp_path):
-    ensure_topic(kafka_broker.plaintext, TOPIC, partitions=3)
-    acked, ids = _produce(kafka_broker.plaintext)
+@pytest.mark.parametrize("mode", ["classic", "connect"])
+def test_sigkill_three_times_then_exactly_once(mode, spark, kafka_broker, tmp_path):
+    """Classic: the processor's JVM dies with it. Spark Connect: the server is killed too."""
+    topic = f"{TOPIC}-{mode}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=3)
+    acked, ids = _produce(kafka_broker.plaintext, topic)
     assert len(acked) == EVENTS + EVENTS // DUP_EVERY
     lake = tmp_path / "lake"
     log = tmp_path / "processor.log"
+    server = start_connect_server(tmp_path) if mode == "connect" else None
     env = processor_env(
-        kafka_broker.plaintext, TOPIC, lake, bundle_dir("spark"),
+        kafka_broker.plaintext, topic, lake, bundle_dir("spark"),
         IOT_PROCESSOR_FLEET_SIZE=str(FLEET), IOT_PROCESSOR_SEED=str(SEED),
         IOT_PROCESSOR_WATERMARK=WATERMARK, IOT_PROCESSOR_TRIGGER_INTERVAL="2 seconds",
         IOT_PROCESSOR_MAX_OFFSETS_PER_TRIGGER="12000",
+        **({"IOT_PROCESSOR_REMOTE": server.url} if server else {}),
     )  # fmt: skip
     bronze, silver = lake / "bronze" / "events", lake / "silver" / "events"
     rng = random.Random(2026)
@@ -102,6 +108,9 @@ def test_sigkill_three_times_then_exactly_once(spark, kafka_broker, tmp_path):
             time.sleep(rng.uniform(0.0, 8.0))
         finally:
             kill_group(proc)  # SIGKILL, the JVM included
+            if server is not None:  # the server, its queries and Python workers
+                server.kill()
+                server = start_connect_server(tmp_path, server.port)
         seen = len(table_rows(bronze, ["offset"]))
         assert seen < len(acked), "the processor finished before it could be killed; kill sooner"
     # The last run drains the rest in larger batches: the rate limit of a restarted query
@@ -115,6 +124,8 @@ def test_sigkill_three_times_then_exactly_once(spark, kafka_broker, tmp_path):
         assert proc.wait(1800) == 0, log.read_text()[-3000:]
     finally:
         kill_group(proc)
+        if server is not None:
+            server.stop()
 
     bronze_rows = table_rows(bronze, ["partition", "offset"])
     assert len(bronze_rows) == len(acked)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import defaultdict
 from datetime import UTC, datetime
 
@@ -21,12 +22,14 @@ from common.fleet import build_fleet
 from common.kafka import librdkafka_config
 from common.kafka_settings import KafkaSettings
 from common.lake import Table
+from common.lake_settings import LakeSettings
 from infra.broker import ensure_topic
 from processor.pipeline import run_available_now
 from processor.settings import ProcessorSettings
 from producer.__main__ import main as producer_main
 from producer.simulation import generate, simulated_clock
 from tests.delta_log import commits
+from tests.integration.proc import run_python, service_env
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +93,14 @@ def expected_gold() -> dict[tuple[str, datetime], dict[str, float]]:
     return out
 
 
-def test_events_flow_to_gold_with_exact_aggregates(spark, kafka_broker, eh_env, lake_root, capsys):
+@pytest.mark.parametrize("mode", ["classic", "connect"])
+def test_events_flow_to_gold_with_exact_aggregates(
+    mode, request, kafka_broker, eh_env, lake_root, tmp_path, capsys, monkeypatch
+):
+    topic = f"{TOPIC}-{mode}"
+    ensure_topic(kafka_broker.plaintext, topic, partitions=3)
+    monkeypatch.setenv("IOT_KAFKA_TOPIC", topic)
+    kafka = KafkaSettings()
     # Seeded ids: the resent copies below must carry the ids the producer sent.
     rc = producer_main([
         "--count", str(COUNT), "--fleet-size", str(FLEET), "--seed", str(SEED),
@@ -103,16 +113,29 @@ def test_events_flow_to_gold_with_exact_aggregates(spark, kafka_broker, eh_env, 
     first = generate(build_fleet(FLEET, SEED), SEED, simulated_clock(START, RATE))
     for _ in range(RESENT):
         e = next(first)
-        raw.produce(TOPIC, json.dumps(e).encode(), str(e["device_id"]).encode())
+        raw.produce(topic, json.dumps(e).encode(), str(e["device_id"]).encode())
     for payload in MALFORMED:
-        raw.produce(TOPIC, payload)
+        raw.produce(topic, payload)
     assert raw.flush(30) == 0
 
     settings = ProcessorSettings(
         trigger="available_now", fleet_size=FLEET, seed=SEED,
-        kafka=eh_env, lake={"root": str(lake_root / "e2e")},
+        kafka=kafka, lake={"root": str(lake_root / f"e2e-{mode}")},
     )  # fmt: skip
-    run_available_now(spark, settings)
+    if mode == "classic":
+        run_available_now(request.getfixturevalue("spark"), settings)
+    else:  # the processor as its own process, a client of a Spark Connect server
+        server = request.getfixturevalue("connect_server")
+        env = service_env(
+            **{k: v for k, v in os.environ.items() if k.startswith("IOT_KAFKA_")},
+            **ProcessorSettings.env_vars(
+                remote=server.url, trigger="available_now", fleet_size=FLEET, seed=SEED
+            ),
+            **LakeSettings.env_vars(root=settings.lake.root),
+        )
+        log = tmp_path / "processor.log"
+        code = run_python(["-m", "processor", "run"], env, log, timeout_s=600)
+        assert code == 0, log.read_text()[-3000:]
     at = settings.lake.table
 
     bronze = DeltaTable(at(Table.BRONZE_EVENTS)).to_pyarrow_table(columns=["partition", "offset"])

@@ -10,7 +10,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
+from common.lake_settings import LakeSettings
 from processor import checkpoints
+from processor.lake_files import LakeFiles
 from processor.queries import table_stream
 from processor.tables import ensure_table
 
@@ -86,5 +88,5 @@ def test_a_query_killed_while_logging_its_first_batch_starts_again(spark, tmp_pa
     # A logged batch is never touched again: the clearing only runs before batch 0.
     unfinished = tmp_path / "checkpoint" / "offsets" / ".1.0000.tmp"
     unfinished.write_text("v1\n")
-    assert checkpoints.clear_unlogged_first_batch(spark, checkpoint) == 0
+    assert checkpoints.clear_unlogged_first_batch(LakeFiles(LakeSettings()), checkpoint) == 0
     assert unfinished.read_text() == "v1\n"
