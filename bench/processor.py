@@ -34,6 +34,11 @@ Two figures, each in its own fresh lake:
    There is no alerts topic, so the real-time alert app (``bench/alerts.py``) does not
    run; ``--realtime-alerts`` gives it one, as ``make demo`` does, and its CPU counts.
 
+``--remote`` then measures both again, in the same run, with the processor as a client
+of a local Spark Connect server (``infra.spark_connect``; a fresh server per run, whose
+CPU counts in ``cores_at_<rate>``): the figures are prefixed ``connect_``, beside the
+classic ones. The plain copy and the real-time alert app run only in the classic runs.
+
 ``--java-home DIR`` runs the processor on another Java (the broker keeps this shell's).
 
 The machine's speed moves the figures as much as the code does:
@@ -71,9 +76,10 @@ from common.child import Child  # noqa: E402
 from common.fleet import build_fleet  # noqa: E402
 from common.lake import Query  # noqa: E402
 from common.stats import percentiles  # noqa: E402
-from infra import broker  # noqa: E402
+from infra import broker, daemons, spark_connect  # noqa: E402
 from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.machine import cpu_stamp, processes_cpu_s  # noqa: E402
+from processor.settings import ProcessorSettings  # noqa: E402
 from producer.simulation import generate, simulated_clock, wall_clock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,8 +98,48 @@ def rows(path: Path, columns: list[str]) -> list[dict]:
         return []
 
 
+class ConnectProcessor(Child):
+    """The processor as a client of a Spark Connect server of its own (started first)."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        port = daemons.free_ports(spark_connect.HOST)[0]
+        settings = ProcessorSettings(jars_dir=env["IOT_PROCESSOR_JARS_DIR"])
+        command = spark_connect.server_command(port, settings)
+        self.server = daemons.launch(
+            command, log.with_suffix(".server.log"), cwd=log.parent, env=spark_connect.server_env()
+        )
+        spark_connect.wait_until_ready(port, self.server, spark_connect.READY_TIMEOUT_S)
+        url = f"sc://{spark_connect.HOST}:{port}"
+        super().__init__("processor", ["-m", "processor", "run"], env | {REMOTE_ENV: url}, log)
+
+    def stop(self, timeout_s: float, say: Callable[[str], None] | None = None) -> int:
+        """Stop the client, then its server."""
+        try:
+            return super().stop(timeout_s, say)
+        finally:
+            daemons.terminate_group(self.server.pid, timeout_s)
+
+
+# --remote: the runs measured a second time, each through a Connect server of its own.
+MODE = {"connect": False}
+REMOTE_ENV = ProcessorSettings.env_name("remote")
+
+
+def topic_name(base: str) -> str:
+    """A run's topic: the Connect runs read topics of their own."""
+    return f"{base}-connect" if MODE["connect"] else base
+
+
 def processor(env: dict[str, str], log: Path) -> Child:
+    if MODE["connect"]:
+        return ConnectProcessor(env, log)
     return Child("processor", ["-m", "processor", "run"], env, log)
+
+
+def processor_cpu_s(proc: Child) -> float:
+    """CPU seconds of the processor's processes: through Spark Connect, its server's too."""
+    server = getattr(proc, "server", None)
+    return group_cpu_s(proc.proc.pid) + (group_cpu_s(server.pid) if server else 0.0)
 
 
 SETTINGS: dict[str, str] = {}  # --setting NAME=VALUE, passed as IOT_PROCESSOR_<NAME>
@@ -283,7 +329,8 @@ def throughput(
     events, one after the other (never both at once).
     """
     lake, log = work / "lake-throughput", work / "throughput.log"
-    proc = processor(env_for(info, "bench-throughput", lake, jars), log)
+    topic = topic_name("bench-throughput")
+    proc = processor(env_for(info, topic, lake, jars), log)
     try:
         stages = {
             "bronze": lambda: table_rows(lake / "bronze" / "events"),
@@ -292,12 +339,22 @@ def throughput(
         }
         settle = lambda mark: warmed_up(log, since=mark)  # noqa: E731
         rates, marks, warm_s = timed_backlogs(
-            info, "bench-throughput", proc, stages, n, warmup, warm_backlogs, settle
+            info, topic, proc, stages, n, warmup, warm_backlogs, settle
         )
     finally:
         proc.stop(60)
     eps = rates[-1]
     say(f"throughput: {n:,} events bronze->silver->gold in {marks['gold']:.1f} s = {eps:,.0f}/s")
+    figures = {
+        "events_per_s": round(eps, 1),
+        "throughput_elapsed_s": round(marks["gold"], 2),
+        "bronze_done_s": round(marks["bronze"], 2),
+        "silver_done_s": round(marks["silver"], 2),
+        "first_backlog_events_per_s": round(rates[0], 1),
+        "warmup_s": round(warm_s, 1),
+    }
+    if MODE["connect"]:  # the copy is the classic run's ceiling, measured there
+        return figures
     copy_lake = work / "lake-copy"
     copy = Child(
         "kafka copy", [str(ROOT / "bench" / "kafka_copy.py")],
@@ -315,13 +372,7 @@ def throughput(
         f"plain Kafka -> Delta copy: {n:,} events in {copy_marks['copy']:.1f} s = "
         f"{copy_eps:,.0f}/s; the pipeline at {eps / copy_eps:.2f}x the copy"
     )
-    return {
-        "events_per_s": round(eps, 1),
-        "throughput_elapsed_s": round(marks["gold"], 2),
-        "bronze_done_s": round(marks["bronze"], 2),
-        "silver_done_s": round(marks["silver"], 2),
-        "first_backlog_events_per_s": round(rates[0], 1),
-        "warmup_s": round(warm_s, 1),
+    return figures | {
         "copy_events_per_s": round(copy_eps, 1),
         "pipeline_to_copy_ratio": round(eps / copy_eps, 3),
     }
@@ -341,7 +392,7 @@ def latency(
 
     With ``realtime_alerts`` the run has an alerts topic, so the real-time alert app runs too.
     """
-    topic = f"bench-latency-{rate:.0f}"
+    topic = topic_name(f"bench-latency-{rate:.0f}")
     broker.ensure_topic(info.plaintext, topic, partitions=4)
     lake = work / f"lake-latency-{rate:.0f}"
     log = work / f"latency-{rate:.0f}.log"
@@ -376,12 +427,12 @@ def latency(
         wait_until("every query's first batch", lambda: warmed_up(log), proc)
         say(f"every query has run a batch; {warm_s:.0f} s more under load before measuring")
         time.sleep(warm_s)
-        jvm = java_pid(proc.proc.pid)
+        jvm = java_pid(getattr(proc, "server", proc.proc).pid)
         jit0 = jit_compile_s(jvm)
         t_start = time.time()
         t_end = t_start + seconds
         say(f"warm; measuring events sent over the next {seconds:.0f} s")
-        cpu0 = group_cpu_s(proc.proc.pid)
+        cpu0 = processor_cpu_s(proc)
         seen_seq: dict[str, int] = {}
         latencies: list[float] = []
         deadline = t_end + 120
@@ -401,7 +452,7 @@ def latency(
             ):
                 break
             time.sleep(0.5)
-        cores = (group_cpu_s(proc.proc.pid) - cpu0) / (time.time() - t_start)
+        cores = (processor_cpu_s(proc) - cpu0) / (time.time() - t_start)
         jit1 = jit_compile_s(jvm)
         jit = None if jit0 is None or jit1 is None else round(jit1 - jit0, 1)
         measured = sum(
@@ -444,9 +495,9 @@ def quiet_cpu(proc: Child, rate: float, wait_s: float, seconds: float) -> float:
     time.sleep(wait_s)
     if proc.proc.poll() is not None:
         raise RuntimeError(f"the processor stopped after the {rate:,.0f} events/s run")
-    t0, cpu0 = time.time(), group_cpu_s(proc.proc.pid)
+    t0, cpu0 = time.time(), processor_cpu_s(proc)
     time.sleep(seconds)
-    return (group_cpu_s(proc.proc.pid) - cpu0) / (time.time() - t0)
+    return (processor_cpu_s(proc) - cpu0) / (time.time() - t0)
 
 
 def main() -> None:
@@ -489,6 +540,11 @@ def main() -> None:
         "(default: this shell's JAVA_HOME, else java on PATH; the broker keeps that one)",
     )  # fmt: skip
     ap.add_argument(
+        "--remote", action="store_true",
+        help="then measure the same runs again through a local Spark Connect server "
+        "(infra.spark_connect), one per run; their figures are prefixed connect_",
+    )  # fmt: skip
+    ap.add_argument(
         "--realtime-alerts", action="store_true",
         help="give the latency runs an alerts topic, so the processor also runs the real-time "
         "alert app (as make demo does); its CPU counts in cores_at_<rate>",
@@ -521,15 +577,25 @@ def main() -> None:
         info = broker.start(work / "broker", quiet=True)
         try:
             figures: dict[str, float | None] = {}
-            if not args.skip_throughput:
-                figures |= throughput(
-                    info, jars, work, args.events, args.warmup_events, args.warm_backlogs
-                )
-            for rate in [] if args.skip_latency else rates:
-                figures |= latency(
-                    info, jars, work, args.latency_s, rate, args.latency_warm_s,
-                    quiet=(args.quiet_wait_s, args.quiet_s), realtime_alerts=args.realtime_alerts,
-                )  # fmt: skip
+            for connect in (False, True) if args.remote else (False,):
+                MODE["connect"] = connect
+                prefix = "connect_" if connect else ""
+                run = work / "connect" if connect else work
+                run.mkdir(exist_ok=True)
+                if connect:
+                    say("the same runs through a local Spark Connect server")
+                if not args.skip_throughput:
+                    measured = throughput(
+                        info, jars, run, args.events, args.warmup_events, args.warm_backlogs
+                    )
+                    figures |= {prefix + k: v for k, v in measured.items()}
+                for rate in [] if args.skip_latency else rates:
+                    measured = latency(
+                        info, jars, run, args.latency_s, rate, args.latency_warm_s,
+                        quiet=(args.quiet_wait_s, args.quiet_s),
+                        realtime_alerts=args.realtime_alerts and not connect,
+                    )  # fmt: skip
+                    figures |= {prefix + k: v for k, v in measured.items()}
         finally:
             broker.stop(work / "broker")
     figures |= {

@@ -99,6 +99,7 @@ def preflight(settings: ProcessorSettings, command: str) -> tuple[int, Processor
         CliError: what to fix, in one line.
     """
     check_lake_root(settings.lake.root)
+    check_lake_store(settings.lake)
     if command not in ("run", "realtime"):
         return 0, settings
     explicit = bool(settings.queries)
@@ -171,7 +172,6 @@ def _session(settings: ProcessorSettings) -> SparkSession:
     say(f"Spark {spark.version}, {where}")
     if cli.log_file():
         say(f"warnings and full traces: {cli.log_file()}")
-    check_lake_store(spark, settings.lake)
     return spark
 
 

@@ -19,9 +19,15 @@ from common.lake_settings import LakeSettings
 class LakeFiles:
     """Files and folders of one lake."""
 
-    def __init__(self, lake: LakeSettings) -> None:
-        """Reach the lake's store as ``lake`` says (nothing is read until asked)."""
+    def __init__(self, lake: LakeSettings, *, fail_fast: bool = False) -> None:
+        """Reach the lake's store as ``lake`` says (nothing is read until asked).
+
+        Args:
+            lake: The lake's settings.
+            fail_fast: One try per request, with short timeouts (a check).
+        """
         self._lake = lake
+        self._fail_fast = fail_fast
         self._s3: pafs.FileSystem | None = None
 
     def _resolve(self, location: str) -> tuple[pafs.FileSystem, str]:
@@ -33,8 +39,16 @@ class LakeFiles:
         if parsed.scheme not in ("s3", "s3a"):
             raise ValueError(f"{location}: only local and S3 lakes are reached from Python")
         if self._s3 is None:
-            self._s3 = _s3_filesystem(self._lake)
+            self._s3 = _s3_filesystem(self._lake, self._fail_fast)
         return self._s3, f"{parsed.netloc}{parsed.path}".rstrip("/")
+
+    def file_type(self, location: str) -> str:
+        """``file``, ``directory`` or ``missing`` (a bucket is a directory)."""
+        fs, path = self._resolve(location)
+        kind = fs.get_file_info(path).type
+        if kind == pafs.FileType.NotFound:
+            return "missing"
+        return "directory" if kind == pafs.FileType.Directory else "file"
 
     def names(self, folder: str) -> list[str]:
         """The names in ``folder`` (files and folders); empty when it does not exist."""
@@ -65,10 +79,16 @@ class LakeFiles:
         return True
 
 
-def _s3_filesystem(lake: LakeSettings) -> pafs.S3FileSystem:
-    """Pyarrow's S3 client with the lake's endpoint, region, addressing and keys."""
+def _s3_filesystem(lake: LakeSettings, fail_fast: bool) -> pafs.S3FileSystem:
+    """The S3 client of pyarrow with the lake's endpoint, region, addressing and keys."""
     endpoint = urlparse(lake.s3_endpoint) if lake.s3_endpoint else None
     options: dict[str, object] = {}
+    if fail_fast:
+        options |= {
+            "connect_timeout": 5,
+            "request_timeout": 10,
+            "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+        }
     if endpoint is not None:
         options["endpoint_override"] = endpoint.netloc or endpoint.path
         options["scheme"] = endpoint.scheme or "https"

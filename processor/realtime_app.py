@@ -25,7 +25,6 @@ from processor.checkpoints import clear_unlogged_first_batch
 from processor.lake_files import LakeFiles
 from processor.lake_setup import devices_frame
 from processor.lifecycle import StopSignal, say, wait_for_stop
-from processor.preflight import check_lake_store
 from processor.session import build_session, quiet_console
 from processor.settings import ProcessorSettings
 from processor.stopping import stop_queries
@@ -97,7 +96,6 @@ def run(settings: ProcessorSettings, partitions: int, stop: StopSignal) -> int:
     own = settings.model_copy(update={"master": master, "driver_memory": "1g"})
     with stop.starting():  # nothing runs yet: a stop gives the start-up up at once
         spark = build_session(own, app_name="iot-pulse-realtime-alerts", log_file=cli.log_file())
-        check_lake_store(spark, own.lake)  # its checkpoint is on the lake
         stop.install()  # again: the SparkContext replaced the SIGINT handler
         query = start_realtime_alerts(spark, own)
     say(

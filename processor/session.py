@@ -7,12 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from common.jars import ConnectorJarsMissingError, connector_jars
 from common.paths import package_file
+from processor.driver_stderr import JvmStderr
 from processor.settings import S3_PACKAGES, S3_PACKAGES_EXCLUDES, ProcessorSettings
 
 log = logging.getLogger("iot_pulse.processor")
@@ -68,6 +68,8 @@ LOCAL_PROFILE = {
 }
 # The JVM system property that names the log file (LOG4J2_CONFIG's file appender).
 LOG_FILE_PROPERTY = "iot.log.file"
+# The stderr of the JVM this process started (``build_session``), quieted at a stop.
+_JVM_STDERR: JvmStderr | None = None
 
 
 def _java_option(name: str, value: str) -> str:
@@ -98,35 +100,17 @@ def log4j2_options(level: str, log_file: Path | None) -> str:
 
 
 def quiet_console(spark: SparkSession) -> None:
-    """From now on, the console shows only FATAL events and the JVM's stderr goes to the log file.
+    """From now on, the console shows only the JVM's FATAL events; what it prints goes to the log.
 
     For a deliberate stop: the batches it interrupts log errors (aborted writes and
     broadcasts) that say nothing to the user; and Spark's block manager stops while
     block removals it was asked for are still running (a burst of them, after a GC),
     and Scala prints each one's reply, refused by the stopped thread pool, straight to
-    stderr as a ``RejectedExecutionException`` trace. The log file keeps its level.
-    Lowering the console's level is a no-op without ``LOG4J2_CONFIG``; the stderr
-    redirect, without a log file (``LOG_FILE_PROPERTY``).
+    stderr as a ``RejectedExecutionException`` trace (``processor.driver_stderr``). The
+    log file keeps its level. Through Spark Connect the server's console is its own.
     """
-    if is_remote(spark):  # the server's console and logs are the server's
-        return
-    jvm = spark._jvm
-    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)  # type: ignore[union-attr]
-    config = context.getConfiguration()
-    console = config.getAppender("console")
-    root = config.getRootLogger()
-    if console is not None and "console" in root.getAppenders():
-        root.removeAppender("console")
-        root.addAppender(console, jvm.org.apache.logging.log4j.Level.FATAL, None)  # type: ignore[union-attr]
-        context.updateLoggers()
-    # The console appender keeps the stderr it opened (log4j's follow="false").
-    if log_file := jvm.java.lang.System.getProperty(LOG_FILE_PROPERTY):  # type: ignore[union-attr]
-        try:
-            stream = jvm.java.io.FileOutputStream(log_file, True)  # type: ignore[union-attr]
-        except Py4JJavaError as exc:  # the log's folder removed under the run: stop anyway
-            log.warning("the JVM's stderr stays the console: %s", exc.java_exception)
-            return
-        jvm.java.lang.System.setErr(jvm.java.io.PrintStream(stream, True))  # type: ignore[union-attr]
+    if _JVM_STDERR is not None and not is_remote(spark):
+        _JVM_STDERR.quiet()
 
 
 def build_session(
@@ -149,7 +133,7 @@ def build_session(
     Raises:
         ConnectorJarsMissingError: the Delta classes cannot be loaded.
     """
-    if remote := remote_url(settings):
+    if (remote := remote_url(settings)) or connect_environment():
         return _connect_session(settings, remote)
     if settings.master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
         # Python workers must see this interpreter's packages (pandas, pyarrow).
@@ -170,7 +154,13 @@ def build_session(
         builder = builder.config("spark.jars.packages", settings.packages)
     for key, value in session_conf(settings, log_file).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    global _JVM_STDERR  # noqa: PLW0603 - the one JVM of this process
+    if started_here and _JVM_STDERR is None:
+        _JVM_STDERR = JvmStderr(log_file)
+        with _JVM_STDERR.capture():
+            spark = builder.getOrCreate()
+    else:
+        spark = builder.getOrCreate()
     if not started_here:
         spark.sparkContext.setLogLevel(settings.log_level)
     _check_sources(spark)
@@ -187,9 +177,17 @@ def is_remote(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def connect_environment() -> bool:
+    """Whether this process runs where sessions are Spark Connect's (Databricks serverless)."""
+    from pyspark.sql.utils import is_remote as connect_mode
+
+    return connect_mode()
+
+
 def _connect_session(settings: ProcessorSettings, url: str) -> SparkSession:
-    """A Spark Connect session on ``url``, with the processor's own session settings."""
-    spark = SparkSession.builder.remote(url).getOrCreate()
+    """A Spark Connect session (on ``url``, else the environment's), with the processor's conf."""
+    builder = SparkSession.builder.remote(url) if url else SparkSession.builder
+    spark = builder.getOrCreate()
     for key, value in runtime_conf(settings).items():
         spark.conf.set(key, value)
     _check_sources(spark)

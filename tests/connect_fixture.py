@@ -25,6 +25,11 @@ from processor.settings import ProcessorSettings
 from tests.jvm_options import SHORT_RUN_JVM_OPTIONS
 
 STOP_TIMEOUT_S = 30.0
+# The switch: IOT_TESTS_ENGINE=connect runs every processor a test starts as its own
+# process (tests.integration.proc.service_env) through one Spark Connect server.
+ENGINE_ENV = "IOT_TESTS_ENGINE"
+# Where that server is, for service_env (set by ``_engine``).
+REMOTE_ENV = "IOT_TESTS_SPARK_REMOTE"
 
 
 @dataclass
@@ -86,3 +91,21 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
     server = start_connect_server(tmp_path_factory.mktemp("spark-connect"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under ``IOT_TESTS_ENGINE=connect``, a server for every processor the tests start."""
+    engine = os.environ.get(ENGINE_ENV, "classic")
+    if engine not in ("classic", "connect"):
+        pytest.exit(f"{ENGINE_ENV}={engine}: choose classic or connect", returncode=4)
+    if engine == "classic":
+        yield
+        return
+    server = start_connect_server(tmp_path_factory.mktemp("spark-connect-engine"))
+    os.environ[REMOTE_ENV] = server.url
+    try:
+        yield
+    finally:
+        del os.environ[REMOTE_ENV]
+        server.stop()

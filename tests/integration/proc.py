@@ -24,10 +24,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def service_env(**extra: str) -> dict[str, str]:
     """This process's environment without its IOT_* settings, for a service a test starts.
 
-    Only the tests' driver JVM options stay (``tests.jvm_options``), then ``extra``.
+    Only the tests' driver JVM options stay (``tests.jvm_options``), and the Spark Connect
+    server of an ``IOT_TESTS_ENGINE=connect`` run, then ``extra``.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
-    return env | SHORT_RUN_ENV | extra
+    # IOT_TESTS_ENGINE=connect (tests.connect_fixture): the processor through Spark Connect.
+    remote = os.environ.get("IOT_TESTS_SPARK_REMOTE")
+    engine = {"IOT_PROCESSOR_REMOTE": remote} if remote else {}
+    return env | SHORT_RUN_ENV | engine | extra
 
 
 def processor_env(
