@@ -9,6 +9,7 @@ Connect columns), so a test process keeps to its classic session.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -62,12 +63,16 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def start_connect_server(folder: Path, port: int | None = None) -> ConnectServer:
+def start_connect_server(
+    folder: Path, port: int | None = None, env: dict[str, str] | None = None
+) -> ConnectServer:
     """Start a server (local[2], the processor's settings) and wait until it listens.
 
     Args:
         folder: Its working folder and log (``server.log``, appended to).
         port: Its port; a free one if None (a restarted server takes its old one).
+        env: More environment for it and its Python workers (``IOT_CONTRACT``: the
+            contract the processor's code reads there).
     """
     port = port or daemons.free_ports(HOST)[0]
     settings = ProcessorSettings(
@@ -76,7 +81,9 @@ def start_connect_server(folder: Path, port: int | None = None) -> ConnectServer
         driver_java_options=SHORT_RUN_JVM_OPTIONS,
     )
     log = folder / "server.log"
-    proc = daemons.launch(server_command(port, settings), log, cwd=folder, env=server_env())
+    proc = daemons.launch(
+        server_command(port, settings), log, cwd=folder, env=server_env() | (env or {})
+    )
     try:
         wait_until_ready(port, proc, READY_TIMEOUT_S)
     except RuntimeError as exc:
@@ -108,4 +115,21 @@ def _engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
     finally:
         del os.environ[REMOTE_ENV]
+        server.stop()
+
+
+@contextlib.contextmanager
+def engine_env(mode: str, folder: Path, env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """``env`` for a processor run: as it is (classic), or through a server of its own.
+
+    The server gets ``env``'s contract (``IOT_CONTRACT``), which the code it runs reads.
+    """
+    if mode == "classic":
+        yield env
+        return
+    contract = {k: v for k, v in env.items() if k == "IOT_CONTRACT"}
+    server = start_connect_server(folder, env=contract)
+    try:
+        yield env | {"IOT_PROCESSOR_REMOTE": server.url}
+    finally:
         server.stop()

@@ -28,6 +28,7 @@ from common.lake import Table, table_location
 from infra.broker import ensure_topic
 from loadtest.lake import read_truth
 from producer.simulation import firmware_rollout
+from tests.connect_fixture import engine_env
 from tests.integration.proc import ROOT, process_available_now, run_python, service_env
 
 pytestmark = pytest.mark.integration
@@ -68,8 +69,11 @@ def test_the_seed_rolls_out_devices_with_and_without_temperature() -> None:
     assert len(rolled) == 3 and measures == {True, False}
 
 
-def test_a_mixed_v1_v2_stream_lands_in_one_set_of_columns(kafka_broker, tmp_path: Path) -> None:
-    topic = "firmware-rollout"
+@pytest.mark.parametrize("mode", ["classic", "connect"])
+def test_a_mixed_v1_v2_stream_lands_in_one_set_of_columns(
+    mode: str, kafka_broker, tmp_path: Path
+) -> None:
+    topic = f"firmware-rollout-{mode}"
     ensure_topic(kafka_broker.plaintext, topic, partitions=2)
     newer = tmp_path / "contract.toml"
     text = DEFAULT_CONTRACT.read_text(encoding="utf-8")
@@ -93,7 +97,8 @@ def test_a_mixed_v1_v2_stream_lands_in_one_set_of_columns(kafka_broker, tmp_path
         env | {"IOT_CONTRACT": str(newer)}, log, 120,
     )  # fmt: skip
     assert code == 0, log.read_text()[-3000:]
-    process_available_now(env, lake, log, FLEET, SEED, "--queries", "bronze,silver")
+    with engine_env(mode, tmp_path, env) as processor_env:
+        process_available_now(processor_env, lake, log, FLEET, SEED, "--queries", "bronze,silver")
 
     # What was sent, from bronze's raw bytes; the manifest says which devices rolled out.
     bronze = DeltaTable(table_location(str(lake), Table.BRONZE_EVENTS)).to_pyarrow_table()

@@ -28,6 +28,7 @@ from common.lake import Table, table_location
 from infra.broker import ensure_topic
 from infra.jars import ensure_jar_dir
 from loadtest.lake import read_truth
+from tests.connect_fixture import engine_env
 from tests.integration.proc import (
     contract_with_zone_and_signal,
     process_available_now,
@@ -92,8 +93,11 @@ def _assert_windows_equal(lake: Path, expected: dict[tuple, dict]) -> None:
             assert got[key][column] == want, (key, column)
 
 
-def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Path) -> None:
-    topic = "schema-evolution"
+@pytest.mark.parametrize("mode", ["classic", "connect"])
+def test_a_field_and_a_metric_added_to_a_lake_in_use(
+    mode: str, kafka_broker, tmp_path: Path
+) -> None:
+    topic = f"schema-evolution-{mode}"
     ensure_topic(kafka_broker.plaintext, topic, partitions=2)
     base = service_env()
     v1 = base | {
@@ -106,9 +110,11 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Pat
     lake, log = tmp_path / "lake", tmp_path / "processor.log"
 
     _produce(v1, "2026-01-01T00:00:00Z", tmp_path / "m1.jsonl", tmp_path / "producer.log")
-    process_available_now(v1, lake, log, FLEET, SEED)
+    with engine_env(mode, tmp_path, v1) as env:
+        process_available_now(env, lake, log, FLEET, SEED)
     _produce(v2, RUN2_START.isoformat(), tmp_path / "m2.jsonl", tmp_path / "producer.log")
-    process_available_now(v2, lake, log, FLEET, SEED)
+    with engine_env(mode, tmp_path, v2) as env:
+        process_available_now(env, lake, log, FLEET, SEED)
     said = log.read_text()
     assert "silver/events: added the columns `site_zone` string, `signal_dbm` double" in said
     assert "site_type_10m: added the columns `signal_dbm_avg` double" in said
@@ -139,13 +145,14 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(kafka_broker, tmp_path: Pat
     # On request: the rebuild command recomputes a query from all of silver and exits;
     # here after a change of slide, which leaves no window of the old one behind.
     before = _rows(lake, Table.GOLD_FLEET_SUMMARY)
-    code = run_python(
-        ["-m", "processor", "rebuild", "device_status", "--sliding-slide", "2 minutes",
-         "--fleet-size", str(FLEET),
-         "--seed", str(SEED), "--shuffle-partitions", "2", "--lake-root", str(lake),
-         "--jars-dir", str(ensure_jar_dir("spark", quiet=True)), "--driver-memory", "1g"],
-        v2, log, 900,
-    )  # fmt: skip
+    with engine_env(mode, tmp_path, v2) as env:
+        code = run_python(
+            ["-m", "processor", "rebuild", "device_status", "--sliding-slide", "2 minutes",
+             "--fleet-size", str(FLEET),
+             "--seed", str(SEED), "--shuffle-partitions", "2", "--lake-root", str(lake),
+             "--jars-dir", str(ensure_jar_dir("spark", quiet=True)), "--driver-memory", "1g"],
+            env, log, 900,
+        )  # fmt: skip
     assert code == 0, log.read_text()[-5000:]
     assert "rebuilt device_status" in log.read_text()
     by_type: dict[str, list[dict]] = defaultdict(list)
