@@ -8,9 +8,8 @@ changes nothing:
 
 * appends and overwrites pass it as the writer options ``txnAppId``/``txnVersion``;
 * a MERGE passes it as the session settings ``spark.databricks.delta.write.txnAppId``
-  and ``...txnVersion`` (Delta's idempotent DML), set on the query's own session (each
-  streaming query runs on a clone of the application's) for that one MERGE, and unset
-  after it.
+  and ``...txnVersion`` (Delta's idempotent DML), set on the batch's session for that
+  one MERGE, and unset after it (``dml_txn``).
 
 A MERGE that replaces rows whole on their keys (a sliding window recomputed, an alert
 kept once) gives the same table however often it runs, and needs no ``txn``.
@@ -18,9 +17,12 @@ kept once) gives the same table however often it runs, and needs no ``txn``.
 
 from __future__ import annotations
 
+import fcntl
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -93,18 +95,45 @@ def dml_txn(spark: SparkSession, app_id: str, batch_id: int) -> Iterator[None]:
     """Make the MERGE (UPDATE, DELETE) run in this block a writer's batch, once.
 
     Args:
-        spark: The session the MERGE runs in: a streaming query's (``batch.sparkSession``),
-            whose settings no other query sees.
+        spark: The session the MERGE runs in (``batch.sparkSession``). On a classic
+            session, a streaming query's own, whose settings no other query sees.
+            Through Spark Connect, every query's ``foreachBatch`` runs on the session
+            that started the queries, so the settings are held there by one MERGE at a
+            time (``_session_settings_held``).
         app_id: The writer's id.
         batch_id: The micro-batch id.
     """
-    spark.conf.set(TXN_APP_ID_CONF, app_id)
-    spark.conf.set(TXN_VERSION_CONF, str(batch_id))
-    try:
+    with _session_settings_held(spark):
+        spark.conf.set(TXN_APP_ID_CONF, app_id)
+        spark.conf.set(TXN_VERSION_CONF, str(batch_id))
+        try:
+            yield
+        finally:
+            spark.conf.unset(TXN_APP_ID_CONF)
+            spark.conf.unset(TXN_VERSION_CONF)
+
+
+@contextmanager
+def _session_settings_held(spark: SparkSession) -> Iterator[None]:
+    """Through Spark Connect: one ``dml_txn`` at a time on this session, across processes.
+
+    Spark Connect runs each query's ``foreachBatch`` function in a Python process of
+    its own beside the server, all on the session that started the queries: two
+    queries' MERGEs would otherwise see each other's writer id. Those processes share
+    the server's host, where a file lock keyed by the session serialises them. A
+    classic session needs none (each query's batches run on a clone of its own).
+    """
+    session_id = getattr(spark, "session_id", None)
+    if session_id is None:
         yield
-    finally:
-        spark.conf.unset(TXN_APP_ID_CONF)
-        spark.conf.unset(TXN_VERSION_CONF)
+        return
+    lock = Path(tempfile.gettempdir()) / f"iot-pulse-txn-{session_id}.lock"
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def hour_floor_s(column: str) -> F.Column:
@@ -168,8 +197,9 @@ def merge(
     )
     # SQL, which Delta's extension runs on a classic session and through Spark Connect.
     statement = f"MERGE INTO {delta_identifier(path)} AS t USING {{source}} AS s ON {cond} "
-    if txn is None:
-        spark.sql(statement + " ".join(clauses), source=source).collect()
+    if txn is None:  # not while another MERGE's writer id is set on the session
+        with _session_settings_held(spark):
+            spark.sql(statement + " ".join(clauses), source=source).collect()
         return
     with dml_txn(spark, *txn):
         spark.sql(statement + " ".join(clauses), source=source).collect()

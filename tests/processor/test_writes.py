@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
@@ -335,3 +337,42 @@ def test_no_streaming_write_runs_an_action_under_a_limit():
             if limited.search(code) and not prose and not known:
                 found.append(f"{path.name}: {line.strip()}")
     assert found == []
+
+
+def _hold(events, session_id: str, hold_s: float) -> None:  # a foreachBatch process's MERGE
+    from types import SimpleNamespace
+
+    with writes._session_settings_held(SimpleNamespace(session_id=session_id)):
+        events.put("in")
+        time.sleep(hold_s)
+        events.put("out")
+
+
+@pytest.mark.parametrize(("sessions", "expected"), [
+    (("s1", "s1"), ["in", "out", "in", "out"]),  # one session: one MERGE at a time
+    (("s1", "s2"), ["in", "in", "out", "out"]),  # two sessions: no wait
+])  # fmt: skip
+def test_merges_on_one_connect_session_hold_its_settings_one_at_a_time(sessions, expected):
+    """Through Spark Connect every query's foreachBatch process shares the session."""
+    import multiprocessing
+
+    events = multiprocessing.get_context("spawn").Queue()
+    procs = [
+        multiprocessing.get_context("spawn").Process(target=_hold, args=(events, s, 4.0))
+        for s in sessions
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(30)
+    assert [events.get(timeout=5) for _ in range(4)] == expected
+
+
+@pytest.mark.timeout(30)
+def test_a_classic_session_holds_nothing():
+    """A classic session (no session_id): two holds at once do not wait for each other."""
+    from types import SimpleNamespace
+
+    classic = SimpleNamespace()
+    with writes._session_settings_held(classic), writes._session_settings_held(classic):
+        pass
