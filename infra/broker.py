@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from common import cli
+from common.file_lock import locked
 from common.kafka import EVENTHUBS_USERNAME, LIBRDKAFKA_LOG
 from infra import daemons
 from infra.jars import JarResolutionError, ensure_jars
@@ -180,7 +181,7 @@ def start(
             f"the broker's data dir {layout.root} {what}: give --data-dir a folder this user "
             "can write to"
         ) from None
-    with daemons.locked(layout.lock_file):
+    with locked(layout.lock_file):
         running = _running_info(layout)
         if running is not None:
             _printer(quiet)(f"broker already running (pid {running.pid}) on {running.plaintext}")
@@ -202,7 +203,7 @@ def stop(data_dir: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bo
     layout = _Layout(data_dir or default_data_dir())
     if not layout.state_file.exists():
         return False
-    with daemons.locked(layout.lock_file):
+    with locked(layout.lock_file):
         state = daemons.read_state(layout.state_file)
         pid = state.get("pid")
         if not isinstance(pid, int) or not _is_our_broker(pid, layout):

@@ -10,7 +10,6 @@ Its ports are picked outside the kernel's range for clients' local ports
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import random
@@ -18,7 +17,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,17 +96,6 @@ def terminate_group(pid: int, timeout: float) -> bool:
                 return True
             time.sleep(0.1)
     return not alive(pid)
-
-
-@contextlib.contextmanager
-def locked(lock_file: Path) -> Iterator[None]:
-    """Serialize the commands on one data dir across processes."""
-    with lock_file.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def read_state(state_file: Path) -> dict[str, Any]:

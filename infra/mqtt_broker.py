@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common import cli
+from common.file_lock import locked
 from common.mqtt_settings import MqttSettings
 from infra import daemons
 from infra.paths import state_dir
@@ -199,7 +200,7 @@ def start(
     """
     folder = (folder or default_state_dir()).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    with daemons.locked(folder / ".lock"):
+    with locked(folder / ".lock"):
         running = status(folder)
         if running is not None:
             return running
@@ -254,7 +255,7 @@ def start(
 def stop(folder: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bool:
     """Stop the broker on ``folder`` (it saves its database first); True if none is left."""
     folder = (folder or default_state_dir()).resolve()
-    with daemons.locked(folder / ".lock"):
+    with locked(folder / ".lock"):
         running = status(folder)
         if running is None:
             return True

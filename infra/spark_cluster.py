@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from common import cli
+from common.file_lock import locked
 from common.lake_settings import LakeSettings
 from infra import daemons
 from infra.paths import PROJECT_ROOT, state_dir
@@ -169,7 +170,7 @@ def start(
             f"--data-dir (or {DIR_ENV}) a folder this user can write to"
         ) from None
     say = _printer(quiet)
-    with daemons.locked(layout.lock_file):
+    with locked(layout.lock_file):
         state = daemons.read_state(layout.state_file)
         master = _daemon(state.get("master"), MASTER_CLASS, layout)
         if master is None:
@@ -210,7 +211,7 @@ def stop(data_dir: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bo
     layout = _Layout(data_dir or default_data_dir())
     if not layout.state_file.exists():
         return False
-    with daemons.locked(layout.lock_file):
+    with locked(layout.lock_file):
         state = daemons.read_state(layout.state_file)
         stopped = _stop_workers(layout, state, timeout)
         master = _daemon(state.get("master"), MASTER_CLASS, layout)

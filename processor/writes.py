@@ -17,7 +17,6 @@ kept once) gives the same table however often it runs, and needs no ``txn``.
 
 from __future__ import annotations
 
-import fcntl
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.util import inheritable_thread_target
 
+from common.file_lock import locked
 from processor.tables import delta_identifier
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
@@ -127,13 +127,8 @@ def _session_settings_held(spark: SparkSession) -> Iterator[None]:
     if session_id is None:
         yield
         return
-    lock = Path(tempfile.gettempdir()) / f"iot-pulse-txn-{session_id}.lock"
-    with lock.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with locked(Path(tempfile.gettempdir()) / f"iot-pulse-txn-{session_id}.lock"):
+        yield
 
 
 def hour_floor_s(column: str) -> F.Column:

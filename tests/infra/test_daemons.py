@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from common.file_lock import locked
 from infra import daemons
 
 
@@ -25,7 +26,7 @@ def test_a_launched_daemon_is_alive_until_its_group_is_terminated(tmp_path) -> N
 def test_the_state_file_round_trips_and_a_broken_one_reads_as_empty(tmp_path) -> None:
     state = tmp_path / "daemon.json"
     assert daemons.read_state(state) == {}
-    with daemons.locked(tmp_path / "lock"):
+    with locked(tmp_path / "lock"):
         daemons.write_state(state, {"pid": 42, "ports": {"rpc": 7077}})
     assert daemons.read_state(state) == {"pid": 42, "ports": {"rpc": 7077}}
     state.write_text("[1, 2]")

@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -110,16 +111,22 @@ def test_a_child_app_is_asked_to_stop_once(tmp_path) -> None:
     assert child.proc.returncode == 1
 
 
-def test_a_held_child_starts_its_work_only_once_released(tmp_path):
-    """The run's real-time app waits for the run's queries, not beside its JVM's start."""
-    started = tmp_path / "started"
+def _held_child(started: Path) -> ChildApp:
+    """A child that writes whether it was released to ``started``; SIGTERM ends it (0)."""
     code = (
-        "import pathlib, sys\n"
+        "import pathlib, signal, sys\n"
         "from processor.lifecycle import wait_for_release\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
         "released = wait_for_release()\n"
         f"pathlib.Path({str(started)!r}).write_text(str(released))\n"
     )
-    child = ChildApp("held", ["-c", code])
+    return ChildApp("held", ["-c", code])
+
+
+def test_a_held_child_starts_its_work_only_once_released(tmp_path):
+    """The run's real-time app waits for the run's queries, not beside its JVM's start."""
+    started = tmp_path / "started"
+    child = _held_child(started)
     threading.Event().wait(1.0)
     assert child.proc.poll() is None and not started.exists()
     child.release()
@@ -131,14 +138,7 @@ def test_a_held_child_starts_its_work_only_once_released(tmp_path):
 
 def test_a_child_stopped_before_its_release_never_starts(tmp_path):
     started = tmp_path / "started"
-    code = (
-        "import pathlib, signal, sys\n"
-        "from processor.lifecycle import wait_for_release\n"
-        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
-        "released = wait_for_release()\n"
-        f"pathlib.Path({str(started)!r}).write_text(str(released))\n"
-    )
-    child = ChildApp("held", ["-c", code])
+    child = _held_child(started)
     threading.Event().wait(1.0)
     child.stop()
     assert child.proc.returncode == 0
