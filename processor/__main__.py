@@ -63,10 +63,25 @@ class _NotAStoppedBatch(logging.Filter):
         return not (record.exc_info and isinstance(record.exc_info[1], BatchInterruptedError))
 
 
-def _quiet_py4j() -> None:
-    """py4j logs every connection at INFO, and every error of a callback with its trace."""
+# PySpark's loggers of the SQL and DataFrame errors it raises (pyspark.errors).
+PYSPARK_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def _quiet_libraries() -> None:
+    """Library logs go to the log file, not the console.
+
+    py4j logs every connection at INFO, and every error of a callback with its trace.
+    PySpark logs each error it raises from a SQL statement, the JVM's trace included,
+    as JSON on stderr (a handler of its own, not the root's): a MERGE that loses to a
+    compaction, retried, would print pages. Those go to the root's handlers (the log).
+    """
     logging.getLogger("py4j").setLevel(logging.WARNING)
     logging.getLogger("py4j.clientserver").addFilter(_NotAStoppedBatch())
+    from pyspark.logger import PySparkLogger
+
+    for name in PYSPARK_ERROR_LOGGERS:
+        logger = PySparkLogger.getLogger(name)
+        logger.handlers[:] = logging.getLogger().handlers  # not addHandler: it adds JSON
 
 
 def reads_kafka(settings: ProcessorSettings) -> bool:
@@ -307,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         return cli.settings_error(exc)
     stop.install()  # before anything starts: a signal during start-up stops it at once
-    _quiet_py4j()
+    _quiet_libraries()
     try:
         if args.supervised:  # a run's child app: it starts once the run's queries have
             with stop.starting():

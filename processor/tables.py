@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
+from common.cli import local_path
 from common.lake import READER_TABLE_PROPERTIES
 from processor.readers import check_readable
 
@@ -18,7 +19,14 @@ class TableSchemaError(RuntimeError):
 
 
 def delta_identifier(path: str) -> str:
-    """A Delta table's path as a SQL identifier: ``delta.`<path>```."""
+    """A Delta table's path as a SQL identifier: ``delta.`<path>```.
+
+    A relative local path is made absolute (from the working folder, as Spark's readers
+    and writers take it): Delta's SQL takes only an absolute one for a table.
+    """
+    local = local_path(path)
+    if local is not None and not local.is_absolute():
+        path = str(local.absolute())
     return "delta.`" + path.replace("`", "``") + "`"
 
 

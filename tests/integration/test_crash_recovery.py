@@ -1,10 +1,10 @@
 """SIGKILL the processor three times mid-stream: nothing lost, nothing twice.
 
-120,000 events (plus resent duplicates) go through the real broker. The processor
-runs as its own process and is killed with SIGKILL (JVM included) at random
-points, then restarted on the same checkpoints (batches of at most 12,000 offsets, so
-that each kill lands mid-stream); a last restart drains the topic in batches of at most
-60,000.
+60,000 events (plus resent duplicates) go through the real broker. The processor
+runs as its own process and is killed with SIGKILL (JVM included; through Spark
+Connect, the server too) at random points, then restarted on the same checkpoints
+(batches of at most 6,000 offsets, so that each kill lands mid-stream); a last restart
+drains the topic in batches of at most 60,000.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ pytestmark = [
 ]
 
 TOPIC = "crash"
-EVENTS, FLEET, SEED = 120_000, 100, 11
+EVENTS, FLEET, SEED = 60_000, 100, 11
 DUP_EVERY, DUP_BACK = 500, 100  # resend the event from 100 positions back, every 500 events
 WATERMARK = "2 minutes"
 
@@ -89,7 +89,7 @@ def test_sigkill_three_times_then_exactly_once(mode, spark, kafka_broker, tmp_pa
         kafka_broker.plaintext, topic, lake, bundle_dir("spark"),
         IOT_PROCESSOR_FLEET_SIZE=str(FLEET), IOT_PROCESSOR_SEED=str(SEED),
         IOT_PROCESSOR_WATERMARK=WATERMARK, IOT_PROCESSOR_TRIGGER_INTERVAL="2 seconds",
-        IOT_PROCESSOR_MAX_OFFSETS_PER_TRIGGER="12000",
+        IOT_PROCESSOR_MAX_OFFSETS_PER_TRIGGER="6000",
         **({"IOT_PROCESSOR_REMOTE": server.url} if server else {}),
     )  # fmt: skip
     bronze, silver = lake / "bronze" / "events", lake / "silver" / "events"

@@ -145,6 +145,21 @@ def test_a_merges_txn_is_seen_by_its_own_session_only(spark, tmp_path):
     assert _txns(b) == {0: [], 1: []}
 
 
+def test_a_merge_into_a_table_at_a_relative_path(spark, tmp_path):
+    """A lake root given relative to the working folder (IOT_LAKE_ROOT=.local/lake)."""
+    import os
+
+    table = tmp_path / "lake" / "t"
+    spark.createDataFrame([("a", 1)], "id string, v long").write.format("delta").save(str(table))
+    relative = os.path.relpath(table)  # from this process's folder, the JVM's too
+    assert not Path(relative).is_absolute()
+    writes.merge(spark.createDataFrame([("a", 2), ("b", 3)], "id string, v long"), relative, ["id"])
+    assert sorted(tuple(r) for r in spark.read.format("delta").load(str(table)).collect()) == [
+        ("a", 2),
+        ("b", 3),
+    ]
+
+
 def test_a_merge_without_a_txn_replaces_or_keeps_matched_rows_and_inserts_new_ones(spark, tmp_path):
     """Site windows replace theirs whole, every time; landed alerts keep the first copy.
 
