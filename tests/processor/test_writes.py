@@ -371,16 +371,16 @@ def test_merges_on_one_connect_session_hold_its_settings_one_at_a_time(sessions,
     """Through Spark Connect every query's foreachBatch process shares the session."""
     import multiprocessing
 
-    events = multiprocessing.get_context("spawn").Queue()
+    events = multiprocessing.get_context("fork").Queue()
     procs = [
-        multiprocessing.get_context("spawn").Process(target=_hold, args=(events, s, 4.0))
+        multiprocessing.get_context("fork").Process(target=_hold, args=(events, s, 4.0))
         for s in sessions
     ]
     for proc in procs:
         proc.start()
     for proc in procs:
-        proc.join(30)
-    assert [events.get(timeout=5) for _ in range(4)] == expected
+        proc.join(60)
+    assert [events.get(timeout=10) for _ in range(4)] == expected
 
 
 @pytest.mark.timeout(30)
