@@ -13,6 +13,7 @@ another slide; every dashboard page renders.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -95,8 +96,10 @@ def _assert_windows_equal(lake: Path, expected: dict[tuple, dict]) -> None:
 
 @pytest.mark.parametrize("mode", ["classic", "connect"])
 def test_a_field_and_a_metric_added_to_a_lake_in_use(
-    mode: str, kafka_broker, tmp_path: Path
+    mode: str, kafka_broker, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    stack = contextlib.ExitStack()
+    request.addfinalizer(stack.close)  # the shared server, even if an assertion fails
     topic = f"schema-evolution-{mode}"
     ensure_topic(kafka_broker.plaintext, topic, partitions=2)
     base = service_env()
@@ -113,8 +116,9 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(
     with engine_env(mode, tmp_path, v1) as env:
         process_available_now(env, lake, log, FLEET, SEED)
     _produce(v2, RUN2_START.isoformat(), tmp_path / "m2.jsonl", tmp_path / "producer.log")
-    with engine_env(mode, tmp_path, v2) as env:
-        process_available_now(env, lake, log, FLEET, SEED)
+    # The second contract's runs share a server (through Spark Connect): it reads the contract.
+    v2_env = stack.enter_context(engine_env(mode, tmp_path, v2))
+    process_available_now(v2_env, lake, log, FLEET, SEED)
     said = log.read_text()
     assert "silver/events: added the columns `site_zone` string, `signal_dbm` double" in said
     assert "site_type_10m: added the columns `signal_dbm_avg` double" in said
@@ -145,13 +149,13 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(
     # On request: the rebuild command recomputes a query from all of silver and exits;
     # here after a change of slide, which leaves no window of the old one behind.
     before = _rows(lake, Table.GOLD_FLEET_SUMMARY)
-    with engine_env(mode, tmp_path, v2) as env:
+    with stack:
         code = run_python(
             ["-m", "processor", "rebuild", "device_status", "--sliding-slide", "2 minutes",
              "--fleet-size", str(FLEET),
              "--seed", str(SEED), "--shuffle-partitions", "2", "--lake-root", str(lake),
              "--jars-dir", str(ensure_jar_dir("spark", quiet=True)), "--driver-memory", "1g"],
-            env, log, 900,
+            v2_env, log, 900,
         )  # fmt: skip
     assert code == 0, log.read_text()[-5000:]
     assert "rebuilt device_status" in log.read_text()
