@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
+from common.cli import CliError
 from common.jars import ConnectorJarsMissingError, connector_jars
 from common.paths import package_file
 from processor.driver_stderr import JvmStderr
@@ -184,8 +187,39 @@ def connect_environment() -> bool:
     return connect_mode()
 
 
+# How long the Spark Connect server has to accept a connection at start-up.
+CONNECT_TIMEOUT_S = 10.0
+# Spark Connect's port when the URL names none.
+CONNECT_DEFAULT_PORT = 15002
+
+
+def check_connect_server(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Check that a Spark Connect server accepts connections at ``url`` (``sc://host:port``).
+
+    PySpark's client retries an unreachable server for minutes; this says so at once.
+
+    Raises:
+        CliError: Nothing answers there, in one line with what to check.
+    """
+    where = urlparse(url)
+    host = where.hostname or "localhost"
+    try:
+        port = where.port or CONNECT_DEFAULT_PORT
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CliError(
+            f"the Spark Connect server {host}:{where.port or CONNECT_DEFAULT_PORT} did not "
+            f"answer ({reason}): check {ProcessorSettings.env_name('remote')} (--remote) or "
+            "SPARK_REMOTE, and that the server is up"
+        ) from None
+
+
 def _connect_session(settings: ProcessorSettings, url: str) -> SparkSession:
     """A Spark Connect session (on ``url``, else the environment's), with the processor's conf."""
+    if url:
+        check_connect_server(url)
     builder = SparkSession.builder.remote(url) if url else SparkSession.builder
     spark = builder.getOrCreate()
     for key, value in runtime_conf(settings).items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from processor.session import CALL_SITE_CAPTURE
 
 
@@ -13,3 +15,25 @@ def test_dataframe_calls_do_not_capture_their_call_site(spark):
     ``bench/silver_writes.py`` counts the round trips (``py4j_calls_column_alias``).
     """
     assert [spark.conf.get(key) for key in CALL_SITE_CAPTURE] == ["false", "false"]
+
+
+def test_an_unreachable_spark_connect_server_is_one_line_at_once():
+    """PySpark's client would retry for minutes; the processor says so within seconds."""
+    import socket
+    import time
+
+    from common.cli import CliError
+    from infra.daemons import free_ports
+    from processor.session import check_connect_server
+
+    port = free_ports("127.0.0.1")[0]
+    began = time.monotonic()
+    with pytest.raises(CliError) as refused:
+        check_connect_server(f"sc://127.0.0.1:{port}/;user_id=me")
+    assert time.monotonic() - began < 5
+    assert str(refused.value) == (
+        f"the Spark Connect server 127.0.0.1:{port} did not answer (Connection refused): check "
+        "IOT_PROCESSOR_REMOTE (--remote) or SPARK_REMOTE, and that the server is up"
+    )
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        check_connect_server(f"sc://127.0.0.1:{listening.getsockname()[1]}")  # answers: no error
