@@ -32,7 +32,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -524,7 +523,7 @@ def _wait_ready(
                 f"the broker exited with code {code} while starting; see "
                 f"{layout.server_log} and {layout.stdout_log}\n{_log_excerpt(log_marks)}"
             )
-        if _accepts_connections(BIND_HOST, ports.plaintext) and _serves_metadata(bootstrap):
+        if daemons.accepts_connections(BIND_HOST, ports.plaintext) and _serves_metadata(bootstrap):
             return
         time.sleep(0.3)
     raise BrokerError(
@@ -532,14 +531,6 @@ def _wait_ready(
         f"check that Java 17+ is installed and see {layout.server_log}\n"
         f"{_log_excerpt(log_marks)}"
     )
-
-
-def _accepts_connections(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def _serves_metadata(bootstrap: str) -> bool:

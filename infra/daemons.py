@@ -131,6 +131,15 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def accepts_connections(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether a server on ``host:port`` accepts a TCP connection within ``timeout`` seconds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
     """The ports the kernel gives clients' connections, lowest and highest."""
     try:

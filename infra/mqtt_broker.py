@@ -13,7 +13,6 @@ broker killed with SIGKILL loses what came in since the last save.
 from __future__ import annotations
 
 import getpass
-import socket
 import subprocess
 import sys
 import time
@@ -118,18 +117,10 @@ def config_text(
     )
 
 
-def _listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 def _wait_listening(proc: subprocess.Popen, port: int, log: Path, timeout: float) -> None:
     """Wait until ``proc`` (Mosquitto) listens on ``port``; raise if it exits or time is up."""
     deadline = time.monotonic() + timeout
-    while not (_listening("127.0.0.1", port) and proc.poll() is None):
+    while not (daemons.accepts_connections("127.0.0.1", port, timeout=0.5) and proc.poll() is None):
         if proc.poll() is not None or time.monotonic() > deadline:
             tail = log.read_text(errors="replace").strip().splitlines()[-3:]
             raise MqttBrokerError(

@@ -300,7 +300,12 @@ def _package_files(root: Path) -> Iterator[Path]:
 # --------------------------------------------------------------------------- starting
 
 
-def _spark_home() -> Path:
+def spark_home() -> Path:
+    """PySpark's folder (its bin/spark-class and bin/spark-submit), the Spark home.
+
+    Raises:
+        ClusterError: PySpark is not installed.
+    """
     try:
         import pyspark
     except ImportError:
@@ -329,7 +334,7 @@ def _daemon_env(layout: _Layout) -> dict[str, str]:
     _check_java()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
     return env | {
-        "SPARK_HOME": str(_spark_home()),
+        "SPARK_HOME": str(spark_home()),
         "SPARK_CONF_DIR": str(layout.conf_dir),
         "SPARK_LOCAL_IP": HOST,
         "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
@@ -339,7 +344,7 @@ def _daemon_env(layout: _Layout) -> dict[str, str]:
 
 
 def _launch(layout: _Layout, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-    cmd = [str(_spark_home() / "bin" / "spark-class"), *args]
+    cmd = [str(spark_home() / "bin" / "spark-class"), *args]
     return daemons.launch(cmd, layout.log(name), layout.root, _daemon_env(layout))
 
 

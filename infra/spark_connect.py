@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from common.jars import connector_jars
+from infra import daemons
 from infra.jars import ensure_jar_dir
 from infra.paths import PROJECT_ROOT
+from infra.spark_cluster import spark_home
 from processor.settings import ProcessorSettings
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -51,7 +51,7 @@ def server_command(port: int, settings: ProcessorSettings) -> list[str]:
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
     }
-    submit = Path(_spark_home()) / "bin" / "spark-submit"
+    submit = spark_home() / "bin" / "spark-submit"
     args = [str(submit), "--master", settings.master, "--class", SERVER_CLASS]
     args += ["--jars", ",".join(connector_jars(jars_dir))]
     for key, value in conf.items():
@@ -65,7 +65,7 @@ def server_env() -> dict[str, str]:
     return os.environ | {
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": f"{PROJECT_ROOT}{os.pathsep}{path}" if path else str(PROJECT_ROOT),
-        "SPARK_HOME": _spark_home(),
+        "SPARK_HOME": str(spark_home()),
     }
 
 
@@ -79,18 +79,10 @@ def wait_until_ready(port: int, proc: subprocess.Popen[bytes], timeout_s: float)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the Spark Connect server exited with code {proc.returncode}")
-        try:
-            with socket.create_connection((HOST, port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.5)
+        if daemons.accepts_connections(HOST, port):
+            return
+        time.sleep(0.5)
     raise RuntimeError(f"the Spark Connect server did not listen on {port} in {timeout_s:.0f} s")
-
-
-def _spark_home() -> str:
-    import pyspark
-
-    return str(Path(pyspark.__file__).parent)
 
 
 def main(argv: list[str] | None = None) -> int:
