@@ -42,6 +42,7 @@ from processor.session import (
     build_session,
     is_remote,
     quiet_console,
+    remote_server,
     remote_url,
 )
 from processor.settings import ProcessorSettings
@@ -180,7 +181,7 @@ def _without_realtime_child(settings: ProcessorSettings, explicit: bool) -> Proc
 def _session(settings: ProcessorSettings) -> SparkSession:
     spark = build_session(settings, log_file=cli.log_file())
     where = (
-        f"Spark Connect {remote_url(settings)}"
+        f"Spark Connect {remote_server(remote_url(settings))}"
         if is_remote(spark)
         else (f"master {spark.sparkContext.master}")
     )

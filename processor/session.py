@@ -175,6 +175,16 @@ def remote_url(settings: ProcessorSettings) -> str:
     return settings.remote or os.environ.get("SPARK_REMOTE", "")
 
 
+def remote_server(url: str) -> str:
+    """The ``host:port`` of a Spark Connect URL, without its parameters (a token among them)."""
+    where = urlparse(url)
+    try:
+        port = where.port or CONNECT_DEFAULT_PORT
+    except ValueError:  # not a number: the client refuses it with its own message
+        port = CONNECT_DEFAULT_PORT
+    return f"{where.hostname or 'localhost'}:{port}"
+
+
 def is_remote(spark: SparkSession) -> bool:
     """Whether ``spark`` is a Spark Connect client (no JVM, no SparkContext here)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
@@ -201,18 +211,16 @@ def check_connect_server(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None
     Raises:
         CliError: Nothing answers there, in one line with what to check.
     """
-    where = urlparse(url)
-    host = where.hostname or "localhost"
+    server = remote_server(url)
+    host, port = server.rsplit(":", 1)
     try:
-        port = where.port or CONNECT_DEFAULT_PORT
-        with socket.create_connection((host, port), timeout=timeout_s):
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
             return
-    except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    except OSError as exc:
         raise CliError(
-            f"the Spark Connect server {host}:{where.port or CONNECT_DEFAULT_PORT} did not "
-            f"answer ({reason}): check {ProcessorSettings.env_name('remote')} (--remote) or "
-            "SPARK_REMOTE, and that the server is up"
+            f"the Spark Connect server {server} did not answer ({exc.strerror or exc}): check "
+            f"{ProcessorSettings.env_name('remote')} (--remote) or SPARK_REMOTE, and that the "
+            "server is up"
         ) from None
 
 

@@ -24,7 +24,7 @@ def test_an_unreachable_spark_connect_server_is_one_line_at_once():
 
     from common.cli import CliError
     from infra.daemons import free_ports
-    from processor.session import check_connect_server
+    from processor.session import check_connect_server, remote_server
 
     port = free_ports("127.0.0.1")[0]
     began = time.monotonic()
@@ -34,6 +34,13 @@ def test_an_unreachable_spark_connect_server_is_one_line_at_once():
     assert str(refused.value) == (
         f"the Spark Connect server 127.0.0.1:{port} did not answer (Connection refused): check "
         "IOT_PROCESSOR_REMOTE (--remote) or SPARK_REMOTE, and that the server is up"
+    )
+    # A token in the URL (Databricks') is in no line.
+    with pytest.raises(CliError) as refused:
+        check_connect_server(f"sc://127.0.0.1:{port}/;token=dapi-secret-token")
+    assert "dapi" not in str(refused.value) and f"127.0.0.1:{port} did" in str(refused.value)
+    assert remote_server("sc://db.example.net:443/;token=dapi-secret-token") == (
+        "db.example.net:443"
     )
     with socket.create_server(("127.0.0.1", 0)) as listening:
         check_connect_server(f"sc://127.0.0.1:{listening.getsockname()[1]}")  # answers: no error
