@@ -38,6 +38,10 @@ class ProducerReport:
     ``stopped_by`` is ``RUNNING`` until the run ends. ``loadtest`` is the load test's
     verdict (``passed``, ``criteria``, ``report``, ``finished_at``) in the copy that
     ``python -m loadtest run`` writes for the dashboard, else None.
+    ``ack_latency_histogram`` is the sampled acknowledgement latencies as
+    ``common.latency.LatencyHistogram``'s text, from which ``ack_latency_ms`` comes, so
+    that several reports merge into percentiles over all. ``shard`` is ``K/N`` for one
+    shard of a fleet sent from several hosts.
     """
 
     target_rate: float
@@ -70,6 +74,8 @@ class ProducerReport:
     cpu_s: float = 0.0
     send_s: float = 0.0
     loadtest: dict[str, Any] | None = None
+    ack_latency_histogram: str | None = None
+    shard: str | None = None
 
     @property
     def running(self) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 from common import cli
 from common.lake_settings import LakeSettings
 from common.settings import add_settings_arguments, load_settings
-from loadtest.lake import LakeReadError, check_manifest, read_lake, read_truth
+from loadtest.lake import LakeReadError, manifest_files, read_lake, read_truth
 from loadtest.report import verify_markdown
 from loadtest.settings import LoadtestSettings
 from loadtest.verify import VerifyConfig, interval_seconds, verify
@@ -34,7 +34,7 @@ def _verify(args: argparse.Namespace) -> int:
                 cli.BAD_INPUT,
             )
     try:
-        check_manifest(Path(args.manifest))  # the one file the user named, checked first
+        manifests = manifest_files(args.manifest)  # the files the user named, checked first
     except LakeReadError as exc:
         return cli.error(str(exc), cli.BAD_INPUT)
     try:
@@ -53,7 +53,7 @@ def _verify(args: argparse.Namespace) -> int:
             cli.BAD_INPUT,
         )
     try:
-        truth = read_truth(Path(args.manifest))
+        truth = read_truth(manifests)
         lake = read_lake(root, lake_settings.storage_options())
     except LakeReadError as exc:
         return cli.error(str(exc), cli.BAD_INPUT)
@@ -101,7 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Check the Delta tables against the producer's manifest. Exit 0: nothing "
         "lost or duplicated; 1: something was; 2: the inputs could not be read.",
     )
-    v.add_argument("--manifest", required=True, help="the producer's manifest (JSON lines)")
+    v.add_argument(
+        "--manifest",
+        required=True,
+        nargs="+",
+        help="the producer's manifest (JSON lines); for a run sent in shards, each shard's: "
+        "files, a folder of them (*.jsonl) or a glob",
+    )
     v.add_argument(
         "--lake-root",
         help="the lake (default IOT_LAKE_ROOT, else <state dir>/lake); an S3 lake is reached with "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import glob
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -12,7 +13,7 @@ from common.delta_table import open_delta_table
 from common.lake import Table, table_location
 from loadtest.truth import Truth, truth_from_manifest
 from loadtest.verify import LakeFrames
-from producer.manifest import read_manifest
+from producer.manifest import read_manifests
 
 COLUMNS = {
     Table.BRONZE_EVENTS: ["value", "partition", "offset", "kafka_timestamp", "ingest_time"],
@@ -141,14 +142,46 @@ def check_manifest(path: Path) -> None:
         )
 
 
-def read_truth(path: Path) -> Truth:
-    """The producer's manifest file as a ``Truth``.
+def manifest_files(specs: Sequence[str]) -> list[Path]:
+    """The manifest files that files, folders (their ``*.jsonl``) and globs name, in order.
 
     Raises:
-        LakeReadError: The file is missing or not a manifest.
+        LakeReadError: A name matches no file, in one line naming it.
     """
-    check_manifest(path)
+    out: list[Path] = []
+    for spec in specs:
+        path = Path(spec)
+        if path.is_dir():
+            found = sorted(p for p in path.glob("*.jsonl") if p.is_file())
+            if not found:
+                raise LakeReadError(
+                    f"no manifest (*.jsonl) in the folder {path}: pass the producers' "
+                    "--manifest-path files"
+                )
+        elif glob.has_magic(spec):
+            found = sorted(Path(p) for p in glob.glob(spec) if Path(p).is_file())
+            if not found:
+                raise LakeReadError(f"no manifest matches {spec}: check the pattern")
+        else:
+            check_manifest(path)
+            found = [path]
+        out += [p for p in found if p not in out]
+    return out
+
+
+def read_truth(paths: Path | Sequence[Path]) -> Truth:
+    """The producer's manifest file, or the manifests of a run's shards, as one ``Truth``.
+
+    Raises:
+        LakeReadError: A file is missing or not a manifest, or the manifests are not
+            each shard of one run exactly once.
+    """
+    files = [paths] if isinstance(paths, Path) else list(paths)
+    for path in files:
+        check_manifest(path)
     try:
-        return truth_from_manifest(read_manifest(path))
+        return truth_from_manifest(read_manifests(files))
     except (ValueError, KeyError, TypeError) as exc:
-        raise LakeReadError(f"{path} is not a readable producer manifest: {exc}") from exc
+        if len(files) == 1:
+            raise LakeReadError(f"{files[0]} is not a readable producer manifest: {exc}") from exc
+        raise LakeReadError(f"the {len(files)} manifests are not one run's: {exc}") from exc

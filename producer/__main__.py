@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if settings.workers == 1:
-        report, _ = run_one(settings, manifest_path=settings.manifest_path, conf=conf)
+        report = run_one(settings, manifest_path=settings.manifest_path, conf=conf)
     else:
         from producer.workers import run_workers
 
@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
             return 1
     report.warnings = warnings
     report.workers = settings.workers
+    shard = settings.fleet_shard()
+    report.shard = str(shard) if shard.count > 1 else None
     print(report.summary(), file=sys.stderr)
     if settings.report_path is not None:
         report.write(settings.report_path)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ from producer.pacing import Pacer
 from producer.rate import RateProfile
 from producer.run import Limits, Progress, run
 from producer.settings import ProducerSettings
+from producer.shards import wait_until
 from producer.simulation import Clock, firmware_rollout, simulated_clock, wall_clock
 from producer.sinks import (
     FileSink,
@@ -150,6 +152,16 @@ def destination_topic(settings: ProducerSettings) -> str | None:
     return None
 
 
+def shard_record(settings: ProducerSettings) -> dict[str, Any]:
+    """``{"shard": {"index": K, "count": N}}`` for a shard of a split fleet, else nothing."""
+    shard = settings.fleet_shard()
+    return {"shard": {"index": shard.index, "count": shard.count}} if shard.count > 1 else {}
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def manifest_header(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
     """The ``run`` part of a manifest header: what was asked for."""
     return {
@@ -170,6 +182,7 @@ def manifest_header(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
         "topic": destination_topic(settings),
         "replay": str(settings.replay) if settings.replay else None,
         "rollout": rollout_record(settings),
+        **shard_record(settings),
         **extra,
     }
 
@@ -185,33 +198,43 @@ def run_one(
     manifest_path: Path | None = None,
     conf: dict[str, Any] | None = None,
     install_signal_handlers: bool = True,
-) -> tuple[ProducerReport, list[float]]:
+) -> ProducerReport:
     """Run one process's share of the work and write its manifest.
 
     Returns:
-        The report and the raw acknowledgement-latency samples (seconds).
+        The report (its ``ack_latency_histogram`` merges with other workers' reports).
 
     """
+    # Worker ``worker`` of this process's shard owns one slot of the whole fleet.
+    slot, slots = settings.fleet_shard().slot(worker, workers)
     # The sink first: its connection (and producer id) comes while the fleet is built.
-    sink = build_sink(settings, worker=worker, workers=workers, conf=conf)
+    sink = build_sink(settings, worker=slot, workers=slots, conf=conf)
     try:  # run() closes the sink once it is called
-        source = make_source(settings, worker=worker, workers=workers)
+        source = make_source(settings, worker=slot, workers=slots)
         manifest = (
             Manifest(source.device_ids, uuid_ids=isinstance(source, SimulationSource))
             if manifest_path is not None
             else None
         )
         profile: RateProfile = settings.profile()
-        if workers > 1:
-            profile = profile.scaled(1.0 / workers)
+        if slots > 1:
+            profile = profile.scaled(1.0 / slots)
     except BaseException:
         sink.close()
         raise
+    if start_gate is None and settings.start_at is not None:
+        flag = stop = stop or StopFlag()
+        at = settings.start_at
+
+        def wait_for_start() -> None:
+            wait_until(at, flag, say=_stderr)
+
+        start_gate = wait_for_start
     report = run(
         source,
         sink,
         Pacer(profile, settings.batch_size),
-        limits=Limits(worker_count(settings.count, worker, workers), settings.duration_s),
+        limits=Limits(worker_count(settings.count, slot, slots), settings.duration_s),
         progress=Progress(
             every_s=settings.progress_s,
             show=workers == 1,
@@ -239,7 +262,7 @@ def run_one(
             max_seqs=truth["max_seqs"],
         )
         report.manifest_path = str(manifest_path)
-    return report, list(sink.latencies_s)
+    return report
 
 
 def mean_event_bytes(settings: ProducerSettings, sample: int = 500) -> float:

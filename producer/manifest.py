@@ -251,6 +251,87 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return out
 
 
+def sum_totals(headers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The header ``totals`` of several disjoint parts of one run, summed."""
+    totals: dict[str, Any] = {}
+    for h in headers:
+        for key, value in h["totals"].items():
+            if isinstance(value, dict):
+                bucket = totals.setdefault(key, {})
+                for k, v in value.items():
+                    bucket[k] = bucket.get(k, 0) + v
+            else:
+                totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def merge_headers(headers: Sequence[dict[str, Any]], run: dict[str, Any]) -> dict[str, Any]:
+    """One header (without its ``type``) for disjoint parts of a run: ``run``, totals summed."""
+    return {"manifest_version": MANIFEST_VERSION, "run": run, "totals": sum_totals(headers)}
+
+
+# What may differ between the shards of one run (the rest of ``run`` must not).
+_PER_SHARD = ("shard", "started_at", "stopped_by", "worker")
+
+
+def shards_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The ``run`` of a whole fleet from its shards' headers, after checking they are all of it.
+
+    Raises:
+        ValueError: The headers are of different runs, or not each shard of a split fleet
+            exactly once (a manifest missing or given twice).
+    """
+    first = runs[0]
+    for other in runs[1:]:
+        for key in sorted(set(first) | set(other)):
+            if key not in _PER_SHARD and first.get(key) != other.get(key):
+                raise ValueError(
+                    f"the manifests are of different runs: their {key} differs "
+                    f"({first.get(key)!r} against {other.get(key)!r})"
+                )
+    shards = [r.get("shard") or {"index": 0, "count": 1} for r in runs]
+    count = shards[0]["count"]
+    given = sorted(s["index"] for s in shards)
+    if given != list(range(count)):
+        twice = sorted({i for i in given if given.count(i) > 1})
+        missing = sorted(set(range(count)) - set(given))
+        problems = []
+        if twice:
+            problems.append(f"shard {', '.join(map(str, twice))} is given more than once")
+        if missing:
+            problems.append(f"the manifests of shard {', '.join(map(str, missing))} are missing")
+        raise ValueError(
+            f"{'; '.join(problems)}: verify gets the manifest of each of the run's {count} "
+            "shards exactly once"
+        )
+    run = {k: v for k, v in first.items() if k != "shard"}
+    if count > 1:
+        run["shards"] = count
+        run["started_at"] = min(r.get("started_at") or "" for r in runs) or None
+        run["stopped_by"] = "+".join(sorted({str(r.get("stopped_by")) for r in runs}))
+    return run
+
+
+def read_manifests(paths: Sequence[Path]) -> dict[str, Any]:
+    """Read one run's manifests (one, or one per shard) into one dict like ``read_manifest``'s.
+
+    Raises:
+        ValueError: The manifests are not all the shards of one run (``shards_run``), or
+            one has no header.
+    """
+    parts = [read_manifest(p) for p in paths]
+    for path, part in zip(paths, parts, strict=True):
+        if part["header"] is None:
+            raise ValueError(f"{path.name} has no header line: is it a producer manifest?")
+    headers = [p["header"] for p in parts]
+    out = parts[0] | {"header": merge_headers(headers, shards_run([h["run"] for h in headers]))}
+    for part in parts[1:]:
+        out["devices"] |= part["devices"]  # shards own disjoint devices
+        for key in ("anomalies", "faults", "failed"):
+            out[key] = out[key] + part[key]
+    return out
+
+
 def merge_manifests(parts: Sequence[Path], path: Path, run: dict[str, Any]) -> None:
     """Merge per-worker manifests (disjoint device slices) into one file.
 
@@ -266,17 +347,7 @@ def merge_manifests(parts: Sequence[Path], path: Path, run: dict[str, Any]) -> N
     for part in parts:
         with part.open("rb") as fh:
             headers.append(orjson.loads(fh.readline()))
-    totals: dict[str, Any] = {}
-    for h in headers:
-        for key, value in h["totals"].items():
-            if isinstance(value, dict):
-                bucket = totals.setdefault(key, {})
-                for k, v in value.items():
-                    bucket[k] = bucket.get(k, 0) + v
-            else:
-                totals[key] = totals.get(key, 0) + value
-    header = {"type": "header", "manifest_version": MANIFEST_VERSION, "run": run,
-              "totals": totals}  # fmt: skip
+    header = {"type": "header", **merge_headers(headers, run)}
 
     def lines_of(part: Path, kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
         with part.open("rb") as fh:

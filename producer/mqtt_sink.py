@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from common.latency import LatencyHistogram
 from common.mqtt import connect, make_client, telemetry_topic
 from common.mqtt_settings import MqttSettings
 from producer.faults import Message
@@ -65,7 +66,7 @@ class MqttSink:
         self.prefix = settings.topic_prefix
         self.acked = 0
         self.errors: Counter[str] = Counter()
-        self.latencies_s: list[float] = []
+        self.latency = LatencyHistogram()
         self.failures: list[Failure] = []
         self.max_payload_bytes = max_payload_bytes
         self.max_pending = max_pending
@@ -99,7 +100,7 @@ class MqttSink:
             return
         self.acked += 1
         if self.acked % self._sample_every == 0:
-            self.latencies_s.append(time.monotonic() - sent)
+            self.latency.record(time.monotonic() - sent)
 
     def send_batch(self, msgs: Sequence[Message]) -> None:
         """Publish messages in order, waiting (bounded) while too many await their PUBACK.

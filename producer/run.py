@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from common.report import RUNNING, ProducerReport
-from common.stats import percentiles
 from common.stop_signals import StopFlag, stopped_by_signals
 from producer.manifest import Manifest
 from producer.pacing import Pacer
@@ -153,9 +152,8 @@ class _Tally:
             send_s=round(sending, 3),
             achieved_rate=round(self.sent / sending, 1) if sending > 0 else 0.0,
             errors=errors,
-            ack_latency_ms={
-                k: round(v * 1000, 3) for k, v in percentiles(sink.latencies_s).items()
-            },
+            ack_latency_ms=sink.latency.percentiles_ms(),
+            ack_latency_histogram=sink.latency.encode() if sink.latency.count else None,
             throttle_events=getattr(sink, "throttle_events", 0),
             stopped_by=self.stopped_by,
             started_at=self.started_at,

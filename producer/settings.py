@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from common.fleet_settings import FleetSettings
@@ -16,6 +16,7 @@ from common.mqtt_settings import MqttSettings
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig, parse_delay
 from producer.rate import RateProfile, parse_profile
+from producer.shards import Shard
 
 
 def _share(what: str) -> float | None:
@@ -101,6 +102,17 @@ class ProducerSettings(FleetSettings):
         description="Draw event ids from the seed (byte-identical reruns) instead of at random",
     )
     workers: int = Field(1, ge=1, le=64, description="Processes, each owning a slice of the fleet")
+    shard: str | None = Field(
+        None,
+        description="K/N: send shard K (0-based) of the fleet split N ways, one host of many "
+        "(disjoint devices, 1/N of the rate and count, its own manifest and report); N "
+        "alone takes K from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job)",
+    )
+    start_at: datetime | None = Field(
+        None,
+        description="Wall-clock time (ISO-8601 with a zone) at which sending starts: give "
+        "every shard the same one, and their combined rate is the target from the first second",
+    )
     batch_size: int = Field(4096, ge=1, le=100_000, description="Readings made per step")
     replay: Path | None = Field(
         None, description="Publish this JSON-lines file verbatim instead of simulating"
@@ -159,11 +171,13 @@ class ProducerSettings(FleetSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     mqtt: MqttSettings = Field(default_factory=MqttSettings)
 
-    @field_validator("start_time")
+    @field_validator("start_time", "start_at")
     @classmethod
-    def _aware(cls, v: datetime | None) -> datetime | None:
+    def _aware(cls, v: datetime | None, info: ValidationInfo) -> datetime | None:
         if v is not None and v.tzinfo is None:
-            raise ValueError("start_time must carry a UTC offset, e.g. 2026-01-01T00:00:00Z")
+            raise ValueError(
+                f"{info.field_name} must carry a UTC offset, e.g. 2026-01-01T00:00:00Z"
+            )
         return v
 
     @model_validator(mode="after")
@@ -184,9 +198,21 @@ class ProducerSettings(FleetSettings):
             raise ValueError("transport=stdout needs workers=1 (lines would interleave)")
         if self.replay is not None and self.workers > 1:
             raise ValueError("replay sends one file in order: it needs workers=1")
-        if self.replay is None and self.workers > self.fleet_size:
-            raise ValueError("workers: at most one per device (each owns a slice of the fleet)")
+        shard = self.fleet_shard()
+        if shard.count > 1 and self.replay is not None:
+            raise ValueError("replay sends one file in order: it cannot be split into shards")
+        if self.replay is None and self.workers * shard.count > self.fleet_size:
+            raise ValueError(
+                "workers: at most one per device (each owns a slice of the fleet)"
+                if shard.count == 1
+                else f"workers x shards ({self.workers} x {shard.count}) is more than the "
+                f"{self.fleet_size} devices: each worker of each shard owns at least one"
+            )
         return self
+
+    def fleet_shard(self) -> Shard:
+        """Which shard of the fleet this process sends (``0/1``: the whole fleet)."""
+        return Shard.parse(self.shard)
 
     def _rate(self, name: str) -> float:
         value = getattr(self, name)

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
 from common.cli import make_writable_folder
+from common.latency import LatencyHistogram
 from producer.faults import Message
 
 Failure = tuple[bytes | None, Any, str]
@@ -41,7 +42,7 @@ class Sink(Protocol):
 
     acked: int
     errors: Counter[str]
-    latencies_s: list[float]
+    latency: LatencyHistogram  # sampled acknowledgement latencies
     failures: list[Failure]
 
     def send_batch(self, msgs: Sequence[Message]) -> None:
@@ -108,7 +109,7 @@ class KafkaSink:
         self.topic = topic
         self.acked = 0
         self.errors: Counter[str] = Counter()
-        self.latencies_s: list[float] = []
+        self.latency = LatencyHistogram()
         self.failures: list[Failure] = []
         self.throttle_events = 0
         self.throttle_ms_total = 0
@@ -143,7 +144,7 @@ class KafkaSink:
             if self.acked % self._sample_every == 0:
                 latency = msg.latency()
                 if latency is not None:
-                    self.latencies_s.append(latency)
+                    self.latency.record(latency)
             return
         self.errors[err.name()] += 1
         self.failures.append((msg.value(), tag, err.name()))
@@ -354,7 +355,7 @@ class FileSink:
         self.prefix = prefix
         self.acked = 0
         self.errors: Counter[str] = Counter()
-        self.latencies_s: list[float] = []
+        self.latency = LatencyHistogram()
         self.failures: list[Failure] = []
         self.files: list[Path] = []
         self._buf: list[bytes] = []
@@ -418,7 +419,7 @@ class StdoutSink:
         """Bind to the process's stdout."""
         self.acked = 0
         self.errors: Counter[str] = Counter()
-        self.latencies_s: list[float] = []
+        self.latency = LatencyHistogram()
         self.failures: list[Failure] = []
         self._out = sys.stdout.buffer
 

@@ -16,18 +16,18 @@ import sys
 import tempfile
 import time
 import types
-from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from common.report import RUNNING, ProducerReport
-from common.stats import percentiles
 from common.stop_signals import StopFlag
 from producer.launch import run_one
 from producer.manifest import merge_manifests
+from producer.report_merge import merge_reports
 from producer.run import REPORT_EVERY_S
+from producer.shards import wait_until
 
 _STATS = 4  # readings, sent, acked, errors
 START_WAIT_S = 30.0  # most a ready worker waits for the others before it starts anyway
@@ -98,9 +98,10 @@ def _worker_main(
         nonlocal gated
         gated = True
         _start_gate(ready, workers, flag)
+        wait_until(settings.start_at, flag, say=_stderr if worker == 0 else None)
 
     try:
-        report, samples = run_one(
+        report = run_one(
             settings,
             worker=worker,
             workers=workers,
@@ -113,71 +114,11 @@ def _worker_main(
         if not gated:  # the others must not wait for a worker that will never come
             _arrive(ready)
         raise
-    part = report.to_dict() | {"_latency_samples": samples}
-    (Path(out) / f"report-{worker}.json").write_text(json.dumps(part))
+    (Path(out) / f"report-{worker}.json").write_text(json.dumps(report.to_dict()))
 
 
-def merge_reports(parts: list[dict[str, Any]]) -> ProducerReport:
-    """Combine the workers' reports into one."""
-
-    def summed(key: str) -> list[Any]:
-        width = max(len(p[key]) for p in parts)
-        return [sum(p[key][i] for p in parts if i < len(p[key])) for i in range(width)]
-
-    def counters(key: str) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for p in parts:
-            for k, v in p[key].items():
-                out[k] = out.get(k, 0) + v
-        return out
-
-    # The workers' clocks start together (``_start_gate``) but may end apart: the run
-    # lasts from the first start to the last end.
-    starts = [datetime.fromisoformat(p["started_at"]).timestamp() for p in parts]
-
-    def until_last(key: str) -> float:
-        """Seconds from the first start to the last part's end of ``key`` seconds."""
-        return round(max(t + p[key] for t, p in zip(starts, parts, strict=True)) - min(starts), 3)
-
-    duration, sending = until_last("duration_s"), until_last("send_s")
-    sent = sum(p["sent"] for p in parts)
-    acked = sum(p["acked"] for p in parts)
-    samples = [s for p in parts for s in p["_latency_samples"]]
-    stopped = sorted({p["stopped_by"] for p in parts})
-    fatal = "; ".join(p["fatal"] for p in parts if p["fatal"]) or None
-    known = {f.name for f in fields(ProducerReport)}
-    base = {k: v for k, v in parts[0].items() if k in known}
-    return ProducerReport(
-        **base
-        | {
-            "target_rate": round(sum(p["target_rate"] for p in parts), 1),
-            "sent": sent,
-            "acked": acked,
-            "undelivered": sum(p["undelivered"] for p in parts),
-            "duration_s": duration,
-            "send_s": sending,
-            "achieved_rate": round(sent / sending, 1) if sending > 0 else 0.0,
-            "acked_rate": round(acked / duration, 1) if duration > 0 else 0.0,
-            "errors": counters("errors"),
-            "expected_errors": counters("expected_errors"),
-            "unexpected_errors": counters("unexpected_errors"),
-            "ack_latency_ms": {k: round(v * 1000, 3) for k, v in percentiles(samples).items()},
-            "throttle_events": sum(p["throttle_events"] for p in parts),
-            "throttle_ms_total": sum(p["throttle_ms_total"] for p in parts),
-            "ready_wait_s": max(p["ready_wait_s"] for p in parts),
-            "cpu_s": round(sum(p["cpu_s"] for p in parts), 3),
-            "stopped_by": "+".join(stopped),
-            "started_at": min(p["started_at"] for p in parts),
-            "per_second": summed("per_second"),
-            "per_second_acked": summed("per_second_acked"),
-            "per_second_target": [round(x, 3) for x in summed("per_second_target")],
-            "peak_target_rate": sum(p["peak_target_rate"] for p in parts),
-            "readings": sum(p["readings"] for p in parts),
-            "lag_forgiven": sum(p["lag_forgiven"] for p in parts),
-            "workers": len(parts),
-            "fatal": fatal,
-        }
-    )
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def live_report(
@@ -190,6 +131,8 @@ def live_report(
     sent, acked, errors = (sum(values[i::_STATS]) for i in (1, 2, 3))
     totals = [[sum(v[i::_STATS]) for v in per_second] for i in (1, 2)]
     profile = settings.profile()
+    if settings.fleet_shard().count > 1:
+        profile = profile.scaled(1.0 / settings.fleet_shard().count)
     diffs = [[b - a for a, b in zip([0, *t], t, strict=False)] for t in totals]
     return ProducerReport(
         target_rate=round(profile.cumulative(elapsed) / elapsed, 1) if elapsed > 0 else 0.0,
@@ -214,6 +157,7 @@ def live_report(
         acked_rate=round(acked / elapsed, 1) if elapsed > 0 else 0.0,
         readings=sum(values[0::_STATS]),
         workers=settings.workers,
+        shard=str(shard) if (shard := settings.fleet_shard()).count > 1 else None,
     )
 
 
@@ -272,9 +216,15 @@ def run_workers(
         while any(p.is_alive() for p in procs):
             next(p for p in procs if p.is_alive()).join(0.1)
             if started is None and ready.value >= workers:
-                started = time.monotonic()
+                # The workers' clocks start at the shared start time, if one is set.
+                delay = settings.start_at.timestamp() - time.time() if settings.start_at else 0
+                started = time.monotonic() + max(0.0, delay)
                 next_report = started + REPORT_EVERY_S
-            if started is not None and settings.report_path is not None:
+            if (
+                started is not None
+                and settings.report_path is not None
+                and time.monotonic() >= started
+            ):
                 since = time.monotonic() - started
                 while len(per_second) < int(since):
                     per_second.append(list(stats))

@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from common.latency import LatencyHistogram
 from common.report import RUNNING
 from producer.__main__ import main
 from producer.launch import throughput_warning
@@ -340,7 +341,8 @@ class _CountingSource:
 
 class _NullSink:
     def __init__(self) -> None:
-        self.acked, self.errors, self.latencies_s, self.failures = 0, Counter(), [], []
+        self.acked, self.errors, self.failures = 0, Counter(), []
+        self.latency = LatencyHistogram()
 
     def send_batch(self, msgs) -> None:
         self.acked += len(msgs)
@@ -509,17 +511,21 @@ def test_the_clock_starts_after_the_source_is_prepared_and_the_sink_is_ready():
 
 
 def test_merged_workers_last_from_the_first_start_to_the_last_end():
+    from common.latency import LatencyHistogram
     from common.report import ProducerReport
-    from producer.workers import merge_reports
+    from producer.report_merge import merge_reports
 
     def part(started_at: str, duration_s: float, send_s: float, sent: int, ready: float) -> dict:
+        latency = LatencyHistogram()
+        latency.record(0.01)
         report = ProducerReport(
             target_rate=0.0, sent=sent, acked=sent, undelivered=0, duration_s=duration_s,
             send_s=send_s, achieved_rate=0.0, errors={}, ack_latency_ms={},
             started_at=started_at, per_second=[sent], per_second_acked=[sent],
             per_second_target=[0.0], ready_wait_s=ready,
+            ack_latency_histogram=latency.encode(),
         )  # fmt: skip
-        return report.to_dict() | {"_latency_samples": [0.01]}
+        return report.to_dict()
 
     merged = merge_reports([
         part("2026-01-01T00:00:00.500000+00:00", 1.0, 0.75, 300, 0.5),
