@@ -10,8 +10,9 @@ from pathlib import Path
 from common import cli
 from common.lake_settings import LakeSettings
 from common.settings import add_settings_arguments, load_settings
-from loadtest.lake import LakeReadError, manifest_files, read_lake, read_truth
+from loadtest.lake import LakeReadError, named_files, read_lake, read_truth
 from loadtest.report import verify_markdown
+from loadtest.senders import read_reports, senders, senders_lines
 from loadtest.settings import LoadtestSettings
 from loadtest.verify import VerifyConfig, interval_seconds, verify
 
@@ -34,7 +35,7 @@ def _verify(args: argparse.Namespace) -> int:
                 cli.BAD_INPUT,
             )
     try:
-        manifests = manifest_files(args.manifest)  # the files the user named, checked first
+        manifests = named_files(args.manifest, "manifest")  # the named files, checked first
     except LakeReadError as exc:
         return cli.error(str(exc), cli.BAD_INPUT)
     try:
@@ -53,17 +54,24 @@ def _verify(args: argparse.Namespace) -> int:
             cli.BAD_INPUT,
         )
     try:
+        sent_by = senders(read_reports(named_files(args.reports, "report", "*.json")))
+    except LakeReadError as exc:
+        return cli.error(str(exc), cli.BAD_INPUT)
+    try:
         truth = read_truth(manifests)
         lake = read_lake(root, lake_settings.storage_options())
     except LakeReadError as exc:
         return cli.error(str(exc), cli.BAD_INPUT)
     result = verify(truth, lake, VerifyConfig(watermark_s, args.slack_s, args.strict, latency_from))
     print(result.summary())
+    if sent_by is not None:
+        print("\nsenders:\n" + "\n".join(senders_lines(sent_by)))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "verify.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
-        (out / "verify.md").write_text(verify_markdown(result))
+        document = result.to_dict() | ({"senders": sent_by} if sent_by is not None else {})
+        (out / "verify.json").write_text(json.dumps(document, indent=2, default=str))
+        (out / "verify.md").write_text(verify_markdown(result, sent_by))
         print(f"written: {out / 'verify.json'}, {out / 'verify.md'}")
     return 0 if result.ok else 1
 
@@ -130,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         "--latency-from",
         help="measure latency only for readings created at or after this ISO-8601 time "
         "(e.g. the end of a warm-up); loss and duplicates still cover every reading",
+    )
+    v.add_argument(
+        "--reports",
+        nargs="+",
+        default=[],
+        help="the producers' reports (--report-path), one per shard: files, a folder of them "
+        "(*.json) or a glob; adds each sender's rate and latency, and their total",
     )
     v.add_argument("--out", help="folder for verify.json and verify.md")
     r = sub.add_parser(

@@ -142,8 +142,13 @@ def check_manifest(path: Path) -> None:
         )
 
 
-def manifest_files(specs: Sequence[str]) -> list[Path]:
-    """The manifest files that files, folders (their ``*.jsonl``) and globs name, in order.
+def named_files(specs: Sequence[str], what: str, pattern: str = "*.jsonl") -> list[Path]:
+    """The files that files, folders (their ``pattern``) and globs name, in order, once each.
+
+    Args:
+        specs: File paths, folders, or glob patterns.
+        what: What the files are, for messages (``manifest``, ``report``).
+        pattern: The files a folder holds.
 
     Raises:
         LakeReadError: A name matches no file, in one line naming it.
@@ -152,18 +157,19 @@ def manifest_files(specs: Sequence[str]) -> list[Path]:
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            found = sorted(p for p in path.glob("*.jsonl") if p.is_file())
+            found = sorted(p for p in path.glob(pattern) if p.is_file())
             if not found:
-                raise LakeReadError(
-                    f"no manifest (*.jsonl) in the folder {path}: pass the producers' "
-                    "--manifest-path files"
-                )
+                raise LakeReadError(f"no {what} ({pattern}) in the folder {path}")
         elif glob.has_magic(spec):
             found = sorted(Path(p) for p in glob.glob(spec) if Path(p).is_file())
             if not found:
-                raise LakeReadError(f"no manifest matches {spec}: check the pattern")
-        else:
+                raise LakeReadError(f"no {what} matches {spec}: check the pattern")
+        elif what == "manifest":
             check_manifest(path)
+            found = [path]
+        elif not path.is_file():
+            raise LakeReadError(f"no {what} at {path}")
+        else:
             found = [path]
         out += [p for p in found if p not in out]
     return out

@@ -10,6 +10,7 @@ from typing import Any
 
 from common.report import ProducerReport
 from loadtest import svg
+from loadtest.senders import senders_lines
 from loadtest.verify import STAGES, VerifyResult
 
 
@@ -127,8 +128,8 @@ def _latency_table(result: VerifyResult) -> list[str]:
             f"{result.latency.get('note', '')}.", ""]  # fmt: skip
 
 
-def verify_markdown(result: VerifyResult) -> str:
-    """``verify``'s readable page."""
+def verify_markdown(result: VerifyResult, sent_by: dict[str, Any] | None = None) -> str:
+    """``verify``'s readable page; with ``sent_by`` (``loadtest.senders.senders``), the senders."""
     q = result.quarantine
     lines = [
         f"# verify: {'PASS' if result.ok else 'FAIL'}",
@@ -151,6 +152,8 @@ def verify_markdown(result: VerifyResult) -> str:
         *(["| (none injected) | 0 | 0 |"] if not q["by_reason"] else []),
         "",
     ]
+    if sent_by is not None:
+        lines += ["## Senders", "", *senders_lines(sent_by), ""]
     return "\n".join(lines)
 
 

@@ -1,9 +1,10 @@
 """verify and loadtest on the real pipeline: producer -> broker -> processor -> Delta.
 
 1. A chaos-scenario run (duplicates, late and out-of-order readings, malformed
-   payloads, skewed clocks) processed with ``available_now``: verify passes and
-   accounts for every injected fault; then one bronze row deleted and one silver
-   row doubled with delta-rs, and verify catches each.
+   payloads, skewed clocks) sent as four shards, four producer processes with one
+   start time into one topic, processed with ``available_now``: verify over the four
+   manifests passes and accounts for every injected fault; then one bronze row
+   deleted and one silver row doubled with delta-rs, and verify catches each.
 2. ``python -m loadtest run`` for 10 s of warm-up and 20 s at 300 events/s through the broker's Event
    Hubs-shaped SASL_SSL listener (``target=local_sasl``, the code path of a real
    Event Hubs): it passes, with the latency bound loosened for a shared machine.
@@ -12,7 +13,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,11 +26,13 @@ from infra.broker import ensure_topic
 from infra.jars import ensure_jar_dir
 from loadtest.lake import read_lake, read_truth
 from loadtest.verify import VerifyConfig, verify
-from tests.integration.proc import run_python, service_env
+from producer.manifest import read_manifest
+from tests.integration.proc import ROOT, run_python, service_env
 
 pytestmark = pytest.mark.integration
 
-FLEET, SEED, COUNT = 20, 11, 4000
+FLEET, SEED, COUNT, SHARDS = 20, 11, 4000, 4
+SHARD_START_S = 10  # the shards' shared start, this far after they are launched
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -40,18 +46,34 @@ def chaos_run(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     topic = "verify-chaos"
     ensure_topic(kafka_broker.plaintext, topic, partitions=3)
     kafka = {"IOT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.plaintext, "IOT_KAFKA_TOPIC": topic}
-    manifest = work / "manifest.jsonl"
-    code = run_python(
-        ["-m", "producer"],
-        _env(**kafka, IOT_PRODUCER_SCENARIO="chaos", IOT_PRODUCER_COUNT=str(COUNT),
-             IOT_PRODUCER_RATE="0", IOT_PRODUCER_FLEET_SIZE=str(FLEET),
-             IOT_PRODUCER_SEED=str(SEED), IOT_PRODUCER_START_TIME="2026-01-01T00:00:00Z",
-             IOT_PRODUCER_CLOCK_RATE="100", IOT_PRODUCER_MANIFEST_PATH=str(manifest)),
-        work / "producer.log",
-        300,
-    )  # fmt: skip
-    # Exit 1 is the oversized payloads the broker refused on purpose; the manifest says so.
-    assert code in (0, 1), (work / "producer.log").read_text()[-3000:]
+    manifests = work / "manifests"
+    start_at = (datetime.now(UTC) + timedelta(seconds=SHARD_START_S)).isoformat()
+    shards = [
+        subprocess.Popen(
+            [sys.executable, "-m", "producer"],
+            cwd=ROOT,
+            stdout=(work / f"producer-{k}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            env=_env(
+                **kafka,
+                IOT_PRODUCER_SCENARIO="chaos",
+                IOT_PRODUCER_COUNT=str(COUNT),
+                IOT_PRODUCER_RATE="0",
+                IOT_PRODUCER_FLEET_SIZE=str(FLEET),
+                IOT_PRODUCER_SEED=str(SEED),
+                IOT_PRODUCER_START_TIME="2026-01-01T00:00:00Z",
+                IOT_PRODUCER_CLOCK_RATE="100",
+                IOT_PRODUCER_SHARD=f"{k}/{SHARDS}",
+                IOT_PRODUCER_START_AT=start_at,
+                IOT_PRODUCER_MANIFEST_PATH=str(manifests / f"manifest-{k}.jsonl"),
+                IOT_PRODUCER_REPORT_PATH=str(work / "reports" / f"report-{k}.json"),
+            ),
+        )  # fmt: skip
+        for k in range(SHARDS)
+    ]
+    for k, proc in enumerate(shards):
+        # Exit 1 is the oversized payloads the broker refused on purpose; the manifest says so.
+        assert proc.wait(300) in (0, 1), (work / f"producer-{k}.log").read_text()[-3000:]
     lake = work / "lake"
     code = run_python(
         ["-m", "processor", "run"],
@@ -63,21 +85,38 @@ def chaos_run(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
         900,
     )  # fmt: skip
     assert code == 0, (work / "processor.log").read_text()[-3000:]
-    return manifest, lake
+    return manifests, lake
 
 
-def _faults(manifest: Path) -> list[dict]:
-    lines = [json.loads(line) for line in manifest.read_text().splitlines()]
+def _faults(manifests: Path) -> list[dict]:
+    lines = [json.loads(line) for m in _files(manifests) for line in m.read_text().splitlines()]
     return [line for line in lines if line["type"] == "fault"]
 
 
+def _files(manifests: Path) -> list[Path]:
+    return sorted(manifests.glob("*.jsonl"))
+
+
 def test_verify_accounts_for_every_injected_fault(chaos_run: tuple[Path, Path]) -> None:
-    manifest, lake = chaos_run
-    truth = read_truth(manifest)
+    manifests, lake = chaos_run
+    truth = read_truth(_files(manifests))
     result = verify(truth, read_lake(str(lake)), VerifyConfig())
     assert result.ok, result.summary()
     assert result.warnings == [], result.summary()
-    faults = _faults(manifest)
+    # Four shards of one fleet: disjoint devices, all of them, and the count split.
+    assert truth.header["run"]["shards"] == SHARDS
+    per_shard = [read_manifest(m) for m in _files(manifests)]
+    assert [sorted(m["devices"]) for m in per_shard] == [
+        [f"dev-{i:05d}" for i in range(k, FLEET, SHARDS)] for k in range(SHARDS)
+    ]
+    assert truth.events["device_id"].n_unique() == FLEET
+    reports = [json.loads(p.read_text()) for p in sorted(manifests.parent.glob("reports/*"))]
+    assert [r["shard"] for r in reports] == [f"{k}/{SHARDS}" for k in range(SHARDS)]
+    assert [r["readings"] for r in reports] == [COUNT // SHARDS] * SHARDS
+    # One start time: the shards' clocks started within a second of each other.
+    starts = [datetime.fromisoformat(r["started_at"]).timestamp() for r in reports]
+    assert max(starts) - min(starts) < 1.0, starts
+    faults = _faults(manifests)
     kinds = Counter(f["kind"] for f in faults)
     assert kinds["duplicate"] > 0 and kinds["late"] > 0 and kinds["out_of_order"] > 0
     # One batch (available_now): the watermark drops nothing, so silver holds every reading.
@@ -106,8 +145,8 @@ def test_verify_accounts_for_every_injected_fault(chaos_run: tuple[Path, Path]) 
 def test_verify_catches_a_lost_and_a_duplicated_event(
     chaos_run: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    manifest, lake = chaos_run
-    truth = read_truth(manifest)
+    manifests, lake = chaos_run
+    truth = read_truth(_files(manifests))
     once = truth.events.filter(~truth.events["event_id"].is_in(list(truth.fault_ids("duplicate"))))
     lost = once.row(10, named=True)
     doubled = once.row(20, named=True)
@@ -129,15 +168,43 @@ def test_verify_catches_a_lost_and_a_duplicated_event(
     assert result.duplicates["silver_duplicated_ids"] == 1
     assert result.duplicates["examples"] == [{"event_id": doubled["event_id"], "copies": 2}]
     assert len(result.failures) == 2
-    assert code_of(manifest, lake, tmp_path) == 1
+    assert code_of(manifests, lake, tmp_path) == 1
 
 
-def code_of(manifest: Path, lake: Path, out: Path) -> int:
+def code_of(manifests: Path, lake: Path, out: Path, *extra: str) -> int:
     return run_python(
-        ["-m", "loadtest", "verify", "--manifest", str(manifest), "--lake-root", str(lake),
-         "--out", str(out)],
+        ["-m", "loadtest", "verify", "--manifest", str(manifests), "--lake-root", str(lake),
+         "--out", str(out), *extra],
         _env(), out / "verify.log", 300,
     )  # fmt: skip
+
+
+def test_verify_of_the_shards_from_the_command_line(
+    chaos_run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    manifests, lake = chaos_run
+    reports = manifests.parent / "reports"
+    (tmp_path / "all").mkdir()
+    assert code_of(manifests, lake, tmp_path / "all", "--reports", str(reports)) == 0
+    document = json.loads((tmp_path / "all" / "verify.json").read_text())
+    parts = [json.loads(p.read_text()) for p in sorted(reports.glob("*.json"))]
+    total = document["senders"]["total"]
+    assert [row["sender"] for row in document["senders"]["parts"]] == ["0/4", "1/4", "2/4", "3/4"]
+    assert total["acked"] == sum(p["acked"] for p in parts) == document["counts"]["bronze_rows"]
+    assert total["workers"] == SHARDS
+    assert "## Senders" in (tmp_path / "all" / "verify.md").read_text()
+    # Three of the four shards' manifests: one line, exit 2, nothing judged.
+    some = [str(m) for m in _files(manifests)[:3]]
+    code = run_python(
+        ["-m", "loadtest", "verify", "--manifest", *some, "--lake-root", str(lake)],
+        _env(), tmp_path / "three.log", 300,
+    )  # fmt: skip
+    said = (tmp_path / "three.log").read_text()
+    assert code == 2, said
+    assert said.strip().splitlines()[-1] == (
+        "error: the 3 manifests are not one run's: the manifests of shard 3 are missing: "
+        "verify gets the manifest of each of the run's 4 shards exactly once"
+    )
 
 
 @pytest.mark.slow

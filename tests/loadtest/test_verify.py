@@ -419,3 +419,68 @@ def test_interval_seconds_rejects_nonsense() -> None:
         interval_seconds("soon")
     with pytest.raises(ValueError, match="unknown unit"):
         interval_seconds("2 fortnights")
+
+
+def _split(manifest: Path, folder: Path) -> list[Path]:
+    """The manifest as two shards' manifests: each device line to its own shard."""
+    lines = [json.loads(line) for line in manifest.read_text().splitlines()]
+    header, devices = lines[0], [x for x in lines if x["type"] == "device"]
+    folder.mkdir()
+    out = []
+    for k, device in enumerate(devices):
+        run = header["run"] | {"shard": {"index": k, "count": len(devices)}}
+        part = [header | {"run": run, "totals": {"messages_sent": device["acked"]}}, device]
+        out.append(folder / f"manifest-{k}.jsonl")
+        out[-1].write_text("".join(json.dumps(x) + "\n" for x in part))
+    return out
+
+
+def test_verify_reads_the_manifests_of_a_runs_shards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest, lake = clean_run().write(tmp_path / "clean")
+    shards = _split(manifest, tmp_path / "shards")
+    judge = ["--lake-root", str(lake), "--watermark", "10 seconds", "--slack-s", "5"]
+    for named in ([str(tmp_path / "shards")], [str(p) for p in shards],
+                  [str(tmp_path / "shards" / "manifest-*.jsonl")]):  # fmt: skip
+        out = tmp_path / f"out{len(named)}"
+        assert main(["verify", "--manifest", *named, *judge, "--out", str(out)]) == 0
+        report = json.loads((out / "verify.json").read_text())
+        assert report["counts"]["acked"] == 10 and report["ok"] is True
+    truth = read_truth(shards)
+    assert truth.header["run"]["shards"] == 2 and "shard" not in truth.header["run"]
+    assert truth.header["totals"] == {"messages_sent": 10}
+    capsys.readouterr()
+
+    def error_of(*named: str) -> str:
+        assert main(["verify", "--manifest", *named, *judge]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        return err.strip()
+
+    assert error_of(str(shards[0])) == (
+        f"error: {shards[0]} is not a readable producer manifest: the manifests of shard 1 are "
+        "missing: verify gets the manifest of each of the run's 2 shards exactly once"
+    )
+    assert error_of(str(shards[0]), str(shards[0]), str(tmp_path / "shards" / "*-0.jsonl")) == (
+        f"error: {shards[0]} is not a readable producer manifest: the manifests of shard 1 are "
+        "missing: verify gets the manifest of each of the run's 2 shards exactly once"
+    )  # a file named twice is read once
+    other = tmp_path / "other.jsonl"
+    lines = shards[1].read_text().splitlines()
+    head = json.loads(lines[0])
+    head["run"]["seed"] = 2
+    other.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    assert error_of(str(shards[0]), str(other)) == (
+        "error: the 2 manifests are not one run's: the manifests are of different runs: "
+        "their seed differs (1 against 2)"
+    )
+    assert error_of(str(tmp_path / "nothing-*.jsonl")) == (
+        f"error: no manifest matches {tmp_path / 'nothing-*.jsonl'}: check the pattern"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert error_of(str(empty)) == f"error: no manifest (*.jsonl) in the folder {empty}"
+    assert error_of(str(shards[0]), "--reports", str(tmp_path / "r.json")) == (
+        f"error: no report at {tmp_path / 'r.json'}"
+    )
