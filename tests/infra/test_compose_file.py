@@ -51,6 +51,7 @@ EXACT_TAG = re.compile(r"^\d+\.\d+\.\d+([-.][A-Za-z0-9.-]+)?$")
 EVENTHUBS_SERVICES = {"eh-producer", "eh-processor", "eh-dashboard"}
 MQTT_SERVICES = {"mosquitto", "bridge", "producer-mqtt"}
 NOTIFIER_SERVICES = {"notifier"}
+SHARD_SERVICES = {f"producer-shard-{k}" for k in range(4)}
 # The images of python -m <service>: each installs the extra of its name.
 SERVICE_IMAGES = ("producer", "processor", "dashboard", "bridge", "notifier")
 LEDGER = "/data/notifier/deliveries.sqlite"
@@ -238,7 +239,7 @@ def test_env_example_documents_every_default_as_compose_has_it():
     set_, commented = env_example()
     documented = set_ | commented
     defaults = {name: arg for name, op, arg in references() if op in (":-", "-")}
-    assert len(defaults) == 15
+    assert len(defaults) == 19
     assert {n: documented.get(n) for n in defaults} == defaults
 
 
@@ -306,7 +307,7 @@ def test_build_contexts_and_dockerfiles_exist(compose):
         "bridge": "infra/docker/bridge.Dockerfile",
         "producer-mqtt": "infra/docker/producer.Dockerfile",
         "notifier": "infra/docker/notifier.Dockerfile",
-    }
+    } | dict.fromkeys(SHARD_SERVICES, "infra/docker/producer.Dockerfile")
     assert {p.name for p in DOCKERFILES} == {Path(d).name for d in built.values()}
 
 
@@ -508,7 +509,7 @@ def test_local_pipeline_wiring(compose):
         assert report.startswith("/data/producer/")
     assert set(compose["volumes"]) == {
         "lake", "eh-lake", "producer-run", "eh-producer-run", "kafka-data", "mosquitto-data",
-        "notifier-ledger",
+        "notifier-ledger", "shards",
     }  # fmt: skip
     assert (
         svcs["producer"]["environment"]["IOT_PRODUCER_FLEET_SIZE"]
@@ -524,7 +525,31 @@ def test_profiles(compose):
         {name: ["eventhubs"] for name in EVENTHUBS_SERVICES}
         | {name: ["mqtt"] for name in MQTT_SERVICES}
         | {name: ["notifier"] for name in NOTIFIER_SERVICES}
+        | {name: ["shards"] for name in SHARD_SERVICES}
     )
+
+
+def test_shards_profile_sends_one_fleet_in_four_shards(raw, compose):
+    svcs = compose["services"]
+    envs = [svcs[f"producer-shard-{k}"]["environment"] for k in range(4)]
+    assert [e["IOT_PRODUCER_SHARD"] for e in envs] == ["0/4", "1/4", "2/4", "3/4"]
+    assert [e["IOT_PRODUCER_MANIFEST_PATH"] for e in envs] == [
+        f"/data/producer/manifest-{k}.jsonl" for k in range(4)
+    ]
+    assert [e["IOT_PRODUCER_REPORT_PATH"] for e in envs] == [
+        f"/data/producer/report-{k}.json" for k in range(4)
+    ]
+    shared = ("IOT_PRODUCER_FLEET_SIZE", "IOT_PRODUCER_RATE", "IOT_PRODUCER_SEED",
+              "IOT_PRODUCER_DURATION_S", "IOT_KAFKA_TOPIC", "IOT_KAFKA_BOOTSTRAP_SERVERS")  # fmt: skip
+    for key in shared:
+        assert len({str(e[key]) for e in envs}) == 1, key
+    for k in range(4):
+        svc = svcs[f"producer-shard-{k}"]
+        assert svc["volumes"] == ["shards:/data/producer"] and svc["restart"] == "no"
+        # The start time passes through from the shell, the same for all four.
+        assert (
+            raw["services"][f"producer-shard-{k}"]["environment"]["IOT_PRODUCER_START_AT"] is None
+        )
 
 
 def test_eventhubs_profile(raw, compose):
