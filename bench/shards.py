@@ -77,7 +77,8 @@ def run_shards(args: argparse.Namespace, bootstrap: str, topic: str, work: Path)
     procs = [
         subprocess.Popen(
             _command(args, reports[k], "--shard", f"{k}/{SHARDS}", "--start-at", start_at),
-            cwd=ROOT, env=_env(bootstrap, topic),
+            cwd=ROOT,
+            env=_env(bootstrap, topic),
         )  # fmt: skip
         for k in range(SHARDS)
     ]
