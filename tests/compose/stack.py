@@ -74,9 +74,14 @@ class Stack:
             raise AssertionError(f"docker compose {shown} failed:\n{output[-3000:]}")
         return output
 
-    def states(self) -> dict[str, dict]:
-        """Each service's container (stopped ones too; not `run`'s): state, health, exit code."""
-        out = self.compose("ps", "-a", "--format", "json")
+    def states(self, *profiles: str) -> dict[str, dict]:
+        """Each service's container (stopped ones too; not `run`'s): state, health, exit code.
+
+        Args:
+            profiles: Profiles whose services count too (compose leaves them out otherwise).
+        """
+        chosen = [arg for p in profiles for arg in ("--profile", p)]
+        out = self.compose(*chosen, "ps", "-a", "--format", "json")
         rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         rows = [row for row in rows if "com.docker.compose.oneoff=True" not in row["Labels"]]
         return {

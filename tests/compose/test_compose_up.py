@@ -13,7 +13,10 @@ run in order on one stack:
 5. a ``docker compose run`` of the producer with a manifest, while the processor is
    restarted (``docker compose restart``), then SIGKILLed (``docker kill``) and started
    again: ``loadtest verify`` finds nothing lost and nothing doubled;
-6. ``docker compose down`` and ``up`` keep the lake; ``down -v`` removes it.
+6. the ``shards`` profile: four producer containers send the fleet as four shards from
+   one start time, and ``loadtest verify`` over their four manifests and reports finds
+   nothing lost or doubled;
+7. ``docker compose down`` and ``up`` keep the lake; ``down -v`` removes it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -50,6 +55,8 @@ SERVICES = {
 }
 # Three minutes of events: the restart and the kill both land while the producer sends.
 VERIFY_COUNT, VERIFY_RATE = 36_000, 200
+# The shards profile: 20 s at 400 events/s in all, from a start 45 s after `up`.
+SHARDS_RATE, SHARDS_DURATION_S, SHARDS_START_S = 400, 20, 45
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +238,56 @@ def test_a_restarted_and_a_killed_processor_lose_and_double_nothing(stack, tmp_p
     assert result["warnings"] == []
     assert result["counts"]["acked"] == totals["events_acked"]
     print(f"\n[compose-test] verify after a restart and a SIGKILL: {result['counts']}")
+
+
+def test_four_shard_containers_send_one_fleet_that_verifies_as_one(stack, tmp_path):
+    stack.compose("stop", "producer")
+    start_at = datetime.now(UTC) + timedelta(seconds=SHARDS_START_S)
+    shards = replace(
+        stack,
+        env=stack.env
+        | {
+            "IOT_PRODUCER_START_AT": start_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "SHARDS_RATE": str(SHARDS_RATE),
+            "SHARDS_DURATION_S": str(SHARDS_DURATION_S),
+        },
+    )
+    names = [f"producer-shard-{k}" for k in range(4)]
+    shards.compose("--profile", "shards", "up", "-d", "--no-deps", *names)
+
+    def ended() -> dict | None:
+        states = {n: shards.states("shards").get(n, {}) for n in names}
+        return states if all(s.get("state") == "exited" for s in states.values()) else None
+
+    states = wait_for(ended, SHARDS_START_S + SHARDS_DURATION_S + 120, "the four shards' end")
+    assert {n: s.get("exit_code") for n, s in states.items()} == dict.fromkeys(names, 0)
+    stack.compose("start", "producer")  # the stream goes on past the shards' last readings
+    volume = stack.volume("shards")
+    out = tmp_path / "verify"
+
+    def verified() -> dict | None:
+        code = subprocess.run(
+            [sys.executable, "-m", "loadtest", "verify", "--manifest", str(volume),
+             "--reports", str(volume), "--lake-root", str(stack.volume("lake")),
+             "--watermark", "30 seconds", "--out", str(out)],
+            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False,
+        ).returncode  # fmt: skip
+        result = json.loads((out / "verify.json").read_text())
+        return result if code == 0 and not result["loss"]["pending"] else None
+
+    result = wait_for(verified, 600, "verify of the four shards to pass", 15)
+    reports = [json.loads((volume / f"report-{k}.json").read_text()) for k in range(4)]
+    assert [r["shard"] for r in reports] == ["0/4", "1/4", "2/4", "3/4"]
+    assert result["loss"]["total"] == 0 and result["duplicates"]["silver_duplicated_ids"] == 0
+    assert result["counts"]["acked"] == sum(r["readings"] for r in reports)
+    assert result["counts"]["devices"] == FLEET_SIZE
+    senders = result["senders"]
+    assert senders["total"]["acked"] == sum(r["acked"] for r in reports)
+    assert senders["start_spread_s"] < 1.0, senders
+    starts = [datetime.fromisoformat(r["started_at"]) for r in reports]
+    assert all(start_at <= t < start_at + timedelta(seconds=1) for t in starts), starts
+    shards.compose("--profile", "shards", "rm", "-f", *names)
+    print(f"\n[compose-test] four shards verified as one run: {result['counts']}")
 
 
 def _inspect(container: str, template: str) -> str:

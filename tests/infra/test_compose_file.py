@@ -239,7 +239,7 @@ def test_env_example_documents_every_default_as_compose_has_it():
     set_, commented = env_example()
     documented = set_ | commented
     defaults = {name: arg for name, op, arg in references() if op in (":-", "-")}
-    assert len(defaults) == 19
+    assert len(defaults) == 17
     assert {n: documented.get(n) for n in defaults} == defaults
 
 
@@ -539,10 +539,15 @@ def test_shards_profile_sends_one_fleet_in_four_shards(raw, compose):
     assert [e["IOT_PRODUCER_REPORT_PATH"] for e in envs] == [
         f"/data/producer/report-{k}.json" for k in range(4)
     ]
-    shared = ("IOT_PRODUCER_FLEET_SIZE", "IOT_PRODUCER_RATE", "IOT_PRODUCER_SEED",
-              "IOT_PRODUCER_DURATION_S", "IOT_KAFKA_TOPIC", "IOT_KAFKA_BOOTSTRAP_SERVERS")  # fmt: skip
+    shared = ("IOT_PRODUCER_FLEET_SIZE", "IOT_PRODUCER_RATE", "IOT_PRODUCER_DURATION_S",
+              "IOT_KAFKA_TOPIC", "IOT_KAFKA_BOOTSTRAP_SERVERS")  # fmt: skip
     for key in shared:
         assert len({str(e[key]) for e in envs}) == 1, key
+    # The processor's fleet: its dimension knows every device the shards send.
+    assert (
+        envs[0]["IOT_PRODUCER_FLEET_SIZE"]
+        == svcs["processor"]["environment"]["IOT_PROCESSOR_FLEET_SIZE"]
+    )
     for k in range(4):
         svc = svcs[f"producer-shard-{k}"]
         assert svc["volumes"] == ["shards:/data/producer"] and svc["restart"] == "no"
