@@ -172,7 +172,8 @@ def build_session(
 
 def remote_url(settings: ProcessorSettings) -> str:
     """The Spark Connect server to run through (``sc://host:port``); empty: a classic session."""
-    return settings.remote or os.environ.get("SPARK_REMOTE", "")
+    remote = settings.remote.get_secret_value() if settings.remote is not None else ""
+    return remote or os.environ.get("SPARK_REMOTE", "")
 
 
 def remote_server(url: str) -> str:

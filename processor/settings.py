@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from common.fleet_settings import FleetSettings
@@ -49,11 +49,11 @@ class ProcessorSettings(FleetSettings):
     model_config = SettingsConfigDict(env_prefix="IOT_PROCESSOR_")
 
     master: str = Field("local[2]", description="Spark master; empty under spark-submit")
-    remote: str = Field(
-        "",
+    remote: SecretStr | None = Field(
+        None,
         description="Spark Connect server (sc://host:port) that runs every query (Databricks "
-        "serverless and standard access mode, spark.remote); empty: SPARK_REMOTE if set, "
-        "else a classic session on master",
+        "serverless and standard access mode, spark.remote); secret, as its URL may carry a "
+        "token; unset: SPARK_REMOTE if set, else a classic session on master",
     )
     jars_dir: str = Field(
         "",

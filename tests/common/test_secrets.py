@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from common.eventhubs import CONNECTION_STRING_SHAPE, parse_connection_string
 from common.kafka_settings import KafkaSettings
 from common.settings import SettingsError, load_settings
+from processor.settings import ProcessorSettings
 from producer.settings import ProducerSettings
 from tests.cli_runs import CliRun, run_python
 
@@ -201,6 +202,8 @@ def test_env_names_and_flags_come_from_the_model():
     assert ProducerSettings.env_name("entra_credential") == "IOT_PRODUCER_ENTRA_CREDENTIAL"
     assert ProducerSettings.flag("fleet_size") == "--fleet-size"
     assert ProducerSettings.secret_fields() == frozenset({"connection_string", "password"})
+    # A Spark Connect URL may carry a token (Databricks: sc://host:443/;token=...).
+    assert "remote" in ProcessorSettings.secret_fields()
     with pytest.raises(KeyError, match="KafkaSettings has no setting 'ca_file'"):
         KafkaSettings.env_name("ca_file")
 
