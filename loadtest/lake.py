@@ -11,9 +11,8 @@ from deltalake.exceptions import TableNotFoundError
 
 from common.delta_table import open_delta_table
 from common.lake import Table, table_location
-from loadtest.truth import Truth, truth_from_manifest
+from loadtest.truth import Truth, read_truth_files
 from loadtest.verify import LakeFrames
-from producer.manifest import read_manifests
 
 COLUMNS = {
     Table.BRONZE_EVENTS: ["value", "partition", "offset", "kafka_timestamp", "ingest_time"],
@@ -33,14 +32,14 @@ class LakeReadError(RuntimeError):
     """A table or the manifest could not be read."""
 
 
-def read_table(
+def scan_table(
     root: str,
     name: str,
     *,
     required: bool = True,
     storage_options: Mapping[str, str] | None = None,
-) -> pl.DataFrame:
-    """One table's ``COLUMNS`` as a frame.
+) -> pl.LazyFrame:
+    """One table's ``COLUMNS``, scanned lazily (nothing is read until a query collects it).
 
     Args:
         root: The lake root (folder or URI).
@@ -57,7 +56,7 @@ def read_table(
         table = open_delta_table(uri, storage_options)
     except TableNotFoundError as exc:
         if not required:
-            return pl.DataFrame(schema={c: pl.Null for c in COLUMNS[name]})
+            return pl.LazyFrame(schema={c: pl.Null for c in COLUMNS[name]})
         raise LakeReadError(
             f"no Delta table at {uri}: has the processor run against this lake?"
         ) from exc
@@ -67,20 +66,37 @@ def read_table(
     lacking = [c for c in COLUMNS[name] if c not in names]
     if lacking:
         raise LakeReadError(f"{uri} lacks the columns {', '.join(lacking)} (see docs/tables.md)")
-    return pl.from_arrow(table.to_pyarrow_table(columns=COLUMNS[name]))  # type: ignore[return-value]
+    return pl.scan_delta(table).select(COLUMNS[name])
+
+
+def read_table(
+    root: str,
+    name: str,
+    *,
+    required: bool = True,
+    storage_options: Mapping[str, str] | None = None,
+) -> pl.DataFrame:
+    """One table's ``COLUMNS`` as a frame in memory (``scan_table``, collected).
+
+    Raises:
+        LakeReadError: As ``scan_table``.
+    """
+    return scan_table(root, name, required=required, storage_options=storage_options).collect()
 
 
 def read_lake(root: str, storage_options: Mapping[str, str] | None = None) -> LakeFrames:
-    """The tables ``verify`` reads (``ops/pipeline_metrics`` may be absent) and gold's commits.
+    """The tables ``verify`` reads, scanned lazily, and gold's commits.
+
+    ``ops/pipeline_metrics`` may be absent (an empty frame).
 
     Args:
         root: The lake root (folder or URI).
         storage_options: How to reach the lake (``LakeSettings.storage_options``).
     """
     options = storage_options
-    metrics = read_table(root, Table.OPS_PIPELINE_METRICS, required=False, storage_options=options)
-    if metrics.schema.get("timestamp") == pl.Null:
-        metrics = pl.DataFrame(
+    metrics = scan_table(root, Table.OPS_PIPELINE_METRICS, required=False, storage_options=options)
+    if metrics.collect_schema().get("timestamp") == pl.Null:
+        metrics = pl.LazyFrame(
             schema={
                 "query_name": pl.String,
                 "timestamp": pl.Datetime("us", "UTC"),
@@ -90,9 +106,9 @@ def read_lake(root: str, storage_options: Mapping[str, str] | None = None) -> La
             }
         )
     return LakeFrames(
-        bronze=read_table(root, Table.BRONZE_EVENTS, storage_options=options),
-        silver=read_table(root, Table.SILVER_EVENTS, storage_options=options),
-        quarantine=read_table(root, Table.SILVER_QUARANTINE, storage_options=options),
+        bronze=scan_table(root, Table.BRONZE_EVENTS, storage_options=options),
+        silver=scan_table(root, Table.SILVER_EVENTS, storage_options=options),
+        quarantine=scan_table(root, Table.SILVER_QUARANTINE, storage_options=options),
         metrics=metrics,
         gold_commits=commit_times(
             root, Table.GOLD_DEVICE_1M, operations={"MERGE"}, storage_options=options
@@ -186,7 +202,7 @@ def read_truth(paths: Path | Sequence[Path]) -> Truth:
     for path in files:
         check_manifest(path)
     try:
-        return truth_from_manifest(read_manifests(files))
+        return read_truth_files(files)
     except (ValueError, KeyError, TypeError) as exc:
         if len(files) == 1:
             raise LakeReadError(f"{files[0]} is not a readable producer manifest: {exc}") from exc

@@ -15,7 +15,8 @@ What is checked, and how (``docs/loadtest.md`` has the long form):
   with one id (a producer bug, or two producers drawing the same id), and fails the run.
 * **Late events.** An event's *lateness* is the newest ``event_time`` among the bronze
   rows that reached Kafka no later than it (the stream's clock as the watermark sees
-  it), minus its own ``event_time``. Spark drops a row only if it is older than the
+  it; rows of the same millisecond count as arrived together), minus its own
+  ``event_time``. Spark drops a row only if it is older than the
   watermark, which trails that newest time by at least ``watermark``: so a row with
   lateness <= watermark must be kept; one later than ``watermark + slack`` should be
   dropped (``slack`` covers the batches the watermark lags behind); in between
@@ -34,20 +35,30 @@ What is checked, and how (``docs/loadtest.md`` has the long form):
   1-minute windows, and ``processed_time`` is when that batch began: that commit is
   when gold showed it. With ``latency_from`` (a load test's warm-up), only readings
   created from then on are measured; loss and duplicates still cover every reading.
+
+Memory: the inputs are streamed to disk in buckets of readings by event id
+(``loadtest.buckets``) and judged a bucket at a time, so a hundred million readings
+verify in a few gigabytes; the bronze payloads are read once, to parse them, and only a
+64-bit hash of each is kept (copies of one message have the same hash).
 """
 
 from __future__ import annotations
 
+import math
 import re
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from common.lake import Query
-from common.stats import percentiles
-from loadtest.truth import DELAYED_KINDS, NOT_DELIVERABLE_REASON, Truth
+from loadtest.buckets import ROWS_PER_BUCKET, Buckets, bucket_count, bucket_of
+from loadtest.truth import DELAYED_KINDS, EVENTS_SCHEMA, NOT_DELIVERABLE_REASON, Truth
 
 UTC_US = pl.Datetime("us", "UTC")
 EXAMPLES = 20  # listed ids per finding
@@ -61,6 +72,7 @@ _UNITS = {
     "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
 }  # fmt: skip
 STAGES = ("kafka", "bronze", "silver", "gold")
+_VALUE_SEED = 7  # the hash that tells a bronze payload's copies from a different payload
 
 
 def interval_seconds(text: str) -> float:
@@ -81,18 +93,9 @@ def interval_seconds(text: str) -> float:
     return total
 
 
-def latency_summary(values: pl.Series) -> dict[str, float]:
-    """Nearest-rank percentiles (``common.stats.percentiles``) plus max and count."""
-    v = values.drop_nulls()
-    if v.is_empty():
-        return {"count": 0}
-    ranked = {k: round(float(x), 3) for k, x in percentiles(v.to_list()).items()}
-    return {"count": len(v), **ranked, "max": round(float(v.max()), 3)}
-
-
 @dataclass(frozen=True)
 class LakeFrames:
-    """The tables ``verify`` reads, as frames (only the columns named here are used).
+    """The tables ``verify`` reads, as lazy scans or frames (only the columns named here are used).
 
     Attributes:
         bronze: ``value`` (binary raw payload), ``partition``, ``offset``,
@@ -106,10 +109,10 @@ class LakeFrames:
             (its Delta history); None or empty: gold latency is not measured.
     """
 
-    bronze: pl.DataFrame
-    silver: pl.DataFrame
-    quarantine: pl.DataFrame
-    metrics: pl.DataFrame
+    bronze: pl.LazyFrame | pl.DataFrame
+    silver: pl.LazyFrame | pl.DataFrame
+    quarantine: pl.LazyFrame | pl.DataFrame
+    metrics: pl.LazyFrame | pl.DataFrame
     gold_commits: pl.DataFrame | None = None
 
 
@@ -220,39 +223,52 @@ class VerifyResult:
 
 def _utc(df: pl.DataFrame, *cols: str) -> pl.DataFrame:
     """Timestamps as ``datetime[us, UTC]`` (naive ones are taken as UTC)."""
+    return df.with_columns(_utc_exprs(df.schema, cols)) if cols else df
+
+
+def _utc_exprs(schema: pl.Schema, cols: Sequence[str]) -> list[pl.Expr]:
     exprs = []
     for c in cols:
-        dtype = df.schema[c]
+        dtype = schema[c]
         if isinstance(dtype, pl.Datetime) and dtype.time_zone is None:
             exprs.append(pl.col(c).dt.replace_time_zone("UTC").cast(UTC_US))
         else:
             exprs.append(pl.col(c).cast(UTC_US))
-    return df.with_columns(exprs) if exprs else df
+    return exprs
 
 
-def _text(values: pl.Series) -> pl.Series:
-    """Binary payloads as text (invalid UTF-8 replaced)."""
+def _lossy_text(values: pl.Series) -> pl.Series:
+    """Binary payloads as text; a batch with invalid UTF-8 is decoded with replacements."""
     if values.dtype == pl.String:
         return values
-    return pl.Series(
-        values.name,
-        [None if v is None else v.decode("utf-8", "replace") for v in values.to_list()],
-        dtype=pl.String,
-    )
+    try:
+        return values.cast(pl.String)
+    except pl.exceptions.ComputeError:
+        return pl.Series(
+            values.name,
+            [None if v is None else v.decode("utf-8", "replace") for v in values.to_list()],
+            dtype=pl.String,
+        )
 
 
-def parse_bronze(bronze: pl.DataFrame) -> pl.DataFrame:
+def _text(column: str) -> pl.Expr:
+    return pl.col(column).map_batches(_lossy_text, return_dtype=pl.String, is_elementwise=True)
+
+
+def parse_bronze(bronze: pl.LazyFrame) -> pl.LazyFrame:
     """Bronze rows with the identifying fields read from ``value``.
 
     Returns:
         ``partition``, ``offset``, ``kafka_timestamp``, ``ingest_time``, ``event_id``
-        (from the JSON, else found in the raw text), ``device_id``, ``seq`` and
-        ``event_time`` (null when absent or unreadable).
+        (from the JSON, else found in the raw text), ``device_id``, ``seq``,
+        ``event_time`` (null when absent or unreadable) and ``value_hash`` (a 64-bit
+        hash of the raw bytes: copies of one message have the same).
     """
-    text = _text(bronze["value"]).alias("text")
-    df = _utc(bronze.drop("value").with_columns(text), "kafka_timestamp", "ingest_time")
+    schema = bronze.collect_schema()
     t = pl.col("text")
-    return df.select(
+    return bronze.with_columns(
+        _text("value").alias("text"), *_utc_exprs(schema, ("kafka_timestamp", "ingest_time"))
+    ).select(
         pl.col("partition").cast(pl.Int64),
         pl.col("offset").cast(pl.Int64),
         "kafka_timestamp",
@@ -266,53 +282,51 @@ def parse_bronze(bronze: pl.DataFrame) -> pl.DataFrame:
         .str.to_datetime(_TIME_FORMAT, time_zone="UTC", strict=False)
         .cast(UTC_US)
         .alias("event_time"),
+        pl.col("value").hash(_VALUE_SEED).alias("value_hash"),
     )
 
 
-def check_collisions(bronze: pl.DataFrame, parsed: pl.DataFrame) -> dict[str, Any]:
-    """Event ids bronze holds with different contents, apart from identical copies.
+def stream_clock(parsed: pl.LazyFrame) -> pl.DataFrame:
+    """The stream's clock as the watermark sees it: per Kafka timestamp, the newest event time.
 
-    Args:
-        bronze: The raw bronze rows (``value``).
-        parsed: ``parse_bronze(bronze)``: the same rows in the same order, with ``event_id``.
-
-    Returns:
-        ``bronze_collided_ids`` (ids with more than one distinct payload),
-        ``bronze_collided_rows`` (their rows), ``bronze_identical_copies`` (rows beyond the
-        first of ids whose copies are all the same bytes) and ``examples_collisions``.
-
+    ``newest`` at a Kafka timestamp is the newest ``event_time`` among the bronze rows
+    that reached Kafka at or before it (rows of one millisecond count as arrived
+    together); rows without an event time do not move it. One row per distinct
+    timestamp, so the clock of an hour's run is a few million rows at most.
     """
-    per_id = (
-        pl.DataFrame({"event_id": parsed["event_id"], "value": bronze["value"]})
-        .drop_nulls("event_id")
-        .group_by("event_id")
-        .agg(pl.len().alias("copies"), pl.col("value").n_unique().alias("contents"))
+    per_ms = (
+        parsed.group_by("kafka_timestamp")
+        .agg(pl.col("event_time").max())
+        .collect(engine="streaming")
+        .drop_nulls("kafka_timestamp")
+        .sort("kafka_timestamp")
     )
-    collided = per_id.filter(pl.col("contents") > 1).sort("event_id")
-    same = per_id.filter(pl.col("contents") == 1)
-    return {
-        "bronze_collided_ids": collided.height,
-        "bronze_collided_rows": int(collided["copies"].sum()) if collided.height else 0,
-        "bronze_identical_copies": int((same["copies"] - 1).sum()) if same.height else 0,
-        "examples_collisions": _examples(collided, ["event_id", "copies", "contents"]),
-    }
+    return per_ms.select(
+        "kafka_timestamp", pl.col("event_time").cum_max().forward_fill().alias("newest")
+    )
 
 
-def with_lateness(parsed: pl.DataFrame) -> pl.DataFrame:
-    """Add ``lateness_s``: newest event time in Kafka up to the row's arrival, minus its own.
-
-    Rows are ordered by ``kafka_timestamp`` (ties: partition, offset); rows without
-    an event time do not move the clock and get a null lateness.
-    """
-    ordered = parsed.sort("kafka_timestamp", "partition", "offset", nulls_last=True)
-    newest = pl.col("event_time").cum_max().forward_fill()
-    return ordered.with_columns(
-        ((newest - pl.col("event_time")).dt.total_microseconds() / 1e6).alias("lateness_s")
+def with_lateness(parsed: pl.LazyFrame, clock: pl.DataFrame) -> pl.LazyFrame:
+    """Add ``lateness_s``: the stream's clock when the row reached Kafka, minus its event time."""
+    return (
+        parsed.join(clock.lazy(), on="kafka_timestamp", how="left")
+        .with_columns(
+            ((pl.col("newest") - pl.col("event_time")).dt.total_microseconds() / 1e6).alias(
+                "lateness_s"
+            )
+        )
+        .drop("newest")
     )
 
 
 def _examples(df: pl.DataFrame, cols: list[str]) -> list[dict[str, Any]]:
     return df.select(cols).head(EXAMPLES).to_dicts()
+
+
+def _nearest_rank(ordered: pl.Series, q: float) -> float:
+    """The nearest-rank ``q``-th percentile of an ascending, null-free series."""
+    n = ordered.len()
+    return float(ordered[max(1, min(n, math.ceil(q * n / 100))) - 1])
 
 
 # --------------------------------------------------------------------------- checks
@@ -328,7 +342,7 @@ def _slack(cfg: VerifyConfig, metrics: pl.DataFrame) -> float:
     return max(DEFAULT_SLACK_S, 2 * float(gap or 0) / 1e6)
 
 
-def _frontier(silver: pl.DataFrame, quarantine: pl.DataFrame) -> pl.DataFrame:
+def _frontier(silver: pl.LazyFrame, quarantine: pl.LazyFrame) -> pl.DataFrame:
     """Per partition, the last offset silver's query has read (silver and quarantine rows)."""
     seen = pl.concat(
         [
@@ -336,33 +350,49 @@ def _frontier(silver: pl.DataFrame, quarantine: pl.DataFrame) -> pl.DataFrame:
             quarantine.select(pl.col("partition").cast(pl.Int64), pl.col("offset").cast(pl.Int64)),
         ]
     )
-    return seen.drop_nulls().group_by("partition").agg(pl.col("offset").max().alias("read_to"))
+    return (
+        seen.drop_nulls()
+        .group_by("partition")
+        .agg(pl.col("offset").max().alias("read_to"))
+        .collect(engine="streaming")
+    )
 
 
-def check_sequence(truth: Truth, first_copies: pl.DataFrame) -> dict[str, Any]:
+def _out_of_sequence(df: pl.DataFrame, order: list[str]) -> pl.DataFrame:
+    """Per device, the readings whose ``seq`` is below one before them in ``order``."""
+    return (
+        df.sort(["device_id", *order])
+        .with_columns(
+            (pl.col("seq") < pl.col("seq").cum_max().shift(1).over("device_id"))
+            .fill_null(False)
+            .alias("oos")
+        )
+        .group_by("device_id")
+        .agg(pl.col("oos").sum().cast(pl.Int64).alias("n"))
+    )
+
+
+def check_sequence(truth: Truth, first_copies: pl.DataFrame | Buckets) -> dict[str, Any]:
     """Out-of-sequence readings per device: as sent (manifest) and as in bronze (offsets).
 
     Args:
         truth: The manifest.
         first_copies: Bronze's first copy of each acknowledged reading (``device_id``
-            from the manifest, ``seq``, ``partition``, ``offset``).
+            from the manifest, ``seq``, ``partition``, ``offset``), or buckets of them by
+            device (inputs ``sent`` and ``got``, as ``verify`` writes them).
     """
-
-    def oos(df: pl.DataFrame, order: list[str]) -> pl.DataFrame:
-        return (
-            df.sort(["device_id", *order])
-            .with_columns(
-                (pl.col("seq") < pl.col("seq").cum_max().shift(1).over("device_id"))
-                .fill_null(False)
-                .alias("oos")
-            )
-            .group_by("device_id")
-            .agg(pl.col("oos").sum().cast(pl.Int64).alias("n"))
+    if isinstance(first_copies, pl.DataFrame):
+        per_device = _sequence_per_device(truth.events.collect(), first_copies)
+    else:
+        per_device = pl.concat(
+            [
+                _sequence_per_device(
+                    first_copies.read("sent", b, _SENT_SCHEMA),
+                    first_copies.read("got", b, _GOT_SCHEMA),
+                )
+                for b in range(first_copies.count)
+            ]
         )
-
-    sent = oos(truth.events, ["pos"]).rename({"n": "expected"})
-    got = oos(first_copies, ["partition", "offset"]).rename({"n": "actual"})
-    per_device = sent.join(got, on="device_id", how="full", coalesce=True).fill_null(0)
     bad = per_device.filter(pl.col("expected") != pl.col("actual")).sort("device_id")
     expected, actual = int(per_device["expected"].sum()), int(per_device["actual"].sum())
     unexpected = int((bad["actual"] - bad["expected"]).clip(lower_bound=0).sum())
@@ -376,6 +406,12 @@ def check_sequence(truth: Truth, first_copies: pl.DataFrame) -> dict[str, Any]:
     }
 
 
+def _sequence_per_device(sent: pl.DataFrame, got: pl.DataFrame) -> pl.DataFrame:
+    expected = _out_of_sequence(sent, ["pos"]).rename({"n": "expected"})
+    actual = _out_of_sequence(got, ["partition", "offset"]).rename({"n": "actual"})
+    return expected.join(actual, on="device_id", how="full", coalesce=True).fill_null(0)
+
+
 def check_quarantine(
     truth: Truth, quarantine: pl.DataFrame, silver_ids: set[str]
 ) -> dict[str, Any]:
@@ -387,13 +423,14 @@ def check_quarantine(
 
     Args:
         truth: The manifest.
-        quarantine: ``silver/quarantine`` rows.
-        silver_ids: Event ids in silver (a malformed payload there was accepted).
+        quarantine: ``silver/quarantine`` rows (``reason``, ``raw``, ``event_id``).
+        silver_ids: Event ids in silver (at least those of the malformed payloads: one
+            there was accepted).
     """
-    q = quarantine.with_columns(
-        pl.coalesce(pl.col("event_id"), _text(quarantine["raw"]).str.extract(_EVENT_ID_RE, 1))
-        .alias("qid")
-    )  # fmt: skip
+    q = quarantine.select(
+        "reason",
+        pl.coalesce(pl.col("event_id"), _text("raw").str.extract(_EVENT_ID_RE, 1)).alias("qid"),
+    )
     by_id: dict[str, str] = {}
     anonymous: dict[str, int] = {}
     for qid, reason in zip(q["qid"].to_list(), q["reason"].to_list(), strict=True):
@@ -446,54 +483,44 @@ def check_quarantine(
     }
 
 
-def check_latency(
-    truth: Truth,
-    silver: pl.DataFrame,
-    exclude: set[str],
-    gold_commits: pl.DataFrame | None = None,
-    bronze: pl.DataFrame | None = None,
-    since: datetime | None = None,
-) -> dict[str, Any]:
-    """Percentiles of event time to each stage (see the module docstring).
+def latency_summary(values: pl.Series) -> dict[str, float]:
+    """Nearest-rank percentiles (as ``common.stats.percentiles``) plus max and count."""
+    v = values.drop_nulls().sort()
+    if v.is_empty():
+        return {"count": 0}
+    ranked = {f"p{q:g}": round(_nearest_rank(v, q), 3) for q in (50, 95, 99)}
+    return {"count": v.len(), **ranked, "max": round(float(v[-1]), 3)}
 
-    An event is in bronze at the ``ingest_time`` of its bronze row (matched by
-    partition and offset; without ``bronze``, silver's ``ingest_time`` stands in),
-    and in gold from the first ``gold/device_1m`` MERGE commit at or after its
-    ``processed_time``: the start of the silver batch that also added it to gold.
-    With ``since``, only events whose ``event_time`` is at or after it are measured.
+
+def _latency_rows(
+    skewed: list[str],
+    expected: pl.DataFrame,
+    silver: pl.DataFrame,
+    bronze: pl.DataFrame,
+    exclude: set[str],
+    gold_commits: pl.DataFrame | None,
+    since: datetime | None,
+) -> pl.DataFrame:
+    """Each measured event's seconds from event time to Kafka, bronze, silver and gold.
+
+    An event is in bronze at the ``ingest_time`` of its bronze row (matched by partition
+    and offset), and in gold from the first ``gold/device_1m`` MERGE commit at or after
+    its ``processed_time``: the start of the silver batch that also added it to gold.
     """
-    if not truth.wall_clock:
-        return {"events": 0, "stages": {}, "note": "not measured: the run's event times were "
-                "simulated (start_time or replay), not the wall clock"}  # fmt: skip
-    skewed = list(truth.skewed_devices)
     rows = (
-        silver.join(truth.events.select("event_id"), on="event_id", how="semi")
+        silver.join(expected.select("event_id"), on="event_id", how="semi")
         .filter(~pl.col("event_id").is_in(list(exclude)) & ~pl.col("device_id").is_in(skewed))
         .unique("event_id", keep="first")
     )
-    excluded = "injected late and out-of-order readings, clock-skewed devices"
     if since is not None:
-        if since.tzinfo is None:
-            raise ValueError(f"latency_from must be a UTC-aware time, got {since.isoformat()}")
         rows = rows.filter(pl.col("event_time") >= since)
-        excluded += f", readings created before {since.isoformat()} (warm-up)"
-    if rows.is_empty():
-        return {"events": 0, "stages": {}, "note": "no events in silver to measure"}
-
-    def secs(later: pl.Expr) -> pl.Expr:
-        return (later - pl.col("event_time")).dt.total_microseconds() / 1e6
-
-    if bronze is not None:
-        # Silver may read the source itself, beside bronze: bronze's own stamp counts.
-        key = ["partition", "offset"]
-        stamps = bronze.select(*key, pl.col("ingest_time").alias("bronze_time")).unique(key)
-        rows = rows.with_columns(pl.col(key).cast(pl.Int64)).join(stamps, on=key, how="left")
-    else:
-        rows = rows.with_columns(pl.col("ingest_time").alias("bronze_time"))
+    # Silver may read the source itself, beside bronze: bronze's own stamp counts.
+    key = ["partition", "offset"]
+    stamps = bronze.select(*key, pl.col("ingest_time").alias("bronze_time")).unique(key)
+    rows = rows.with_columns(pl.col(key).cast(pl.Int64)).join(stamps, on=key, how="left")
     rows = rows.sort("processed_time")
     if gold_commits is None or gold_commits.is_empty():
         rows = rows.with_columns(pl.lit(None, dtype=UTC_US).alias("gold_time"))
-        note = "gold: not measured (no gold/device_1m commits to go by)"
     else:
         rows = rows.join_asof(
             _utc(gold_commits, "committed").select(pl.col("committed").alias("gold_time")),
@@ -501,47 +528,165 @@ def check_latency(
             right_on="gold_time",
             strategy="forward",
         )
-        note = (
-            "gold: the first gold/device_1m MERGE commit at or after the start of the "
-            "silver batch that wrote the event (which adds it to gold too)"
-        )
-    lat = rows.select(
-        secs(pl.col("kafka_timestamp")).alias("kafka"),
-        secs(pl.col("bronze_time")).alias("bronze"),
-        secs(pl.col("processed_time")).alias("silver"),
-        secs(pl.col("gold_time")).alias("gold"),
+
+    def secs(later: str) -> pl.Expr:
+        return (pl.col(later) - pl.col("event_time")).dt.total_microseconds() / 1e6
+
+    return rows.select(
+        secs("kafka_timestamp").alias("kafka"),
+        secs("bronze_time").alias("bronze"),
+        secs("processed_time").alias("silver"),
+        secs("gold_time").alias("gold"),
+    )
+
+
+def check_latency(
+    truth: Truth,
+    rows: pl.LazyFrame,
+    since: datetime | None = None,
+    gold_measured: bool = True,
+) -> dict[str, Any]:
+    """Percentiles of event time to each stage (see the module docstring).
+
+    Args:
+        truth: The manifest (latency means something on the wall clock only).
+        rows: ``_latency_rows`` of every bucket (one float column per stage).
+        since: Only events whose ``event_time`` is at or after it were measured.
+        gold_measured: Whether gold's commits were there to go by.
+    """
+    if not truth.wall_clock:
+        return {"events": 0, "stages": {}, "note": "not measured: the run's event times were "
+                "simulated (start_time or replay), not the wall clock"}  # fmt: skip
+    excluded = "injected late and out-of-order readings, clock-skewed devices"
+    if since is not None:
+        excluded += f", readings created before {since.isoformat()} (warm-up)"
+    events = int(rows.select(pl.len()).collect(engine="streaming").item())
+    if events == 0:
+        return {"events": 0, "stages": {}, "note": "no events in silver to measure"}
+    # One stage at a time: a hundred million readings are 800 MB a column.
+    stages = {
+        s: latency_summary(rows.select(s).collect(engine="streaming").to_series()) for s in STAGES
+    }
+    not_in_gold = int(rows.select(pl.col("gold").null_count()).collect().item())
+    note = (
+        "gold: the first gold/device_1m MERGE commit at or after the start of the silver "
+        "batch that wrote the event (which adds it to gold too)"
+        if gold_measured
+        else "gold: not measured (no gold/device_1m commits to go by)"
     )
     return {
-        "events": rows.height,
+        "events": events,
         "excluded": excluded,
-        "stages": {s: latency_summary(lat[s]) for s in STAGES},
-        "not_in_gold": int(lat["gold"].null_count()),
+        "stages": stages,
+        "not_in_gold": not_in_gold,
         "note": note,
     }
 
 
-def verify(truth: Truth, lake: LakeFrames, cfg: VerifyConfig | None = None) -> VerifyResult:
-    """Check the tables against the manifest.
+# --------------------------------------------------------------------------- one bucket
 
-    Args:
-        truth: What the producer sent and had acknowledged.
-        lake: The tables.
-        cfg: Watermark, slack and strictness.
+_EXPECTED_SCHEMA = pl.Schema(EVENTS_SCHEMA)
+_BRONZE_SCHEMA = pl.Schema(
+    {"partition": pl.Int64, "offset": pl.Int64, "kafka_timestamp": UTC_US, "ingest_time": UTC_US,
+     "event_id": pl.String, "device_id": pl.String, "seq": pl.Int64, "event_time": UTC_US,
+     "value_hash": pl.UInt64, "lateness_s": pl.Float64}
+)  # fmt: skip
+_SILVER_SCHEMA = pl.Schema(
+    {"event_id": pl.String, "device_id": pl.String, "seq": pl.Int64, "event_time": UTC_US,
+     "partition": pl.Int64, "offset": pl.Int64, "kafka_timestamp": UTC_US,
+     "ingest_time": UTC_US, "processed_time": UTC_US}
+)  # fmt: skip
+_SENT_SCHEMA = pl.Schema({"device_id": pl.String, "seq": pl.Int64, "pos": pl.Int64})
+_GOT_SCHEMA = pl.Schema(
+    {"device_id": pl.String, "seq": pl.Int64, "partition": pl.Int64, "offset": pl.Int64}
+)
+_LATENCY_SCHEMA = pl.Schema(dict.fromkeys(STAGES, pl.Float64))
+# Examples kept of each finding, and the order they are listed in.
+_LISTED: dict[str, tuple[list[str], list[str], bool]] = {
+    # finding: (columns shown, sort keys, descending)
+    "missing_bronze": (["event_id", "device_id", "seq"], ["device_id", "seq"], False),
+    "unexplained": (["event_id", "device_id", "seq", "lateness_s"], ["device_id", "seq"], False),
+    "quarantined_valid": (["event_id", "device_id", "seq"], ["device_id", "seq"], False),
+    "pending": (["event_id", "device_id", "seq", "partition", "offset"],
+                ["partition", "offset"], False),
+    "dropped": (["event_id", "device_id", "seq", "lateness_s"], ["lateness_s", "event_id"], True),
+    "dups": (["event_id", "copies"], ["event_id"], False),
+    "collisions": (["event_id", "copies", "contents"], ["event_id"], False),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Judging:
+    """What every bucket is judged by (computed once from the whole inputs)."""
+
+    wm: float
+    slack: float
+    frontier: pl.DataFrame
+    want: dict[str, int]
+    late_ids: set[str]
+    late_over_wm: set[str]
+    skewed: list[str]
+    exclude: set[str]
+    gold_commits: pl.DataFrame | None
+    since: datetime | None
+    measure_latency: bool
+
+
+@dataclass
+class _Tally:
+    """The buckets' findings, added up."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, list[pl.DataFrame]] = field(default_factory=dict)
+    max_lateness_kept: float = 0.0
+
+    def add(self, name: str, value: int) -> None:
+        self.counts[name] += value
+
+    def listed(self, finding: str, df: pl.DataFrame) -> None:
+        """Keep the first examples of a finding (in its listing order) from one bucket."""
+        _cols, keys, descending = _LISTED[finding]
+        self.counts[finding] += df.height
+        if df.height:
+            top = df.sort(keys, descending=descending, nulls_last=True).head(EXAMPLES)
+            self.examples.setdefault(finding, []).append(top)
+
+    def shown(self, finding: str) -> list[dict[str, Any]]:
+        """The first examples of a finding over every bucket."""
+        cols, keys, descending = _LISTED[finding]
+        parts = self.examples.get(finding)
+        if not parts:
+            return []
+        merged = pl.concat(parts, how="vertical_relaxed")
+        return _examples(merged.sort(keys, descending=descending, nulls_last=True), cols)
+
+
+def _judge_bucket(
+    tally: _Tally,
+    j: _Judging,
+    expected: pl.DataFrame,
+    bronze: pl.DataFrame,
+    silver: pl.DataFrame,
+    qids: pl.DataFrame,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The checks on one bucket's readings, into ``tally``.
 
     Returns:
-        The findings; ``failures`` lists every loss, duplicate or unprocessed reading.
+        Bronze's first copy of each acknowledged reading (for the sequence check) and
+        the bucket's latency rows.
     """
-    cfg = cfg or VerifyConfig()
-    wm = cfg.watermark_s
-    slack = _slack(cfg, lake.metrics)
-    metrics = _utc(lake.metrics, "timestamp")
-    silver = _utc(lake.silver, "event_time", "kafka_timestamp", "ingest_time", "processed_time")
-    expected = truth.events
-    parsed = parse_bronze(lake.bronze)
-    collisions = check_collisions(lake.bronze, parsed)
-    bronze = with_lateness(parsed)
-
-    # Bronze: first copy of each acknowledged reading; copies beyond the injected ones.
+    # Bronze: id collisions; first copy of each acknowledged reading; copies beyond the
+    # injected ones.
+    per_id = (
+        bronze.drop_nulls("event_id")
+        .group_by("event_id")
+        .agg(pl.len().alias("copies"), pl.col("value_hash").n_unique().alias("contents"))
+    )
+    collided = per_id.filter(pl.col("contents") > 1)
+    tally.listed("collisions", collided)
+    tally.add("collided_rows", int(collided["copies"].sum() or 0))
+    same = per_id.filter(pl.col("contents") == 1)["copies"]
+    tally.add("identical_copies", int((same - 1).sum() or 0))
     copies = bronze.group_by("event_id").agg(
         pl.len().alias("copies"),
         pl.exclude("event_id").sort_by("partition", "offset").first(),
@@ -551,128 +696,246 @@ def verify(truth: Truth, lake: LakeFrames, cfg: VerifyConfig | None = None) -> V
         on="event_id",
         how="inner",
     )
-    missing_bronze = expected.join(copies, on="event_id", how="anti").sort("device_id", "seq")
-    want = truth.expected_copies()
-    extra = first.with_columns(
-        (
-            pl.col("copies")
-            - pl.col("event_id").replace_strict(want, default=1, return_dtype=pl.Int64)
-        ).alias("extra")
-    )  # fmt: skip
-    unexpected_copies = int(extra["extra"].clip(lower_bound=0).sum())
+    tally.listed("missing_bronze", expected.join(copies, on="event_id", how="anti"))
+    extra = first.select(
+        pl.col("copies")
+        - pl.col("event_id").replace_strict(j.want, default=1, return_dtype=pl.Int64)
+    ).to_series()
+    tally.add("unexpected_copies", int(extra.clip(lower_bound=0).sum()))
 
     # Silver: duplicates, and what happened to readings that are not there.
     counts = silver.group_by("event_id").len()
-    dups = counts.filter(pl.col("len") > 1).sort("event_id")
+    tally.listed("dups", counts.filter(pl.col("len") > 1).rename({"len": "copies"}))
+    tally.add("silver_extra_rows", int((counts.filter(pl.col("len") > 1)["len"] - 1).sum() or 0))
     silver_ids = counts.select("event_id")
+    in_manifest = silver.join(expected.select("event_id"), on="event_id", how="semi")
+    tally.add("in_manifest", in_manifest.height)
     absent = first.join(silver_ids, on="event_id", how="anti")
-    frontier = _frontier(silver, lake.quarantine)
     # Beyond silver's last read offset: not processed yet, unless so late that the
     # watermark drops it whenever it is processed (a late reading can end a partition).
     unread = pl.col("read_to").is_null() | (pl.col("offset") > pl.col("read_to"))
-    absent = absent.join(frontier, on="partition", how="left").with_columns(
-        (unread & (pl.col("lateness_s").fill_null(0.0) <= wm + slack)).alias("pending")
+    absent = absent.join(j.frontier, on="partition", how="left").with_columns(
+        (unread & (pl.col("lateness_s").fill_null(0.0) <= j.wm + j.slack)).alias("pending")
     )
-    qids = lake.quarantine.select(pl.col("event_id").drop_nulls()).unique()
     processed = absent.filter(~pl.col("pending"))
-    quarantined_valid = processed.join(qids, on="event_id", how="semi")
+    tally.listed("quarantined_valid", processed.join(qids, on="event_id", how="semi"))
     dropped = processed.join(qids, on="event_id", how="anti")
     lat = pl.col("lateness_s").fill_null(0.0)
-    unexplained = dropped.filter(lat <= wm)
-    boundary = dropped.filter((lat > wm) & (lat <= wm + slack))
-    should_drop = dropped.filter(lat > wm + slack)
+    tally.listed("dropped", dropped)
+    tally.listed("unexplained", dropped.filter(lat <= j.wm))
+    tally.add("boundary", dropped.filter((lat > j.wm) & (lat <= j.wm + j.slack)).height)
+    tally.add("should_drop", dropped.filter(lat > j.wm + j.slack).height)
+    tally.add("dropped_skewed", int(dropped["device_id"].is_in(j.skewed).sum()))
+    tally.add("injected_dropped", int(dropped["event_id"].is_in(j.late_ids).sum()))
+    tally.listed("pending", absent.filter(pl.col("pending")))
     kept = first.join(silver_ids, on="event_id", how="semi")
-    kept_beyond = kept.filter(lat > wm + slack)
+    tally.add("kept_beyond", kept.filter(lat > j.wm + j.slack).height)
+    tally.max_lateness_kept = max(tally.max_lateness_kept, float(kept["lateness_s"].max() or 0.0))
+    tally.add("late_injected", int(expected["event_id"].is_in(j.late_ids).sum()))
+    tally.add("late_over_wm", int(expected["event_id"].is_in(j.late_over_wm).sum()))
+    latency = (
+        _latency_rows(j.skewed, expected, silver, bronze, j.exclude, j.gold_commits, j.since)
+        if j.measure_latency
+        else pl.DataFrame(schema=_LATENCY_SCHEMA)
+    )
+    return first.select("device_id", "seq", "partition", "offset"), latency
 
-    late_faults = [f for f in truth.faults if f.get("kind") == "late"]
-    late_ids = {f["event_id"] for f in late_faults}
-    acked_ids = set(expected["event_id"].to_list())
-    dropped_ids = set(dropped["event_id"].to_list())
-    skewed = truth.skewed_devices
+
+# --------------------------------------------------------------------------- verify
+
+
+def _lazy(frame: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    return frame.lazy()
+
+
+def _rows(frame: pl.LazyFrame) -> int:
+    return int(frame.select(pl.len()).collect(engine="streaming").item())
+
+
+def verify(
+    truth: Truth,
+    lake: LakeFrames,
+    cfg: VerifyConfig | None = None,
+    *,
+    rows_per_bucket: int = ROWS_PER_BUCKET,
+    folder: Path | None = None,
+) -> VerifyResult:
+    """Check the tables against the manifest, a bucket of readings at a time.
+
+    Args:
+        truth: What the producer sent and had acknowledged.
+        lake: The tables (lazy scans, or frames).
+        cfg: Watermark, slack and strictness.
+        rows_per_bucket: Readings per bucket (``loadtest.buckets``): what bounds memory.
+        folder: Where the buckets' files go (default: the system's temporary folder).
+
+    Returns:
+        The findings; ``failures`` lists every loss, duplicate or unprocessed reading.
+    """
+    cfg = cfg or VerifyConfig()
+    if cfg.latency_from is not None and cfg.latency_from.tzinfo is None:
+        raise ValueError(
+            f"latency_from must be a UTC-aware time, got {cfg.latency_from.isoformat()}"
+        )
+    metrics = _utc(_lazy(lake.metrics).collect(), "timestamp")
+    slack = _slack(cfg, metrics)
+    silver_in = _lazy(lake.silver)
+    silver = silver_in.select(
+        "event_id", "device_id", pl.col("seq").cast(pl.Int64),
+        *_utc_exprs(silver_in.collect_schema(), ("event_time",)),
+        pl.col("partition").cast(pl.Int64), pl.col("offset").cast(pl.Int64),
+        *_utc_exprs(silver_in.collect_schema(),
+                    ("kafka_timestamp", "ingest_time", "processed_time")),
+    )  # fmt: skip
+    quarantine = _lazy(lake.quarantine)
+    with tempfile.TemporaryDirectory(prefix="iot-verify-", dir=folder) as scratch:
+        tmp = Path(scratch)
+        parse_bronze(_lazy(lake.bronze)).sink_parquet(tmp / "bronze.parquet")
+        parsed = pl.scan_parquet(tmp / "bronze.parquet")
+        sizes = {
+            "acked": _rows(truth.events),
+            "bronze_rows": _rows(parsed),
+            "silver_rows": _rows(silver),
+            "quarantine_rows": _rows(quarantine),
+        }
+        buckets = Buckets(tmp, bucket_count(max(sizes.values()), rows_per_bucket))
+        buckets.write("expected", truth.events)
+        buckets.write("bronze", with_lateness(parsed, stream_clock(parsed)))
+        buckets.write("silver", silver)
+        late_faults = [f for f in truth.faults if f.get("kind") == "late"]
+        judging = _Judging(
+            wm=cfg.watermark_s,
+            slack=slack,
+            frontier=_frontier(silver, quarantine),
+            want=truth.expected_copies(),
+            late_ids={f["event_id"] for f in late_faults},
+            late_over_wm={
+                f["event_id"] for f in late_faults if f.get("delay_s", 0) > cfg.watermark_s
+            },
+            skewed=sorted(truth.skewed_devices),
+            exclude=truth.fault_ids(*DELAYED_KINDS),
+            gold_commits=lake.gold_commits,
+            since=cfg.latency_from,
+            measure_latency=truth.wall_clock,
+        )
+        qids = (
+            quarantine.select(pl.col("event_id").drop_nulls().unique())
+            .collect(engine="streaming")
+            .with_columns(bucket_of("event_id", buckets.count))
+        )
+        tally = _Tally()
+        (tmp / "got").mkdir()
+        (tmp / "latency").mkdir()
+        for b in range(buckets.count):
+            got, latency = _judge_bucket(
+                tally,
+                judging,
+                buckets.read("expected", b, _EXPECTED_SCHEMA),
+                buckets.read("bronze", b, _BRONZE_SCHEMA),
+                buckets.read("silver", b, _SILVER_SCHEMA),
+                qids.filter(pl.col("bucket") == b).select("event_id"),
+            )
+            got.write_parquet(tmp / "got" / f"{b}.parquet")
+            latency.write_parquet(tmp / "latency" / f"{b}.parquet")
+        by_device = Buckets(tmp / "sequence", buckets.count)
+        by_device.write("sent", truth.events.select(_SENT_SCHEMA.names()), key="device_id")
+        by_device.write("got", pl.scan_parquet(tmp / "got" / "*.parquet"), key="device_id")
+        sequence = check_sequence(truth, by_device)
+        malformed = [f["event_id"] for f in truth.malformed() if f.get("event_id")]
+        accepted = set(
+            silver.filter(pl.col("event_id").is_in(malformed))
+            .select("event_id")
+            .collect(engine="streaming")["event_id"]
+            .to_list()
+        )
+        latency = check_latency(
+            truth,
+            pl.scan_parquet(tmp / "latency" / "*.parquet", schema=_LATENCY_SCHEMA),
+            cfg.latency_from,
+            gold_measured=lake.gold_commits is not None and not lake.gold_commits.is_empty(),
+        )
+        devices = int(truth.events.select(pl.col("device_id").n_unique()).collect().item())
+    quarantine_result = check_quarantine(
+        truth, quarantine.select("reason", "raw", "event_id").collect(engine="streaming"), accepted
+    )
+    return _result(truth, cfg, judging, tally, sizes, devices, metrics, sequence,
+                   quarantine_result, latency)  # fmt: skip
+
+
+def _result(
+    truth: Truth,
+    cfg: VerifyConfig,
+    j: _Judging,
+    t: _Tally,
+    sizes: dict[str, int],
+    devices: int,
+    metrics: pl.DataFrame,
+    sequence: dict[str, Any],
+    quarantine: dict[str, Any],
+    latency: dict[str, Any],
+) -> VerifyResult:
+    """The findings of every bucket as one result."""
+    c = t.counts
     spark_dropped = metrics.filter(pl.col("query_name") == Query.SILVER)[
         "rows_dropped_by_watermark"
     ].sum()
     late = {
-        "watermark_s": wm,
-        "slack_s": round(slack, 3),
-        "injected": len(late_ids & acked_ids),
-        "injected_over_watermark": sum(
-            1 for f in late_faults if f["event_id"] in acked_ids and f.get("delay_s", 0) > wm
-        ),
-        "injected_dropped": len(late_ids & dropped_ids),
-        "dropped": dropped.height,
-        "dropped_expected": should_drop.height,
-        "dropped_boundary": boundary.height,
-        "dropped_unexplained": unexplained.height,
-        "dropped_from_skewed_devices": int(dropped["device_id"].is_in(list(skewed)).sum()),
-        "kept_beyond": kept_beyond.height,
+        "watermark_s": j.wm,
+        "slack_s": round(j.slack, 3),
+        "injected": c["late_injected"],
+        "injected_over_watermark": c["late_over_wm"],
+        "injected_dropped": c["injected_dropped"],
+        "dropped": c["dropped"],
+        "dropped_expected": c["should_drop"],
+        "dropped_boundary": c["boundary"],
+        "dropped_unexplained": c["unexplained"],
+        "dropped_from_skewed_devices": c["dropped_skewed"],
+        "kept_beyond": c["kept_beyond"],
         "spark_rows_dropped": int(spark_dropped or 0),
-        "max_lateness_kept_s": round(float(kept["lateness_s"].max() or 0.0), 3),
-        "examples_dropped": _examples(
-            dropped.sort("lateness_s", descending=True),
-            ["event_id", "device_id", "seq", "lateness_s"],
-        ),
+        "max_lateness_kept_s": round(t.max_lateness_kept, 3),
+        "examples_dropped": t.shown("dropped"),
     }
-
-    pending = absent.filter(pl.col("pending"))
     loss = {
-        "total": missing_bronze.height
-        + unexplained.height
-        + quarantined_valid.height
-        + pending.height,
-        "missing_from_bronze": missing_bronze.height,
-        "dropped_unexplained": unexplained.height,
-        "quarantined_valid": quarantined_valid.height,
-        "pending": pending.height,
-        "examples_missing_from_bronze": _examples(missing_bronze, ["event_id", "device_id", "seq"]),
-        "examples_dropped_unexplained": _examples(
-            unexplained, ["event_id", "device_id", "seq", "lateness_s"]
-        ),
-        "examples_quarantined_valid": _examples(
-            quarantined_valid, ["event_id", "device_id", "seq"]
-        ),
-        "examples_pending": _examples(
-            pending, ["event_id", "device_id", "seq", "partition", "offset"]
-        ),
+        "total": c["missing_bronze"] + c["unexplained"] + c["quarantined_valid"] + c["pending"],
+        "missing_from_bronze": c["missing_bronze"],
+        "dropped_unexplained": c["unexplained"],
+        "quarantined_valid": c["quarantined_valid"],
+        "pending": c["pending"],
+        "examples_missing_from_bronze": t.shown("missing_bronze"),
+        "examples_dropped_unexplained": t.shown("unexplained"),
+        "examples_quarantined_valid": t.shown("quarantined_valid"),
+        "examples_pending": t.shown("pending"),
     }
     duplicates = {
-        "silver_duplicated_ids": dups.height,
-        "silver_extra_rows": int((dups["len"] - 1).sum()) if dups.height else 0,
-        "examples": [{"event_id": e, "copies": n} for e, n in dups.head(EXAMPLES).iter_rows()],
-        "bronze_injected_duplicates": len(want),
-        "bronze_unexpected_copies": unexpected_copies,
-        **collisions,
+        "silver_duplicated_ids": c["dups"],
+        "silver_extra_rows": c["silver_extra_rows"],
+        "examples": t.shown("dups"),
+        "bronze_injected_duplicates": len(j.want),
+        "bronze_unexpected_copies": c["unexpected_copies"],
+        "bronze_collided_ids": c["collisions"],
+        "bronze_collided_rows": c["collided_rows"],
+        "bronze_identical_copies": c["identical_copies"],
+        "examples_collisions": t.shown("collisions"),
     }
-    first_copies = first.select("device_id", "seq", "partition", "offset")
-    sequence = check_sequence(truth, first_copies)
-    quarantine = check_quarantine(truth, lake.quarantine, set(silver_ids["event_id"].to_list()))
-    latency = check_latency(
-        truth,
-        silver,
-        truth.fault_ids(*DELAYED_KINDS),
-        lake.gold_commits,
-        bronze,
-        cfg.latency_from,
-    )
-    in_manifest = silver.join(expected.select("event_id"), on="event_id", how="semi").height
-    result_counts = {
-        "acked": expected.height,
-        "devices": expected["device_id"].n_unique(),
-        "bronze_rows": bronze.height,
-        "silver_rows": silver.height,
-        "silver_rows_outside_manifest": silver.height - in_manifest,
-        "quarantine_rows": lake.quarantine.height,
-        "messages_sent": (truth.header.get("totals") or {}).get("messages_sent"),
-        "messages_failed": (truth.header.get("totals") or {}).get("messages_failed"),
+    totals = truth.header.get("totals") or {}
+    counts = {
+        "acked": sizes["acked"],
+        "devices": devices,
+        "bronze_rows": sizes["bronze_rows"],
+        "silver_rows": sizes["silver_rows"],
+        "silver_rows_outside_manifest": sizes["silver_rows"] - c["in_manifest"],
+        "quarantine_rows": sizes["quarantine_rows"],
+        "messages_sent": totals.get("messages_sent"),
+        "messages_failed": totals.get("messages_failed"),
     }
     failures, warnings = _judge(loss, duplicates, quarantine, sequence, cfg.strict)
     if duplicates["bronze_unexpected_copies"]:
         warnings.append(
-            f"bronze holds {unexpected_copies:,} copies beyond the injected duplicates "
+            f"bronze holds {c['unexpected_copies']:,} copies beyond the injected duplicates "
             "(redelivery upstream of the processor; silver must still hold one)"
         )
     return VerifyResult(
-        counts=result_counts,
+        counts=counts,
         loss=loss,
         duplicates=duplicates,
         late=late,

@@ -312,26 +312,6 @@ def shards_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return run
 
 
-def read_manifests(paths: Sequence[Path]) -> dict[str, Any]:
-    """Read one run's manifests (one, or one per shard) into one dict like ``read_manifest``'s.
-
-    Raises:
-        ValueError: The manifests are not all the shards of one run (``shards_run``), or
-            one has no header.
-    """
-    parts = [read_manifest(p) for p in paths]
-    for path, part in zip(paths, parts, strict=True):
-        if part["header"] is None:
-            raise ValueError(f"{path.name} has no header line: is it a producer manifest?")
-    headers = [p["header"] for p in parts]
-    out = parts[0] | {"header": merge_headers(headers, shards_run([h["run"] for h in headers]))}
-    for part in parts[1:]:
-        out["devices"] |= part["devices"]  # shards own disjoint devices
-        for key in ("anomalies", "faults", "failed"):
-            out[key] = out[key] + part[key]
-    return out
-
-
 def merge_manifests(parts: Sequence[Path], path: Path, run: dict[str, Any]) -> None:
     """Merge per-worker manifests (disjoint device slices) into one file.
 

@@ -94,7 +94,7 @@ def test_broker_restart_under_producer_and_processor(tmp_path: Path) -> None:
         assert code == 0, (tmp_path / "producer.log").read_text()[-3000:]
         report = json.loads((tmp_path / "report.json").read_text())
         assert report["acked"] == report["sent"] == COUNT and report["undelivered"] == 0, report
-        acked = read_truth(tmp_path / "manifest.jsonl").events.height
+        acked = read_truth(tmp_path / "manifest.jsonl").events.collect().height
         assert acked == COUNT
         bronze = lake / "bronze" / "events"
         wait_for(

@@ -62,7 +62,9 @@ def test_added_field_and_metric_flow_to_silver_and_gold(kafka_broker, tmp_path: 
     sent = read_truth(manifest)
     silver = DeltaTable(table_location(str(lake), Table.SILVER_EVENTS)).to_pyarrow_table()
     assert silver.num_rows == COUNT
-    assert set(silver.column("event_id").to_pylist()) == set(sent.events["event_id"].to_list())
+    assert set(silver.column("event_id").to_pylist()) == set(
+        sent.events.collect()["event_id"].to_list()
+    )
     assert Counter(silver.column("site_zone").to_pylist()) == {ZONE: COUNT}
     assert Counter(silver.column("signal_dbm").to_pylist()) == {SIGNAL: COUNT}
 

@@ -109,7 +109,7 @@ def test_verify_accounts_for_every_injected_fault(chaos_run: tuple[Path, Path]) 
     assert [sorted(m["devices"]) for m in per_shard] == [
         [f"dev-{i:05d}" for i in range(k, FLEET, SHARDS)] for k in range(SHARDS)
     ]
-    assert truth.events["device_id"].n_unique() == FLEET
+    assert truth.events.collect()["device_id"].n_unique() == FLEET
     reports = [json.loads(p.read_text()) for p in sorted(manifests.parent.glob("reports/*"))]
     assert [r["shard"] for r in reports] == [f"{k}/{SHARDS}" for k in range(SHARDS)]
     assert [r["readings"] for r in reports] == [COUNT // SHARDS] * SHARDS
@@ -120,7 +120,7 @@ def test_verify_accounts_for_every_injected_fault(chaos_run: tuple[Path, Path]) 
     kinds = Counter(f["kind"] for f in faults)
     assert kinds["duplicate"] > 0 and kinds["late"] > 0 and kinds["out_of_order"] > 0
     # One batch (available_now): the watermark drops nothing, so silver holds every reading.
-    assert result.counts["silver_rows"] == truth.events.height == result.counts["acked"]
+    assert result.counts["silver_rows"] == truth.events.collect().height == result.counts["acked"]
     assert result.late["dropped"] == 0 and result.late["injected"] == kinds["late"]
     assert result.duplicates["bronze_injected_duplicates"] == kinds["duplicate"]
     delivered = [
@@ -147,7 +147,8 @@ def test_verify_catches_a_lost_and_a_duplicated_event(
 ) -> None:
     manifests, lake = chaos_run
     truth = read_truth(_files(manifests))
-    once = truth.events.filter(~truth.events["event_id"].is_in(list(truth.fault_ids("duplicate"))))
+    events = truth.events.collect()
+    once = events.filter(~events["event_id"].is_in(list(truth.fault_ids("duplicate"))))
     lost = once.row(10, named=True)
     doubled = once.row(20, named=True)
     silver = DeltaTable(str(lake / "silver/events"))

@@ -125,8 +125,8 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(
     # Nothing is rebuilt: the sliding windows are rolled up from device_1m, with no state.
     assert "rebuilding" not in said
 
-    first = set(read_truth(tmp_path / "m1.jsonl").events["event_id"].to_list())
-    second = set(read_truth(tmp_path / "m2.jsonl").events["event_id"].to_list())
+    first = set(read_truth(tmp_path / "m1.jsonl").events.collect()["event_id"].to_list())
+    second = set(read_truth(tmp_path / "m2.jsonl").events.collect()["event_id"].to_list())
     assert len(first) == len(second) == COUNT
     silver = _rows(lake, Table.SILVER_EVENTS)
     assert Counter(r["event_id"] for r in silver) == Counter(first | second)

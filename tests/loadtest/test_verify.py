@@ -138,10 +138,13 @@ def clean_run() -> Run:
 
 
 def run_verify(tmp_path: Path, run: Run, **kw) -> object:
+    """verify in one bucket, and in buckets of three readings: the same findings."""
     manifest, lake = run.write(tmp_path, **kw)
-    return verify(
-        read_truth(manifest), frames(lake, run), VerifyConfig(watermark_s=10.0, slack_s=5.0)
-    )
+    truth, cfg = read_truth(manifest), VerifyConfig(watermark_s=10.0, slack_s=5.0)
+    whole = verify(truth, frames(lake, run), cfg)
+    split = verify(truth, frames(lake, run), cfg, rows_per_bucket=3)
+    assert split.to_dict() == whole.to_dict()
+    return whole
 
 
 def frames(lake: Path, run: Run) -> LakeFrames:
