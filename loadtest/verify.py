@@ -256,12 +256,13 @@ def _text(column: str) -> pl.Expr:
 
 
 def parse_bronze(bronze: pl.LazyFrame) -> pl.LazyFrame:
-    """Bronze rows with the identifying fields read from ``value``.
+    """Bronze rows with what identifies them read from ``value``.
 
     Returns:
         ``partition``, ``offset``, ``kafka_timestamp``, ``ingest_time``, ``event_id``
-        (from the JSON, else found in the raw text), ``device_id``, ``seq``,
-        ``event_time`` (null when absent or unreadable) and ``value_hash`` (a 64-bit
+        (the first ``"event_id": "..."`` in the text, valid JSON or not),
+        ``event_time`` (null unless the payload is JSON with a readable one: a payload
+        Spark cannot parse does not move its watermark) and ``value_hash`` (a 64-bit
         hash of the raw bytes: copies of one message have the same).
     """
     schema = bronze.collect_schema()
@@ -273,11 +274,7 @@ def parse_bronze(bronze: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("offset").cast(pl.Int64),
         "kafka_timestamp",
         "ingest_time",
-        pl.coalesce(t.str.json_path_match("$.event_id"), t.str.extract(_EVENT_ID_RE, 1)).alias(
-            "event_id"
-        ),
-        t.str.json_path_match("$.device_id").alias("device_id"),
-        t.str.json_path_match("$.seq").cast(pl.Int64, strict=False).alias("seq"),
+        t.str.extract(_EVENT_ID_RE, 1).alias("event_id"),
         t.str.json_path_match("$.event_time")
         .str.to_datetime(_TIME_FORMAT, time_zone="UTC", strict=False)
         .cast(UTC_US)
@@ -588,8 +585,8 @@ def check_latency(
 _EXPECTED_SCHEMA = pl.Schema(EVENTS_SCHEMA)
 _BRONZE_SCHEMA = pl.Schema(
     {"partition": pl.Int64, "offset": pl.Int64, "kafka_timestamp": UTC_US, "ingest_time": UTC_US,
-     "event_id": pl.String, "device_id": pl.String, "seq": pl.Int64, "event_time": UTC_US,
-     "value_hash": pl.UInt64, "lateness_s": pl.Float64}
+     "event_id": pl.String, "event_time": UTC_US, "value_hash": pl.UInt64,
+     "lateness_s": pl.Float64}
 )  # fmt: skip
 _SILVER_SCHEMA = pl.Schema(
     {"event_id": pl.String, "device_id": pl.String, "seq": pl.Int64, "event_time": UTC_US,
