@@ -18,6 +18,10 @@ from pathlib import Path
 import polars as pl
 
 ROWS_PER_BUCKET = 500_000  # a bucket's readings: its frames and joins take under 1 GB
+# Buckets written at once: each open file buffers a row group, so a pass over an input
+# writes at most this many (an input split into more is read once per this many).
+OPEN_BUCKETS = 32
+ROW_GROUP_ROWS = 65_536
 _SEED = 20_260_301  # any fixed seed: the bucket of an id must be the same in every input
 
 
@@ -38,11 +42,34 @@ class Buckets:
     folder: Path
     count: int
 
-    def write(self, name: str, frame: pl.LazyFrame, key: str = "event_id") -> None:
-        """Stream ``frame`` into the buckets of input ``name``, by ``key``."""
-        frame.with_columns(bucket_of(key, self.count)).sink_parquet(
-            pl.PartitionBy(self.folder / name, key="bucket", include_key=False), mkdir=True
-        )
+    def write(
+        self,
+        name: str,
+        frame: pl.LazyFrame,
+        key: str = "event_id",
+        open_at_once: int = OPEN_BUCKETS,
+    ) -> None:
+        """Stream ``frame`` into the buckets of input ``name``, by ``key``.
+
+        Args:
+            name: The input's name (its sub-folder).
+            frame: The input.
+            key: The column whose hash chooses the bucket.
+            open_at_once: Buckets written per pass over ``frame`` (what bounds memory).
+        """
+        keyed = frame.with_columns(bucket_of(key, self.count))
+        for first in range(0, self.count, open_at_once):
+            last = min(self.count, first + open_at_once)
+            part = (
+                keyed
+                if (first, last) == (0, self.count)
+                else keyed.filter(pl.col("bucket").is_between(first, last, closed="left"))
+            )
+            part.sink_parquet(
+                pl.PartitionBy(self.folder / name, key="bucket", include_key=False),
+                mkdir=True,
+                row_group_size=ROW_GROUP_ROWS,
+            )
 
     def read(self, name: str, bucket: int, schema: pl.Schema) -> pl.DataFrame:
         """Bucket ``bucket`` of input ``name``, in memory (empty, of ``schema``, if none)."""
