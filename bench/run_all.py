@@ -52,6 +52,10 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
         ("py4j_calls_quarantine_stamp", "<=", 90),
         ("py4j_calls_column_alias", "<=", 1),
     ],
+    # verify out of core: a hundred million readings within 4 GB (1 and 10 million beside).
+    "verify": [("peak_gb_100000000", "<=", 4.0)],
+    # Four shards, as from four hosts, against one producer with four workers, same run.
+    "shards": [("ratio", ">=", 0.9)],
     "alerts": [
         ("p50_ms", "<=", 200),
         ("p99_ms", "<=", 1000),

@@ -583,10 +583,9 @@ def check_latency(
 # --------------------------------------------------------------------------- one bucket
 
 _EXPECTED_SCHEMA = pl.Schema(EVENTS_SCHEMA)
-_BRONZE_SCHEMA = pl.Schema(
+_PARSED_SCHEMA = pl.Schema(
     {"partition": pl.Int64, "offset": pl.Int64, "kafka_timestamp": UTC_US, "ingest_time": UTC_US,
-     "event_id": pl.String, "event_time": UTC_US, "value_hash": pl.UInt64,
-     "lateness_s": pl.Float64}
+     "event_id": pl.String, "event_time": UTC_US, "value_hash": pl.UInt64}
 )  # fmt: skip
 _SILVER_SCHEMA = pl.Schema(
     {"event_id": pl.String, "device_id": pl.String, "seq": pl.Int64, "event_time": UTC_US,
@@ -616,6 +615,7 @@ _LISTED: dict[str, tuple[list[str], list[str], bool]] = {
 class _Judging:
     """What every bucket is judged by (computed once from the whole inputs)."""
 
+    clock: pl.DataFrame
     wm: float
     slack: float
     frontier: pl.DataFrame
@@ -797,10 +797,11 @@ def verify(
         }
         buckets = Buckets(tmp, bucket_count(max(sizes.values()), rows_per_bucket))
         buckets.write("expected", truth.events)
-        buckets.write("bronze", with_lateness(parsed, stream_clock(parsed)))
+        buckets.write("bronze", parsed)
         buckets.write("silver", silver)
         late_faults = [f for f in truth.faults if f.get("kind") == "late"]
         judging = _Judging(
+            clock=stream_clock(parsed),
             wm=cfg.watermark_s,
             slack=slack,
             frontier=_frontier(silver, quarantine),
@@ -828,7 +829,9 @@ def verify(
                 tally,
                 judging,
                 buckets.read("expected", b, _EXPECTED_SCHEMA),
-                buckets.read("bronze", b, _BRONZE_SCHEMA),
+                with_lateness(
+                    buckets.read("bronze", b, _PARSED_SCHEMA).lazy(), judging.clock
+                ).collect(),
                 buckets.read("silver", b, _SILVER_SCHEMA),
                 qids.filter(pl.col("bucket") == b).select("event_id"),
             )
