@@ -392,6 +392,7 @@ def check_sequence(truth: Truth, first_copies: pl.DataFrame | Buckets) -> dict[s
         )
     bad = per_device.filter(pl.col("expected") != pl.col("actual")).sort("device_id")
     expected, actual = int(per_device["expected"].sum()), int(per_device["actual"].sum())
+    devices = int(per_device["sent"].sum())
     unexpected = int((bad["actual"] - bad["expected"]).clip(lower_bound=0).sum())
     return {
         "ok": bad.is_empty(),
@@ -399,14 +400,20 @@ def check_sequence(truth: Truth, first_copies: pl.DataFrame | Buckets) -> dict[s
         "actual": actual,
         "unexpected": unexpected,
         "injected": {k: len(truth.fault_ids(k)) for k in DELAYED_KINDS},
-        "mismatched_devices": bad.head(EXAMPLES).to_dicts(),
+        "mismatched_devices": bad.drop("sent").head(EXAMPLES).to_dicts(),
+        "devices": devices,
     }
 
 
 def _sequence_per_device(sent: pl.DataFrame, got: pl.DataFrame) -> pl.DataFrame:
+    """Per device: out-of-sequence readings as sent and as in bronze; ``sent``: 1 if it sent."""
     expected = _out_of_sequence(sent, ["pos"]).rename({"n": "expected"})
     actual = _out_of_sequence(got, ["partition", "offset"]).rename({"n": "actual"})
-    return expected.join(actual, on="device_id", how="full", coalesce=True).fill_null(0)
+    return (
+        expected.with_columns(pl.lit(1).alias("sent"))
+        .join(actual, on="device_id", how="full", coalesce=True)
+        .fill_null(0)
+    )
 
 
 def check_quarantine(
@@ -854,7 +861,8 @@ def verify(
             cfg.latency_from,
             gold_measured=lake.gold_commits is not None and not lake.gold_commits.is_empty(),
         )
-        devices = int(truth.events.select(pl.col("device_id").n_unique()).collect().item())
+        # Devices that sent an acknowledged reading, counted bucket by bucket (by device).
+        devices = sequence.pop("devices")
     quarantine_result = check_quarantine(
         truth, quarantine.select("reason", "raw", "event_id").collect(engine="streaming"), accepted
     )
