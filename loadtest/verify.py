@@ -283,36 +283,40 @@ def parse_bronze(bronze: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def stream_clock(parsed: pl.LazyFrame) -> pl.DataFrame:
-    """The stream's clock as the watermark sees it: per Kafka timestamp, the newest event time.
+def _kafka_ms() -> pl.Expr:
+    """A row's Kafka timestamp to the millisecond: Kafka's own precision, the clock's key."""
+    return pl.col("kafka_timestamp").dt.truncate("1ms").alias("kafka_ms")
 
-    ``newest`` at a Kafka timestamp is the newest ``event_time`` among the bronze rows
-    that reached Kafka at or before it (rows of one millisecond count as arrived
-    together); rows without an event time do not move it. One row per distinct
-    timestamp, so the clock of an hour's run is a few million rows at most.
+
+def stream_clock(parsed: pl.LazyFrame) -> pl.DataFrame:
+    """The stream's clock as the watermark sees it: per Kafka millisecond, the newest event time.
+
+    ``newest`` at a millisecond is the newest ``event_time`` among the bronze rows that
+    reached Kafka in it or before it (rows of one millisecond count as arrived
+    together); rows without an event time do not move it. One row per millisecond that
+    had a reading, so an hour's run is a few million rows at most, whatever its rate.
     """
     per_ms = (
-        parsed.group_by("kafka_timestamp")
+        parsed.group_by(_kafka_ms())
         .agg(pl.col("event_time").max())
         .collect(engine="streaming")
-        .drop_nulls("kafka_timestamp")
-        .sort("kafka_timestamp")
+        .drop_nulls("kafka_ms")
+        .sort("kafka_ms")
     )
-    return per_ms.select(
-        "kafka_timestamp", pl.col("event_time").cum_max().forward_fill().alias("newest")
-    )
+    return per_ms.select("kafka_ms", pl.col("event_time").cum_max().forward_fill().alias("newest"))
 
 
 def with_lateness(parsed: pl.LazyFrame, clock: pl.DataFrame) -> pl.LazyFrame:
     """Add ``lateness_s``: the stream's clock when the row reached Kafka, minus its event time."""
     return (
-        parsed.join(clock.lazy(), on="kafka_timestamp", how="left")
+        parsed.with_columns(_kafka_ms())
+        .join(clock.lazy(), on="kafka_ms", how="left")
         .with_columns(
             ((pl.col("newest") - pl.col("event_time")).dt.total_microseconds() / 1e6).alias(
                 "lateness_s"
             )
         )
-        .drop("newest")
+        .drop("newest", "kafka_ms")
     )
 
 
