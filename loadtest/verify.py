@@ -373,27 +373,23 @@ def _out_of_sequence(df: pl.DataFrame, order: list[str]) -> pl.DataFrame:
     )
 
 
-def check_sequence(truth: Truth, first_copies: pl.DataFrame | Buckets) -> dict[str, Any]:
+def check_sequence(truth: Truth, by_device: Buckets) -> dict[str, Any]:
     """Out-of-sequence readings per device: as sent (manifest) and as in bronze (offsets).
 
     Args:
         truth: The manifest.
-        first_copies: Bronze's first copy of each acknowledged reading (``device_id``
-            from the manifest, ``seq``, ``partition``, ``offset``), or buckets of them by
-            device (inputs ``sent`` and ``got``, as ``verify`` writes them).
+        by_device: Buckets by device of the manifest's readings (``sent``: ``device_id``,
+            ``seq``, ``pos``) and of bronze's first copy of each (``got``: ``device_id``
+            from the manifest, ``seq``, ``partition``, ``offset``), as ``verify`` writes them.
     """
-    if isinstance(first_copies, pl.DataFrame):
-        per_device = _sequence_per_device(truth.events.collect(), first_copies)
-    else:
-        per_device = pl.concat(
-            [
-                _sequence_per_device(
-                    first_copies.read("sent", b, _SENT_SCHEMA),
-                    first_copies.read("got", b, _GOT_SCHEMA),
-                )
-                for b in range(first_copies.count)
-            ]
-        )
+    per_device = pl.concat(
+        [
+            _sequence_per_device(
+                by_device.read("sent", b, _SENT_SCHEMA), by_device.read("got", b, _GOT_SCHEMA)
+            )
+            for b in range(by_device.count)
+        ]
+    )
     bad = per_device.filter(pl.col("expected") != pl.col("actual")).sort("device_id")
     expected, actual = int(per_device["expected"].sum()), int(per_device["actual"].sum())
     devices = int(per_device["sent"].sum())

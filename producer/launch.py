@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ from producer.faults import FaultConfig
 from producer.manifest import Manifest
 from producer.pacing import Pacer
 from producer.rate import RateProfile
-from producer.run import Limits, Progress, run
+from producer.run import Limits, Progress, run, say_on_stderr
 from producer.settings import ProducerSettings
 from producer.shards import wait_until
 from producer.simulation import Clock, firmware_rollout, simulated_clock, wall_clock
@@ -158,10 +157,6 @@ def shard_record(settings: ProducerSettings) -> dict[str, Any]:
     return {"shard": {"index": shard.index, "count": shard.count}} if shard.count > 1 else {}
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def manifest_header(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
     """The ``run`` part of a manifest header: what was asked for."""
     return {
@@ -227,7 +222,7 @@ def run_one(
         at = settings.start_at
 
         def wait_for_start() -> None:
-            wait_until(at, flag, say=_stderr)
+            wait_until(at, flag, say=say_on_stderr)
 
         start_gate = wait_for_start
     report = run(

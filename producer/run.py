@@ -95,10 +95,11 @@ class Progress:
     def line(self, text: str) -> None:
         """Show one progress line."""
         if self.show:
-            (self.say or _stderr)(text)
+            (self.say or say_on_stderr)(text)
 
 
-def _stderr(line: str) -> None:
+def say_on_stderr(line: str) -> None:
+    """Print one progress line on stderr, at once."""
     print(line, file=sys.stderr, flush=True)
 
 

@@ -26,7 +26,7 @@ from common.stop_signals import StopFlag
 from producer.launch import run_one
 from producer.manifest import merge_manifests
 from producer.report_merge import merge_reports
-from producer.run import REPORT_EVERY_S
+from producer.run import REPORT_EVERY_S, say_on_stderr
 from producer.shards import wait_until
 
 _STATS = 4  # readings, sent, acked, errors
@@ -98,7 +98,7 @@ def _worker_main(
         nonlocal gated
         gated = True
         _start_gate(ready, workers, flag)
-        wait_until(settings.start_at, flag, say=_stderr if worker == 0 else None)
+        wait_until(settings.start_at, flag, say=say_on_stderr if worker == 0 else None)
 
     try:
         report = run_one(
@@ -115,10 +115,6 @@ def _worker_main(
             _arrive(ready)
         raise
     (Path(out) / f"report-{worker}.json").write_text(json.dumps(report.to_dict()))
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def live_report(
