@@ -36,6 +36,7 @@ class Table(StrEnum):
     GOLD_FLEET_SUMMARY = "gold/fleet_summary"
     OPS_PIPELINE_METRICS = "ops/pipeline_metrics"
     OPS_SCHEMA_DRIFT = "ops/schema_drift"
+    STATE_ALERT_DETECTOR = "state/alert_detector"
 
 
 class Query(StrEnum):
@@ -118,6 +119,8 @@ TABLES: Mapping[Table, TableSpec] = MappingProxyType(
         Table.OPS_SCHEMA_DRIFT: TableSpec(
             Query.SILVER, ("field", "schema_version", "seen_time"), (), _DASHBOARD
         ),
+        # The alert detector's state per device (processor.alerts).
+        Table.STATE_ALERT_DETECTOR: TableSpec(Query.ALERTS, ("device_id",)),
     }
 )  # fmt: skip
 

@@ -10,8 +10,8 @@ Per device and metric it keeps an exponentially weighted mean and variance
   reading back within it.
 
 Only transitions are emitted: ``raised`` with a new alert id, ``cleared`` with the
-id of the alert it closes. ``processor.transforms.detect_alerts`` runs this inside
-``applyInPandasWithState`` with the state serialised as JSON.
+id of the alert it closes. ``processor.alerts.detect_alerts`` runs this over a
+micro-batch's devices, their states stored as JSON in ``state/alert_detector``.
 """
 
 from __future__ import annotations

@@ -52,6 +52,22 @@ STALE_ON_NEW_COLUMNS: Mapping[Query, tuple[str, tuple[Table, ...]]] = {
 }
 
 
+# Queries whose checkpoint holds no state: a ``state`` folder in one is an earlier
+# version's (the alert detector's state was in Spark's state store; it is now the table
+# ``state/alert_detector``), and the query is rebuilt so that its state is recomputed.
+STATELESS: tuple[Query, ...] = (Query.ALERTS,)
+
+
+def stateful_leftovers(lake: LakeSettings) -> dict[str, str]:
+    """The ``STATELESS`` queries whose checkpoint holds an earlier version's state, with why."""
+    files = LakeFiles(lake)
+    return {
+        query: "its checkpoint holds an earlier version's detector state (now a table)"
+        for query in STATELESS
+        if files.file_type(f"{lake.checkpoint(query)}/state") == "directory"
+    }
+
+
 def stream_readers(query: Query | str) -> tuple[Query, ...]:
     """The queries that stream from the tables ``query`` writes."""
     out: list[Query] = []

@@ -20,7 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from common.delta_table import open_delta_table
 from common.fleet import FLEET_IDENTITY_PREFIX, fleet_identity, fleet_pools
 from common.lake import READER_TABLE_PROPERTIES, Table
-from processor import evolution, realtime, sources, transforms
+from processor import alerts, evolution, realtime, sources, transforms
 from processor.device_rows import profile_batches
 from processor.metrics import METRICS_SCHEMA
 from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
@@ -106,9 +106,9 @@ def table_frames(
     silver_all = silver_frame(bronze, devices, "1 minute")
     silver = silver_out(silver_all)
     minutes = transforms.device_minute_aggregates(silver, "1 minute")
-    transitions = spark.createDataFrame([], transforms.ALERT_TRANSITIONS_SCHEMA)
-    alerts = transforms.raised_alerts(transitions)
-    clears = transforms.cleared_alerts(transitions)
+    detected = spark.createDataFrame([], alerts.DETECTED_SCHEMA)
+    raised = alerts.raised_alerts(detected)
+    clears = alerts.cleared_alerts(detected)
     return {
         Table.BRONZE_EVENTS: bronze,
         Table.SILVER_EVENTS: silver,
@@ -118,18 +118,19 @@ def table_frames(
             minutes, s.sliding_length, s.sliding_slide
         ),
         Table.GOLD_DEVICE_SESSIONS: transforms.device_sessions(silver, "1 minute", s.session_gap),
-        Table.GOLD_ALERTS: alerts,
+        Table.GOLD_ALERTS: raised,
         Table.GOLD_ALERTS_RT: realtime.landed_alerts(
             spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
         ),
         Table.GOLD_ALERT_CLEARS: clears,
-        Table.GOLD_ALERT_RECOVERIES: transforms.alert_recoveries(
-            alerts, clears, "1 minute", s.recovery_window
+        Table.GOLD_ALERT_RECOVERIES: alerts.alert_recoveries(
+            raised, clears, "1 minute", s.recovery_window
         ),
         Table.GOLD_DEVICE_STATUS: transforms.latest_status(silver),
         Table.GOLD_FLEET_SUMMARY: transforms.fleet_summary(transforms.latest_status(silver)),
         Table.OPS_PIPELINE_METRICS: spark.createDataFrame([], METRICS_SCHEMA),
         Table.OPS_SCHEMA_DRIFT: transforms.field_drift(silver),
+        Table.STATE_ALERT_DETECTOR: alerts.new_states(detected),
     }
 
 
@@ -171,6 +172,7 @@ def prepare_lake(
         requested: Queries to reset as well (``python -m processor rebuild``).
     """
     stale = evolution.stale_queries(ensure_tables(spark, settings))
+    stale |= evolution.stateful_leftovers(settings.lake)
     wanted = settings.query_names()
     for query in evolution.with_readers([*stale, *requested]):
         why = stale.get(query) or (

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from common.lake import TABLES, Query, Table
-from processor import evolution, realtime, sources, transforms, writes
+from processor import alerts, evolution, realtime, sources, transforms, writes
 from processor.checkpoints import check_checkpoint_sources
 from processor.detector import DetectorConfig
 from processor.device_dimension import CachedDimension
@@ -281,26 +281,38 @@ def start_device_sessions(spark: SparkSession, s: ProcessorSettings) -> Streamin
 
 
 def start_alerts(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
-    """Silver -> raised and cleared alerts (stateful detector), exactly once per batch."""
+    """Silver -> raised and cleared alerts, from each device's detector state, exactly once.
+
+    The states are a table (``processor.alerts``): each batch reads its devices' states,
+    writes its alerts and clearings, then its devices' new states, each write once per
+    batch. The states go last, so that a batch replayed before them finds what it found
+    the first time.
+    """
     at = s.lake.table
-    transitions = transforms.detect_alerts(_silver(spark, s), detector_config(s))
+    state_table, config = at(Table.STATE_ALERT_DETECTOR), detector_config(s)
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        raised = transforms.raised_alerts(batch)
-        writes.append_once(raised, at(Table.GOLD_ALERTS), f"{query_id}:alerts", batch_id)
-        cleared = transforms.cleared_alerts(batch)
-        writes.append_once(cleared, at(Table.GOLD_ALERT_CLEARS), f"{query_id}:clears", batch_id)
+        states = sources.delta_table(batch.sparkSession, state_table)
+        with persisted(alerts.detect_alerts(batch, states, config)) as detected:
+            raised = alerts.raised_alerts(detected)
+            writes.append_once(raised, at(Table.GOLD_ALERTS), f"{query_id}:alerts", batch_id)
+            cleared = alerts.cleared_alerts(detected)
+            writes.append_once(cleared, at(Table.GOLD_ALERT_CLEARS), f"{query_id}:clears", batch_id)
+            writes.merge(
+                alerts.new_states(detected), state_table,
+                TABLES[Table.STATE_ALERT_DETECTOR].key, txn=(f"{query_id}:state", batch_id),
+            )  # fmt: skip
 
     name = Query.ALERTS
     return foreach_batch_stream(
-        transitions, write, s.lake.checkpoint(name), name, s, tier="background"
+        _silver(spark, s), write, s.lake.checkpoint(name), name, s, tier="background"
     )
 
 
 def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Alerts x clears -> time to recover (stream-stream left outer join), appended."""
     at = s.lake.table
-    df = transforms.alert_recoveries(
+    df = alerts.alert_recoveries(
         sources.delta_stream(spark, at(Table.GOLD_ALERTS)),
         sources.delta_stream(spark, at(Table.GOLD_ALERT_CLEARS)),
         s.watermark,

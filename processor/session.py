@@ -28,11 +28,6 @@ LOG4J2_CONFIG = package_file("processor", "log4j2.xml")
 _LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
 # Columns whose values are (nearly) all distinct: written without a dictionary.
 UNIQUE_COLUMNS = ("value", "raw", "event_id")
-# PySpark's applyInPandasWithState (the alert detector) concatenates empty frames, which
-# pandas 2 warns about from every Python worker; the warning is PySpark's, not ours.
-PYTHON_WORKER_WARNINGS = (
-    "ignore:The behavior of DataFrame concatenation with empty or all-NA entries:FutureWarning"
-)
 
 
 # Spark's settings that capture each DataFrame call's call site (PySpark's and the JVM's).
@@ -274,7 +269,6 @@ def application_conf(settings: ProcessorSettings, log_file: Path | None = None) 
         "spark.driver.extraJavaOptions": " ".join(
             (*driver_options, log4j2_options(settings.log_level, log_file))
         ),
-        "spark.executorEnv.PYTHONWARNINGS": PYTHON_WORKER_WARNINGS,
         "spark.ui.enabled": str(settings.ui).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": settings.driver_memory,

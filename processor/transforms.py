@@ -28,7 +28,6 @@ from common.contract import (
     Field,
 )
 from common.fleet import DEVICE_ID_FORMAT
-from processor.detector import DetectorConfig, detect_columns, dump_state, load_state
 from processor.schema import EVENT_SCHEMA, SPARK_TIME_FORMAT
 
 KAFKA_META = ("topic", "partition", "offset", "kafka_timestamp", "ingest_time")
@@ -451,7 +450,8 @@ def payloads_of_invalid(rows: DataFrame) -> DataFrame:
     return rows.withColumns({c: F.when(invalid, F.col(c)) for c in ("raw", "value")})
 
 
-def _seconds_between(later: Column, earlier: Column) -> Column:
+def seconds_between(later: Column, earlier: Column) -> Column:
+    """``later - earlier`` in seconds, as a double (microseconds kept)."""
     return (F.unix_micros(later) - F.unix_micros(earlier)) / F.lit(1e6)
 
 
@@ -517,9 +517,9 @@ def with_audit(events: DataFrame, now: datetime | None = None) -> DataFrame:
     return with_time(events, "processed_time", now).withColumns(
         {
             "ingest_time": _ingest_filled(processed),
-            "ingest_latency_s": _seconds_between(F.col("kafka_timestamp"), F.col("event_time")),
-            "process_latency_s": _seconds_between(processed, F.col("event_time")),
-            "pipeline_latency_s": _seconds_between(processed, F.col("kafka_timestamp")),
+            "ingest_latency_s": seconds_between(F.col("kafka_timestamp"), F.col("event_time")),
+            "process_latency_s": seconds_between(processed, F.col("event_time")),
+            "pipeline_latency_s": seconds_between(processed, F.col("kafka_timestamp")),
         }
     )
 
@@ -682,7 +682,7 @@ def device_sessions(silver: DataFrame, watermark: str, gap: str) -> DataFrame:
             "session_start",
             "session_end",
             "events",
-            _seconds_between(F.col("session_end"), F.col("session_start")).alias("duration_s"),
+            seconds_between(F.col("session_end"), F.col("session_start")).alias("duration_s"),
         )
     )
 
@@ -768,115 +768,4 @@ def fleet_summary(status: DataFrame) -> DataFrame:
         F.count(F.lit(1)).alias("devices"),
         F.sum("events").cast("long").alias("events"),
         F.max("last_event_time").alias("last_event_time"),
-    )
-
-
-def alert_recoveries(
-    alerts: DataFrame, clears: DataFrame, watermark: str, within: str
-) -> DataFrame:
-    """Stream-stream left outer join: each raised alert with its clearing within ``within``.
-
-    Both sides carry a watermark and the join has a time-range condition, so the
-    join state is bounded; an alert with no clearing in time is emitted with null
-    ``recovered_time`` once the watermark passes ``alert_time + within``.
-
-    Args:
-        alerts: Rows of ``gold/alerts`` (``alert_id``, ``event_time`` ...).
-        clears: Rows of ``gold/alert_clears`` (``alert_id``, ``cleared_time``).
-        watermark: Watermark delay applied on both sides.
-        within: How long after the alert a clearing still counts as its recovery.
-    """
-    a = alerts.select(
-        "alert_id", "device_id", "metric", "kind", F.col("event_time").alias("alert_time")
-    ).withWatermark("alert_time", watermark)
-    c = clears.select(F.col("alert_id").alias("c_alert_id"), "cleared_time").withWatermark(
-        "cleared_time", watermark
-    )
-    joined = a.join(
-        c,
-        F.expr(
-            "c_alert_id = alert_id AND cleared_time >= alert_time "
-            f"AND cleared_time <= alert_time + INTERVAL {within}"
-        ),
-        "leftOuter",
-    )
-    return joined.select(
-        "alert_id",
-        "device_id",
-        "metric",
-        "kind",
-        "alert_time",
-        F.col("cleared_time").alias("recovered_time"),
-        _seconds_between(F.col("cleared_time"), F.col("alert_time")).alias("time_to_recover_s"),
-    )
-
-
-ALERT_TRANSITIONS_SCHEMA = (
-    "transition string, alert_id string, device_id string, device_type string, site string, "
-    "metric string, kind string, value double, threshold double, zscore double, "
-    "event_time timestamp, event_id string"
-)
-
-
-def detect_alerts(silver: DataFrame, config: DetectorConfig | None = None) -> DataFrame:
-    """Raised and cleared alerts per device (see ``processor.detector``), a stateful stream.
-
-    Each device's rolling statistics and open alerts live in Spark's state store
-    (``applyInPandasWithState``), so they survive restarts with the checkpoint.
-
-    Args:
-        silver: Silver events with the dimension's ``<metric>_low/_high`` columns.
-        config: Detector tuning.
-    """
-    import pandas as pd
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    cfg = config or DetectorConfig()
-    columns = ["event_id", "device_id", "device_type", "site", "event_time", "seq"]
-    columns += [c for m in METRIC_NAMES for c in (m, f"{m}_low", f"{m}_high")]
-    out_columns = [c.strip().split(" ")[0] for c in ALERT_TRANSITIONS_SCHEMA.split(",")]
-
-    def run(key: tuple[str], batches, group_state):  # type: ignore[no-untyped-def]
-        state = load_state(group_state.get[0] if group_state.exists else None)
-        rows = pd.concat(list(batches)).sort_values(["event_time", "seq"], kind="stable")
-        transitions = detect_columns({c: rows[c].tolist() for c in rows.columns}, state, cfg)
-        group_state.update((dump_state(state),))
-        yield pd.DataFrame(transitions, columns=out_columns)
-
-    return (
-        silver.select(*columns)
-        .groupBy("device_id")
-        .applyInPandasWithState(
-            run,
-            outputStructType=ALERT_TRANSITIONS_SCHEMA,
-            stateStructType="state string",
-            outputMode="append",
-            timeoutConf=GroupStateTimeout.NoTimeout,
-        )
-    )
-
-
-def raised_alerts(transitions: DataFrame, now: datetime | None = None) -> DataFrame:
-    """The ``raised`` transitions of one micro-batch, shaped for ``gold/alerts``.
-
-    Args:
-        transitions: One micro-batch of ``detect_alerts`` (a static frame).
-        now: ``detected_time`` (UTC-aware); default: the current time (``with_time``).
-    """
-    raised = transitions.filter(F.col("transition") == "raised")
-    return with_time(raised, "detected_time", now).select(
-        "alert_id", "device_id", "device_type", "site", "metric", "kind", "value",
-        "threshold", "zscore", "event_time", "detected_time",
-    )  # fmt: skip
-
-
-def cleared_alerts(transitions: DataFrame) -> DataFrame:
-    """The ``cleared`` transitions, shaped for ``gold/alert_clears``."""
-    return transitions.filter(F.col("transition") == "cleared").select(
-        "alert_id",
-        "device_id",
-        "metric",
-        "kind",
-        "value",
-        F.col("event_time").alias("cleared_time"),
     )

@@ -240,9 +240,21 @@ def test_a_restarted_and_a_killed_processor_lose_and_double_nothing(stack, tmp_p
     print(f"\n[compose-test] verify after a restart and a SIGKILL: {result['counts']}")
 
 
-def test_four_shard_containers_send_one_fleet_that_verifies_as_one(stack, tmp_path):
+SHARD_NAMES = [f"producer-shard-{k}" for k in range(4)]
+
+
+@pytest.fixture
+def shard_start(stack):
+    """The shards' start time (whole seconds, as the setting gives it); removes them after."""
+    start_at = (datetime.now(UTC) + timedelta(seconds=SHARDS_START_S)).replace(microsecond=0)
+    yield start_at
+    stack.compose("--profile", "shards", "rm", "-sf", *SHARD_NAMES)
+    subprocess.run(["docker", "volume", "rm", f"{stack.project}_shards"], check=False)
+
+
+def test_four_shard_containers_send_one_fleet_that_verifies_as_one(stack, shard_start, tmp_path):
     stack.compose("stop", "producer")
-    start_at = datetime.now(UTC) + timedelta(seconds=SHARDS_START_S)
+    start_at, names = shard_start, SHARD_NAMES
     shards = replace(
         stack,
         env=stack.env
@@ -252,7 +264,6 @@ def test_four_shard_containers_send_one_fleet_that_verifies_as_one(stack, tmp_pa
             "SHARDS_DURATION_S": str(SHARDS_DURATION_S),
         },
     )
-    names = [f"producer-shard-{k}" for k in range(4)]
     shards.compose("--profile", "shards", "up", "-d", "--no-deps", *names)
 
     def ended() -> dict | None:
@@ -279,14 +290,15 @@ def test_four_shard_containers_send_one_fleet_that_verifies_as_one(stack, tmp_pa
     reports = [json.loads((volume / f"report-{k}.json").read_text()) for k in range(4)]
     assert [r["shard"] for r in reports] == ["0/4", "1/4", "2/4", "3/4"]
     assert result["loss"]["total"] == 0 and result["duplicates"]["silver_duplicated_ids"] == 0
-    assert result["counts"]["acked"] == sum(r["readings"] for r in reports)
+    manifests = [volume / f"manifest-{k}.jsonl" for k in range(4)]
+    headers = [json.loads(m.read_text().splitlines()[0]) for m in manifests]
+    assert result["counts"]["acked"] == sum(h["totals"]["events_acked"] for h in headers)
     assert result["counts"]["devices"] == FLEET_SIZE
     senders = result["senders"]
     assert senders["total"]["acked"] == sum(r["acked"] for r in reports)
     assert senders["start_spread_s"] < 1.0, senders
     starts = [datetime.fromisoformat(r["started_at"]) for r in reports]
     assert all(start_at <= t < start_at + timedelta(seconds=1) for t in starts), starts
-    shards.compose("--profile", "shards", "rm", "-f", *names)
     print(f"\n[compose-test] four shards verified as one run: {result['counts']}")
 
 

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from common.lake import Query, Table, written_by
-from processor.evolution import REBUILDABLE, stale_queries, stream_readers, with_readers
+from common.lake_settings import LakeSettings
+from processor.evolution import (
+    REBUILDABLE,
+    stale_queries,
+    stateful_leftovers,
+    stream_readers,
+    with_readers,
+)
 from processor.tables import TableChange
 
 
@@ -53,7 +60,18 @@ def test_a_rebuild_empties_exactly_the_tables_its_query_writes():
             Table.GOLD_SITE_TYPE_10M, Table.GOLD_DEVICE_STATUS, Table.GOLD_FLEET_SUMMARY,
         ),
         Query.GOLD_DEVICE_SESSIONS: (Table.GOLD_DEVICE_SESSIONS,),
-        Query.ALERTS: (Table.GOLD_ALERTS, Table.GOLD_ALERT_CLEARS),
+        Query.ALERTS: (Table.GOLD_ALERTS, Table.GOLD_ALERT_CLEARS, Table.STATE_ALERT_DETECTOR),
         Query.ALERT_RECOVERIES: (Table.GOLD_ALERT_RECOVERIES,),
         Query.ALERTS_RT: (Table.GOLD_ALERTS_RT,),
     }  # fmt: skip
+
+
+def test_an_alerts_checkpoint_with_an_earlier_versions_state_is_rebuilt(tmp_path):
+    lake = LakeSettings(root=str(tmp_path))
+    (tmp_path / "_checkpoints" / "alerts" / "offsets").mkdir(parents=True)
+    assert stateful_leftovers(lake) == {}
+    (tmp_path / "_checkpoints" / "alerts" / "state" / "0" / "1").mkdir(parents=True)
+    assert stateful_leftovers(lake) == {
+        Query.ALERTS: "its checkpoint holds an earlier version's detector state (now a table)"
+    }
+    assert Query.ALERTS in REBUILDABLE

@@ -9,6 +9,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from common.contract import METRIC_NAMES
 from processor import transforms
+from processor.alerts import alert_recoveries
 from processor.metrics import progress_line, progress_row
 
 
@@ -134,7 +135,7 @@ def test_recoveries_join_each_alert_with_its_clearing_within_the_window(spark):
     clears = spark.createDataFrame(
         [("a1", t(3)), ("a2", t(30)), ("a9", t(3))], "alert_id string, cleared_time timestamp"
     )
-    out = transforms.alert_recoveries(alerts, clears, "1 minute", "10 minutes").select(
+    out = alert_recoveries(alerts, clears, "1 minute", "10 minutes").select(
         "alert_id", "recovered_time", "time_to_recover_s"
     )
     assertDataFrameEqual(out, [

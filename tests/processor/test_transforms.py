@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from processor import sources, transforms
+from processor import alerts, sources, transforms
 from processor.schema import KAFKA_SOURCE_SCHEMA
 from processor.silver import checked_rows, enriched_rows, silver_frame
 
@@ -477,7 +477,7 @@ def test_every_per_batch_step_reuses_its_generated_code_in_the_next_batch(spark,
             ),
             now,
         ),
-        "raised alerts": lambda b, now: transforms.raised_alerts(
+        "raised alerts": lambda b, now: alerts.raised_alerts(
             spark.createDataFrame(
                 [
                     (
@@ -493,9 +493,10 @@ def test_every_per_batch_step_reuses_its_generated_code_in_the_next_batch(spark,
                         None,
                         datetime(2026, 1, 1),
                         "e1",
+                        None,
                     )
                 ],
-                transforms.ALERT_TRANSITIONS_SCHEMA,
+                alerts.DETECTED_SCHEMA,
             ).persist(),
             now,
         ),  # fmt: skip
