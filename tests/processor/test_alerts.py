@@ -88,7 +88,9 @@ def test_two_batches_from_stored_states_give_what_one_pass_in_order_gives(spark,
     assertDataFrameEqual(got, expected.select(*got.columns))
     # The devices of each batch, and only those, get their new state.
     assert sorted(r["device_id"] for r in alerts.new_states(one).collect()) == [
-        "dev-1", "dev-2", "dev-3"
+        "dev-1",
+        "dev-2",
+        "dev-3",
     ]
     latest = {r["device_id"]: r["state"] for r in alerts.new_states(two).collect()}
     assert latest == {d: want_states[d] for d in ("dev-1", "dev-2")}
