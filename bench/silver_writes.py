@@ -60,7 +60,7 @@ from common.lake import Table  # noqa: E402
 from common.lake_settings import LakeSettings  # noqa: E402
 from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.machine import processes_cpu_s  # noqa: E402
-from processor import lake_setup, pipeline, transforms  # noqa: E402
+from processor import bronze, gold, lake_setup, pipeline, silver  # noqa: E402
 from processor.schema import KAFKA_SOURCE_SCHEMA  # noqa: E402
 from processor.session import build_session  # noqa: E402
 from processor.settings import ProcessorSettings  # noqa: E402
@@ -112,15 +112,15 @@ def py4j_calls(build: Callable[[], object]) -> int:
 
 def frame_calls(batch, watermark: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """py4j calls to build each of the silver writer's frames for ``batch`` (built once first)."""
-    events = transforms.silver_rows(batch)
-    transforms.device_minute_aggregates(events, watermark)  # the first call builds the columns
+    events = silver.silver_rows(batch)
+    gold.device_minute_aggregates(events, watermark)  # the first call builds the columns
     column = F.col("reading")
     return {
         "py4j_calls_device_1m": py4j_calls(
-            lambda: transforms.device_minute_aggregates(events, watermark)
+            lambda: gold.device_minute_aggregates(events, watermark)
         ),
         "py4j_calls_silver_rows": py4j_calls(lambda: silver_out(batch)),
-        "py4j_calls_quarantine_stamp": py4j_calls(lambda: transforms.stamp_ingest(batch)),
+        "py4j_calls_quarantine_stamp": py4j_calls(lambda: bronze.stamp_ingest(batch)),
         "py4j_calls_column_alias": py4j_calls(lambda: column.alias("renamed")),
     }
 
@@ -133,7 +133,7 @@ def check(spark: SparkSession, settings: ProcessorSettings, sent: int) -> None:
         raise SystemExit(f"[bench] silver holds {n:,} rows, {sent:,} readings were sent")
     if n := spark.read.format("delta").load(at(Table.SILVER_QUARANTINE)).count():
         raise SystemExit(f"[bench] {n:,} readings were quarantined; none were invalid")
-    expected = transforms.device_minute_aggregates(silver, settings.watermark)
+    expected = gold.device_minute_aggregates(silver, settings.watermark)
     got = spark.read.format("delta").load(at(Table.GOLD_DEVICE_1M))
     cols = [F.round(c, 9).alias(c) if c.endswith("_avg") else F.col(c) for c in expected.columns]
     expected, got = expected.select(*cols), got.select(*cols)
@@ -176,7 +176,7 @@ def main() -> None:
         for b in range(args.batches):
             chunk = records[b * args.batch_rows : (b + 1) * args.batch_rows]
             raw = spark.createDataFrame(chunk, KAFKA_SOURCE_SCHEMA)
-            batch = silver_frame(transforms.to_bronze(raw), devices, settings.watermark)
+            batch = silver_frame(bronze.to_bronze(raw), devices, settings.watermark)
             batch.persist()
             t0, c0 = time.monotonic(), processes_cpu_s((jvm, os.getpid()))
             pipeline.write_silver_batch(batch, b, "bench-silver", settings)
@@ -191,7 +191,7 @@ def main() -> None:
         check(spark, settings, len(records))
         raw = spark.createDataFrame(records[: args.batch_rows], KAFKA_SOURCE_SCHEMA)
         calls = frame_calls(
-            silver_frame(transforms.to_bronze(raw), devices, settings.watermark), settings.watermark
+            silver_frame(bronze.to_bronze(raw), devices, settings.watermark), settings.watermark
         )
         spark.stop()
     half = len(walls) // 2

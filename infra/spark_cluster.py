@@ -57,7 +57,7 @@ DAEMON_MEMORY = "256m"
 DEFAULT_WORKERS, DEFAULT_CORES, DEFAULT_MEMORY = 2, 1, "1g"
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
-# The packages executors import (the alert detector's pandas code, the transforms),
+# The packages executors import (the alert detector, the transforms),
 # with their data files: what ``--py-files`` ships.
 APP_PACKAGES = ("common", "processor")
 APP_DATA = ("*.toml", "*.xml")

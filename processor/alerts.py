@@ -31,7 +31,7 @@ from pyspark.sql.types import DoubleType, StringType, StructField, StructType, T
 
 from common.contract import METRIC_NAMES
 from processor.detector import DetectorConfig, detect_columns, dump_state, load_state
-from processor.transforms import seconds_between, with_time
+from processor.times import seconds_between, with_time
 
 _S, _D, _T = StringType(), DoubleType(), TimestampType()
 # A device's stored detector state (``processor.detector.dump_state``).

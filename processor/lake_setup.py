@@ -20,7 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from common.delta_table import open_delta_table
 from common.fleet import FLEET_IDENTITY_PREFIX, fleet_identity, fleet_pools
 from common.lake import READER_TABLE_PROPERTIES, Table
-from processor import alerts, evolution, realtime, sources, transforms
+from processor import alerts, bronze, evolution, gold, parsing, realtime, sources
 from processor.device_rows import profile_batches
 from processor.metrics import METRICS_SCHEMA
 from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
@@ -102,22 +102,22 @@ def table_frames(
         devices: The device dimension (silver's rows carry its columns).
     """
     s = settings
-    bronze = transforms.to_bronze(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
-    silver_all = silver_frame(bronze, devices, "1 minute")
+    bronze_rows = bronze.to_bronze(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA))
+    silver_all = silver_frame(bronze_rows, devices, "1 minute")
     silver = silver_out(silver_all)
-    minutes = transforms.device_minute_aggregates(silver, "1 minute")
+    minutes = gold.device_minute_aggregates(silver, "1 minute")
     detected = spark.createDataFrame([], alerts.DETECTED_SCHEMA)
     raised = alerts.raised_alerts(detected)
     clears = alerts.cleared_alerts(detected)
     return {
-        Table.BRONZE_EVENTS: bronze,
+        Table.BRONZE_EVENTS: bronze_rows,
         Table.SILVER_EVENTS: silver,
         Table.SILVER_QUARANTINE: quarantine_out(silver_all),
         Table.GOLD_DEVICE_1M: minutes,
-        Table.GOLD_SITE_TYPE_10M: transforms.site_type_windows(
+        Table.GOLD_SITE_TYPE_10M: gold.site_type_windows(
             minutes, s.sliding_length, s.sliding_slide
         ),
-        Table.GOLD_DEVICE_SESSIONS: transforms.device_sessions(silver, "1 minute", s.session_gap),
+        Table.GOLD_DEVICE_SESSIONS: gold.device_sessions(silver, "1 minute", s.session_gap),
         Table.GOLD_ALERTS: raised,
         Table.GOLD_ALERTS_RT: realtime.landed_alerts(
             spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
@@ -126,10 +126,10 @@ def table_frames(
         Table.GOLD_ALERT_RECOVERIES: alerts.alert_recoveries(
             raised, clears, "1 minute", s.recovery_window
         ),
-        Table.GOLD_DEVICE_STATUS: transforms.latest_status(silver),
-        Table.GOLD_FLEET_SUMMARY: transforms.fleet_summary(transforms.latest_status(silver)),
+        Table.GOLD_DEVICE_STATUS: gold.latest_status(silver),
+        Table.GOLD_FLEET_SUMMARY: gold.fleet_summary(gold.latest_status(silver)),
         Table.OPS_PIPELINE_METRICS: spark.createDataFrame([], METRICS_SCHEMA),
-        Table.OPS_SCHEMA_DRIFT: transforms.field_drift(silver),
+        Table.OPS_SCHEMA_DRIFT: parsing.field_drift(silver),
         Table.STATE_ALERT_DETECTOR: alerts.new_states(detected),
     }
 

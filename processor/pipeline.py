@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from common.lake import TABLES, Query, Table
-from processor import alerts, evolution, realtime, sources, transforms, writes
+from processor import alerts, bronze, evolution, gold, parsing, realtime, silver, sources, writes
 from processor.checkpoints import check_checkpoint_sources
 from processor.detector import DetectorConfig
 from processor.device_dimension import CachedDimension
@@ -55,14 +55,14 @@ def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame
     if settings.source == "files":
         if not settings.landing_dir:
             raise ValueError("source=files needs IOT_PROCESSOR_LANDING_DIR")
-        return transforms.lines_to_bronze(
+        return bronze.lines_to_bronze(
             sources.lines_stream(spark, settings.landing_dir, settings.max_files_per_trigger)
         )
     if settings.source == "rate":
-        return transforms.rate_to_bronze(
+        return bronze.rate_to_bronze(
             sources.rate_stream(spark, settings.rate_rows_per_second), settings.fleet_size
         )
-    return transforms.to_bronze(sources.kafka_stream(spark, settings))
+    return bronze.to_bronze(sources.kafka_stream(spark, settings))
 
 
 def silver_reads_bronze(settings: ProcessorSettings) -> bool:
@@ -84,9 +84,7 @@ def start_bronze(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     at = s.lake.table
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        writes.append_once(
-            transforms.stamp_ingest(batch), at(Table.BRONZE_EVENTS), query_id, batch_id
-        )
+        writes.append_once(bronze.stamp_ingest(batch), at(Table.BRONZE_EVENTS), query_id, batch_id)
 
     name = Query.BRONZE
     return foreach_batch_stream(
@@ -111,19 +109,19 @@ def write_silver_batch(
     """
     at = settings.lake.table
     # One job (no LIMIT: see writes.has_rows) says which writes the batch has rows for.
-    held = transforms.batch_contents(batch).collect()[0]
-    events = transforms.silver_rows(batch)
+    held = parsing.batch_contents(batch).collect()[0]
+    events = silver.silver_rows(batch)
     appends: list[Callable[[], object]] = []
     if held.valid:
         good = silver_out(batch)  # stamped now: processed_time is before gold's commit
         # The minutes first: whoever reads a row of silver finds it in device_1m
         # (device_status rolls the sliding windows up from there).
         writes.merge(
-            transforms.device_minute_aggregates(events, settings.watermark),
+            gold.device_minute_aggregates(events, settings.watermark),
             at(Table.GOLD_DEVICE_1M),
             TABLES[Table.GOLD_DEVICE_1M].key,
             since=("window_start", held.earliest_hour_s),
-            update=transforms.combine_device_minutes(),
+            update=gold.combine_device_minutes(),
             txn=(f"{query_id}:device_1m", batch_id),
             nonempty=True,
         )
@@ -148,7 +146,7 @@ def write_silver_batch(
             )
         )
     if held.drifted:
-        drifted = transforms.field_drift(events)
+        drifted = parsing.field_drift(events)
         appends.append(
             lambda: writes.append_once(
                 drifted,
@@ -167,7 +165,7 @@ def start_silver(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     The batch's valid events, aggregated per device and minute, are added to
     ``gold/device_1m`` by a MERGE applied once per batch (``writes.merge``), then
     appended to silver. A batch whose events carry undeclared fields also appends what
-    it saw to ``ops/schema_drift`` (``transforms.field_drift``). The stream checks the
+    it saw to ``ops/schema_drift`` (``parsing.field_drift``). The stream checks the
     device ids against the dimension; each micro-batch joins the dimension's rows of its
     own devices (``enriched_rows``). Both read a cached copy, read again when the table
     changes (``CachedDimension``).
@@ -209,21 +207,21 @@ def start_device_status(spark: SparkSession, s: ProcessorSettings) -> StreamingQ
     """Silver -> the newest reading per device, the fleet summary, the sliding windows.
 
     One read of silver for three tables: a MERGE adds the batch to each device's row
-    (once per batch: ``transforms.combine_device_status``), then ``gold/fleet_summary``
-    is rewritten from ``device_status``'s row per device (``transforms.fleet_summary``,
+    (once per batch: ``gold.combine_device_status``), then ``gold/fleet_summary``
+    is rewritten from ``device_status``'s row per device (``gold.fleet_summary``,
     ``writes.overwrite_once``), and every sliding window the batch's readings fall in is
     recomputed from ``gold/device_1m`` (``site_windows``).
     """
     at = s.lake.table
 
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
-        latest = transforms.latest_status(batch)  # a row per device
+        latest = gold.latest_status(batch)  # a row per device
         writes.merge(
             latest, at(Table.GOLD_DEVICE_STATUS), TABLES[Table.GOLD_DEVICE_STATUS].key,
-            update=transforms.combine_device_status(latest.columns),
+            update=gold.combine_device_status(latest.columns),
             txn=(f"{query_id}:status", batch_id),
         )  # fmt: skip
-        summary = transforms.fleet_summary(
+        summary = gold.fleet_summary(
             sources.delta_table(batch.sparkSession, at(Table.GOLD_DEVICE_STATUS))
         )
         writes.overwrite_once(summary, at(Table.GOLD_FLEET_SUMMARY), f"{query_id}:fleet", batch_id)
@@ -247,14 +245,14 @@ def site_windows(silver: DataFrame, s: ProcessorSettings) -> None:
     at = s.lake.table
     spark = silver.sparkSession
     length, slide = s.sliding_length, s.sliding_slide
-    keys = transforms.sliding_keys(silver, length, slide)
+    keys = gold.sliding_keys(silver, length, slide)
     since = keys.agg(writes.hour_floor_s("window_start")).collect()[0][0]
     if since is None:
         return
     minutes = sources.delta_table(spark, at(Table.GOLD_DEVICE_1M)).where(
         F.col("window_start") >= F.timestamp_seconds(F.lit(since))
     )
-    windows = transforms.site_type_windows(minutes, length, slide)
+    windows = gold.site_type_windows(minutes, length, slide)
     touched = windows.join(keys, ["window_start", "site", "device_type"], "left_semi")
     # Each window is replaced whole: a replayed batch needs no txn.
     writes.merge(
@@ -268,7 +266,7 @@ def site_windows(silver: DataFrame, s: ProcessorSettings) -> None:
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Silver -> connectivity sessions per device, appended once closed."""
     at = s.lake.table
-    df = transforms.device_sessions(_silver(spark, s), s.watermark, s.session_gap)
+    df = gold.device_sessions(_silver(spark, s), s.watermark, s.session_gap)
     name = Query.GOLD_DEVICE_SESSIONS
     return table_stream(
         df,

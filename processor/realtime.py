@@ -3,7 +3,7 @@
 ``threshold_alerts`` is what the ``realtime_alerts`` query runs in Spark's real-time
 mode (``processor.realtime_app``): stateless and single-stage, as that mode requires
 in Spark 4.2 (parse, a broadcast join with the device thresholds, a filter). It reads
-each payload by its contract version (``transforms.parse_events``), so every
+each payload by its contract version (``parsing.parse_events``), so every
 version's readings alert alike. ``landed_alerts`` shapes the alerts topic's records
 for ``gold/alerts_rt`` (the ``alerts_rt`` micro-batch query).
 
@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from common.alerts import ALERT_FIELDS, ALERT_ID_SEPARATOR, THRESHOLD_HIGH, THRESHOLD_LOW
 from common.contract import METRIC_NAMES
-from processor import transforms
+from processor import parsing
 from processor.schema import ALERT_RECORD_SCHEMA, SPARK_TIME_FORMAT
 
 ALERT_COLUMNS = tuple(f.name for f in ALERT_FIELDS)
@@ -46,7 +46,7 @@ def threshold_alerts(bronze: DataFrame, devices: DataFrame) -> DataFrame:
     ``devices`` raise nothing.
 
     Args:
-        bronze: Raw records shaped as bronze rows (``transforms.to_bronze``).
+        bronze: Raw records shaped as bronze rows (``bronze.to_bronze``).
         devices: The device dimension (``<metric>_low`` / ``<metric>_high`` per metric).
 
     Returns:
@@ -54,7 +54,7 @@ def threshold_alerts(bronze: DataFrame, devices: DataFrame) -> DataFrame:
     """
     profile = ["device_id", "device_type", "site"]
     thresholds = [f"{m}_{bound}" for m in METRIC_NAMES for bound in ("low", "high")]
-    readings = transforms.valid_events(transforms.parse_events(bronze)).select(
+    readings = parsing.valid_events(parsing.parse_events(bronze)).select(
         "event_id",
         "device_id",
         "event_time",

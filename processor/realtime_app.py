@@ -20,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 from common import cli
 from common.kafka import spark_kafka_options
 from common.lake import Query
-from processor import realtime, sources, transforms
+from processor import bronze, realtime, sources
 from processor.checkpoints import clear_unlogged_first_batch
 from processor.lake_files import LakeFiles
 from processor.lake_setup import devices_frame
@@ -62,7 +62,7 @@ def start_realtime_alerts(spark: SparkSession, settings: ProcessorSettings) -> S
     Delivery is at least once: a restart resends what the last unfinished epoch
     sent (epochs end every ``realtime_checkpoint_interval``), with the same alert ids.
     """
-    events = transforms.to_bronze(sources.kafka_stream(spark, settings, micro_batch=False))
+    events = bronze.to_bronze(sources.kafka_stream(spark, settings, micro_batch=False))
     alerts = realtime.threshold_alerts(events, devices_frame(spark, settings))
     name = Query.REALTIME_ALERTS
     clear_unlogged_first_batch(LakeFiles(settings.lake), settings.lake.checkpoint(name))

@@ -165,7 +165,7 @@ def merge(
             before its earliest value in ``source`` (``hour_floor_s``): only stored rows
             from then on can match, so older files need not be read. A None time: no bound.
         update: A matched row's new values, as SQL over ``t`` (stored) and ``s`` (new)
-            (``transforms.combine_device_minutes``); None replaces every column, unless
+            (``gold.combine_device_minutes``); None replaces every column, unless
             ``keep_existing``.
         keep_existing: Without ``update``: leave matched rows as they are, insert new keys.
         txn: ``(app id, batch id)``: the MERGE runs once per batch (for a MERGE that adds

@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from common.contract import METRIC_NAMES
 from common.lake import Table
-from processor import transforms
+from processor import gold
 from processor.settings import ProcessorSettings
 
 
@@ -43,5 +43,5 @@ def background_gold(silver: DataFrame, settings: ProcessorSettings) -> dict[Tabl
             F.count(F.lit(1)).alias("events"),
             F.max("event_time").alias("last_event_time"),
         ),
-        Table.GOLD_DEVICE_STATUS: transforms.latest_status(silver).drop("updated_time"),
+        Table.GOLD_DEVICE_STATUS: gold.latest_status(silver).drop("updated_time"),
     }

@@ -21,7 +21,7 @@ from pyspark.testing import assertDataFrameEqual
 from common.fleet import build_fleet
 from infra.broker import ensure_topic
 from infra.jars import bundle_dir
-from processor import transforms
+from processor import gold
 from processor.detector import DetectorConfig, detect
 from processor.settings import ProcessorSettings
 from producer.simulation import generate, simulated_clock
@@ -136,9 +136,9 @@ def test_sigkill_three_times_then_exactly_once(mode, spark, kafka_broker, tmp_pa
     assert set(silver_ids) == set(ids)
 
     silver_df = spark.read.format("delta").load(str(silver))
-    gold = spark.read.format("delta").load(str(lake / "gold" / "device_1m"))
-    recomputed = transforms.device_minute_aggregates(silver_df, WATERMARK)
-    assertDataFrameEqual(gold, recomputed.select(*gold.columns), rtol=1e-9)
+    minutes = spark.read.format("delta").load(str(lake / "gold" / "device_1m"))
+    recomputed = gold.device_minute_aggregates(silver_df, WATERMARK)
+    assertDataFrameEqual(minutes, recomputed.select(*minutes.columns), rtol=1e-9)
     # The background queries' gold, each against its recomputation over all of silver.
     for table, batch in background_gold(silver_df, ProcessorSettings()).items():
         stored = spark.read.format("delta").load(str(lake / table))

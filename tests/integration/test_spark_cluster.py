@@ -322,7 +322,7 @@ def _gold_equals_silver_recomputed(spark, root: Path) -> None:
     from pyspark.sql import DataFrame
     from pyspark.testing import assertDataFrameEqual
 
-    from processor import transforms
+    from processor import gold
     from processor.detector import DetectorConfig, detect
     from processor.settings import ProcessorSettings
 
@@ -332,9 +332,9 @@ def _gold_equals_silver_recomputed(spark, root: Path) -> None:
     def read(table: Table) -> DataFrame:
         return spark.read.format("delta").load(lake.table(table))
 
-    silver, gold = read(Table.SILVER_EVENTS), read(Table.GOLD_DEVICE_1M)
-    recomputed = transforms.device_minute_aggregates(silver, settings.watermark)
-    assertDataFrameEqual(gold, recomputed.select(*gold.columns), rtol=1e-9)
+    silver, minutes = read(Table.SILVER_EVENTS), read(Table.GOLD_DEVICE_1M)
+    recomputed = gold.device_minute_aggregates(silver, settings.watermark)
+    assertDataFrameEqual(minutes, recomputed.select(*minutes.columns), rtol=1e-9)
     for table, batch in background_gold(silver, settings).items():
         stored = read(table)
         assertDataFrameEqual(stored.select(*batch.columns), batch, rtol=1e-9)

@@ -8,7 +8,7 @@ from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
 from common.contract import METRIC_NAMES
-from processor import transforms
+from processor import gold
 from processor.alerts import alert_recoveries
 from processor.metrics import progress_line, progress_row
 
@@ -29,8 +29,8 @@ def _silver(spark, rows):
 
 
 def _sliding(silver):
-    minutes = transforms.device_minute_aggregates(silver, "1 minute")
-    return transforms.site_type_windows(minutes, "10 minutes", "5 minutes")
+    minutes = gold.device_minute_aggregates(silver, "1 minute")
+    return gold.site_type_windows(minutes, "10 minutes", "5 minutes")
 
 
 def test_sliding_windows_count_each_event_in_both_overlapping_windows(spark):
@@ -73,7 +73,7 @@ def test_sliding_keys_name_the_windows_a_reading_falls_in(spark):
         ("d2", "thermostat", "A", t(4), 1, 1.0),
         ("d3", "vibration", "B", t(6), 1, 1.0),
     ])  # fmt: skip
-    assertDataFrameEqual(transforms.sliding_keys(silver, "10 minutes", "5 minutes"), [
+    assertDataFrameEqual(gold.sliding_keys(silver, "10 minutes", "5 minutes"), [
         Row(window_start=datetime(2025, 12, 31, 23, 55), site="A", device_type="thermostat"),
         Row(window_start=t(0), site="A", device_type="thermostat"),
         Row(window_start=t(0), site="B", device_type="vibration"),
@@ -88,7 +88,7 @@ def test_sessions_split_on_a_gap_longer_than_the_setting(spark):
         ("d1", "thermostat", "A", t(2, 0), 3, 1.0),
         ("d1", "thermostat", "A", t(10, 0), 4, 1.0),  # 8 minutes of silence: a new session
     ])  # fmt: skip
-    out = transforms.device_sessions(silver, "1 minute", "2 minutes").select(
+    out = gold.device_sessions(silver, "1 minute", "2 minutes").select(
         "device_id", "session_start", "session_end", "events", "duration_s"
     )
     assertDataFrameEqual(out, [
@@ -109,7 +109,7 @@ def test_latest_status_takes_the_newest_reading_per_device(spark):
         "device_id string, device_type string, site string, building string, lat double, lon double, "
         "status string, battery_pct double, event_time timestamp, seq long",
     )
-    status = transforms.latest_status(silver)
+    status = gold.latest_status(silver)
     out = status.select(
         "device_id", "status", "battery_pct", "last_event_time", "last_seq", "events"
     )
@@ -120,7 +120,7 @@ def test_latest_status_takes_the_newest_reading_per_device(spark):
             events=1),
     ])  # fmt: skip
     # The fleet summary is device_status's, per type.
-    assertDataFrameEqual(transforms.fleet_summary(status), [
+    assertDataFrameEqual(gold.fleet_summary(status), [
         Row(device_type="thermostat", devices=1, events=3, last_event_time=t(2)),
         Row(device_type="vibration", devices=1, events=1, last_event_time=t(0)),
     ])  # fmt: skip

@@ -10,7 +10,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from common.alerts import decode_alert
 from common.fleet import Device
-from processor import realtime, transforms
+from processor import bronze, realtime
 from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
 
 T0 = datetime(2026, 1, 1, 0, 0, 0)  # the session's time zone is UTC
@@ -64,8 +64,8 @@ def test_every_valid_reading_outside_its_device_thresholds_raises_one_alert_per_
         _reading("stranger", "dev-x", temperature_c=99.0),  # not in the dimension
         "{not json",
     ]
-    bronze = transforms.to_bronze(_records(spark, payloads))
-    alerts = realtime.threshold_alerts(bronze, devices)
+    records = bronze.to_bronze(_records(spark, payloads))
+    alerts = realtime.threshold_alerts(records, devices)
     assertDataFrameEqual(
         alerts,
         [
@@ -82,10 +82,10 @@ def test_every_valid_reading_outside_its_device_thresholds_raises_one_alert_per_
 
 def test_an_alert_record_reads_back_as_the_alert_it_was(spark):
     devices = spark.createDataFrame([_device("dev-t", "thermostat")], DEVICE_SCHEMA)
-    bronze = transforms.to_bronze(
+    records = bronze.to_bronze(
         _records(spark, [_reading("e1", "dev-t", temperature_c=30.5)], T0 + timedelta(seconds=11))
     )
-    (record,) = realtime.alert_records(realtime.threshold_alerts(bronze, devices)).collect()
+    (record,) = realtime.alert_records(realtime.threshold_alerts(records, devices)).collect()
     assert record.key == "dev-t"
     alert = decode_alert(record.value.encode(), timestamp_ms=1767225611250)  # 00:00:11.250
     assert (alert.alert_id, alert.metric, alert.kind) == ("e1:temperature_c", "temperature_c",
@@ -98,9 +98,9 @@ def test_an_alert_record_reads_back_as_the_alert_it_was(spark):
 
 def test_landing_keeps_each_alert_once_as_first_sent_and_drops_what_is_not_an_alert(spark):
     devices = spark.createDataFrame([_device("dev-t", "thermostat")], DEVICE_SCHEMA)
-    bronze = transforms.to_bronze(_records(spark, [_reading("e1", "dev-t", temperature_c=30.5)]))
+    records = bronze.to_bronze(_records(spark, [_reading("e1", "dev-t", temperature_c=30.5)]))
     (value,) = [r.value for r in realtime.alert_records(
-        realtime.threshold_alerts(bronze, devices)).collect()]  # fmt: skip
+        realtime.threshold_alerts(records, devices)).collect()]  # fmt: skip
     # The same alert sent three times (a restart resent it), out of order, and a stray record.
     sent = [T0 + timedelta(milliseconds=ms) for ms in (900, 40, 500)]
     rows = [(b"dev-t", value.encode(), "a", 0, i, ts, 0) for i, ts in enumerate(sent)]

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from processor import alerts, sources, transforms
+from processor import alerts, bronze, gold, parsing, silver, sources
 from processor.schema import KAFKA_SOURCE_SCHEMA
 from processor.silver import checked_rows, enriched_rows, silver_frame
 
@@ -35,11 +35,11 @@ def _bronze(spark, payloads: list[str | bytes]):
         (None, p.encode() if isinstance(p, str) else p, "t", 0, i, T0, 0)
         for i, p in enumerate(payloads)
     ]
-    return transforms.to_bronze(spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA))
+    return bronze.to_bronze(spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA))
 
 
 def test_parse_valid_event_types_every_field(spark):
-    out = transforms.parse_events(_bronze(spark, [json.dumps(_event(power_w=12.0))])).collect()
+    out = parsing.parse_events(_bronze(spark, [json.dumps(_event(power_w=12.0))])).collect()
     assert len(out) == 1
     row = out[0]
     assert row.reason is None
@@ -91,9 +91,9 @@ def test_parse_valid_event_types_every_field(spark):
     ],
 )
 def test_parse_gives_the_first_failed_check(spark, payload, reason):
-    out = transforms.parse_events(_bronze(spark, [payload]))
+    out = parsing.parse_events(_bronze(spark, [payload]))
     assert [r.reason for r in out.collect()] == [reason]
-    quarantined = transforms.invalid_events(out).collect()
+    quarantined = parsing.invalid_events(out).collect()
     assert [(q.reason, q.raw) for q in quarantined] == [(reason, payload)]
 
 
@@ -106,7 +106,7 @@ def test_every_version_lands_in_the_contract_columns_and_undeclared_keys_are_kep
     v2_old_key = _event(event_id="c", schema_version=2)  # temperature_c is not a v2 key
     v1_new_key = _event(event_id="d", rssi_dbm=-50.0, humidity_pct=40.0)
     payloads = [json.dumps(e) for e in (v1, v2, v2_old_key, v1_new_key)]
-    out = transforms.parse_events(_bronze(spark, payloads))
+    out = parsing.parse_events(_bronze(spark, payloads))
     assert out.columns.index("extra_fields") == out.columns.index("voltage_v") + 1
     got = out.select("event_id", "schema_version", "temperature_c", "humidity_pct", "rssi_dbm",
                      "reason").orderBy("event_id").collect()  # fmt: skip
@@ -125,13 +125,13 @@ def test_every_version_lands_in_the_contract_columns_and_undeclared_keys_are_kep
         "d": {"rssi_dbm": -50.0},
     }
     assert list(json.loads(extras["a"])) == ["signal_dbm", "fw"]  # in the payload's order
-    assert transforms.silver_rows(out).columns == [
+    assert silver.silver_rows(out).columns == [
         c for c in out.columns if c not in ("reason", "raw", "value")
     ]
 
 
 def test_deduplicate_keeps_one_row_per_event_id(spark):
-    parsed = transforms.parse_events(
+    parsed = parsing.parse_events(
         _bronze(
             spark,
             [
@@ -141,7 +141,7 @@ def test_deduplicate_keeps_one_row_per_event_id(spark):
             ],
         )
     )
-    out = transforms.deduplicate(transforms.valid_events(parsed), "1 minute")
+    out = silver.deduplicate(parsing.valid_events(parsed), "1 minute")
     assertDataFrameEqual(
         out.select("event_id", "seq"), [Row(event_id="a", seq=1), Row(event_id="b", seq=2)]
     )
@@ -157,7 +157,7 @@ def test_a_batch_joins_the_dimension_rows_of_its_own_devices(spark):
         "event_id string, device_id string, reason string",
     )  # fmt: skip
     assertDataFrameEqual(
-        transforms.devices_of(events, devices),
+        silver.devices_of(events, devices),
         [
             Row(device_id="dev-1", device_type="type-1"),
             Row(device_id="dev-4", device_type="type-4"),
@@ -184,7 +184,7 @@ def test_enrich_marks_unknown_devices(spark):
          ("e4", "dev-1", "unparsable")],
         "event_id string, device_id string, reason string",
     )  # fmt: skip
-    out = transforms.enrich(events, devices)
+    out = silver.enrich(events, devices)
     assertDataFrameEqual(
         out.select("event_id", "device_type", "reason"),
         [
@@ -199,15 +199,15 @@ def test_enrich_marks_unknown_devices(spark):
 
 def test_dedup_keys_keep_every_invalid_record_and_one_copy_of_each_event(spark):
     broken = '{"event_id": "e9", "seq": '
-    parsed = transforms.parse_events(
+    parsed = parsing.parse_events(
         _bronze(spark, [json.dumps(_event(event_id="a")), json.dumps(_event(event_id="a")),
                         broken, broken, json.dumps(_event(event_id="b", seq=0))])
     )  # fmt: skip
-    keyed = transforms.dedup_keys(parsed)
-    out = transforms.deduplicate(keyed, "1 minute", key=transforms.DEDUP_KEY)
+    keyed = silver.dedup_keys(parsed)
+    out = silver.deduplicate(keyed, "1 minute", key=silver.DEDUP_KEY)
     # Offsets 0..4 of topic "t", partition 0 (see _bronze); invalid rows lose their time.
     assertDataFrameEqual(
-        out.select(transforms.DEDUP_KEY, "offset", "reason", "event_time"),
+        out.select(silver.DEDUP_KEY, "offset", "reason", "event_time"),
         [
             Row(_dedup_key="a", offset=0, reason=None, event_time=datetime(2026, 1, 1, 0, 0, 10)),
             Row(_dedup_key="invalid\0t\x000\x002", offset=2, reason="unparsable", event_time=None),
@@ -229,7 +229,7 @@ def test_silver_frame_keeps_payloads_for_quarantine_only_and_flags_devices_befor
         [("dev-00000", "thermostat")], "device_id string, device_type string"
     )
     out = silver_frame(bronze, devices, "1 minute")
-    assert transforms.DEDUP_KEY not in out.columns
+    assert silver.DEDUP_KEY not in out.columns
     assertDataFrameEqual(
         out.select("event_id", "offset", "device_type", "reason", "raw", "value"),
         [
@@ -250,13 +250,13 @@ def test_batch_contents_counts_valid_invalid_and_drifted_rows_in_one_row(spark):
             (None, None, t + timedelta(hours=2))]  # fmt: skip
     batch = spark.createDataFrame(rows, "reason string, extra_fields string, event_time timestamp")
     assertDataFrameEqual(
-        transforms.batch_contents(batch),
+        parsing.batch_contents(batch),
         # The earliest valid event is at 10:59:59 (the invalid one at 07:59:59 does not count).
         [Row(valid=3, invalid=2, drifted=1,
              earliest_hour_s=int(datetime(2026, 3, 1, 10, tzinfo=UTC).timestamp()))],
     )  # fmt: skip
     assertDataFrameEqual(
-        transforms.batch_contents(batch.limit(0)),
+        parsing.batch_contents(batch.limit(0)),
         [Row(valid=0, invalid=0, drifted=0, earliest_hour_s=None)],
     )
 
@@ -277,7 +277,7 @@ def test_lines_to_bronze_gives_each_line_its_exact_bytes_and_index(spark, tmp_pa
     path = tmp_path / "part-0.jsonl"
     path.write_bytes(b'{"a": 1}\r\n\n\xff\xfe bad\n{"b": 2}')
     files = spark.read.text(str(path), wholetext=True).select("value", "_metadata")
-    rows = transforms.lines_to_bronze(files).collect()
+    rows = bronze.lines_to_bronze(files).collect()
     assert [(r.offset, bytes(r.value)) for r in rows] == [
         (0, b'{"a": 1}'), (1, b""), (2, b"\xff\xfe bad"), (3, b'{"b": 2}'),
     ]  # fmt: skip
@@ -286,7 +286,7 @@ def test_lines_to_bronze_gives_each_line_its_exact_bytes_and_index(spark, tmp_pa
     }
     path.write_bytes(b'{"a": 1}\n')  # a last newline ends the last line; no empty line after
     files = spark.read.text(str(path), wholetext=True).select("value", "_metadata")
-    assert [bytes(r.value) for r in transforms.lines_to_bronze(files).collect()] == [b'{"a": 1}']
+    assert [bytes(r.value) for r in bronze.lines_to_bronze(files).collect()] == [b'{"a": 1}']
 
 
 def test_one_streaming_pass_quarantines_late_and_repeated_bad_records(spark, tmp_path):
@@ -314,7 +314,7 @@ def test_one_streaming_pass_quarantines_late_and_repeated_bad_records(spark, tmp
     )
     lines = sources.lines_stream(spark, str(land), max_files_per_trigger=1)
     # The streamed part of silver (the micro-batches join the dimension afterwards).
-    frame = checked_rows(transforms.lines_to_bronze(lines), devices, "1 minute")
+    frame = checked_rows(bronze.lines_to_bronze(lines), devices, "1 minute")
     # One pass: the source appears once in the plan (a union of two branches read it twice).
     assert frame._jdf.queryExecution().logical().toString().count("StreamingRelation") == 1
     query = (
@@ -357,7 +357,7 @@ def test_minute_windows_have_exact_boundaries_and_aggregates(spark):
         "voltage_v",
     ):
         silver = silver.withColumn(metric, silver["temperature_c"] * 0 + None)
-    out = transforms.device_minute_aggregates(silver, "1 minute").select(
+    out = gold.device_minute_aggregates(silver, "1 minute").select(
         "device_id", "window_start", "window_end", "events", "temperature_c_min",
         "temperature_c_avg", "temperature_c_max", "temperature_c_count", "last_seq",
         "humidity_pct_avg", "humidity_pct_count",
@@ -384,10 +384,10 @@ def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
 
     rows = [(None, json.dumps(_event()).encode(), "t", 0, 0, datetime(2026, 1, 1, 0, 0, 11), 0)]
     source = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
-    unstamped = transforms.to_bronze(source)
+    unstamped = bronze.to_bronze(source)
     assert [r.ingest_time for r in unstamped.collect()] == [None]
-    parsed = transforms.parse_events(unstamped)
-    audited = transforms.with_audit(parsed, datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC)).select(
+    parsed = parsing.parse_events(unstamped)
+    audited = silver.with_audit(parsed, datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC)).select(
         "ingest_time",
         "processed_time",
         "ingest_latency_s",
@@ -405,13 +405,13 @@ def test_audit_stamps_only_unset_ingest_times_and_measures_latencies(spark):
     earlier = datetime(2026, 1, 1, 0, 0, 12)
     stamped = parsed.withColumn("ingest_time", F.lit(earlier).cast("timestamp"))
     now = datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC)
-    assert [r.ingest_time for r in transforms.stamp_ingest(stamped, now).collect()] == [earlier]
-    assert [r.ingest_time for r in transforms.stamp_ingest(parsed, now).collect()] == [t]
-    assert transforms.stamp_ingest(parsed, now).columns == parsed.columns
+    assert [r.ingest_time for r in bronze.stamp_ingest(stamped, now).collect()] == [earlier]
+    assert [r.ingest_time for r in bronze.stamp_ingest(parsed, now).collect()] == [t]
+    assert bronze.stamp_ingest(parsed, now).columns == parsed.columns
     with pytest.raises(ValueError, match="timezone-aware"):
-        transforms.with_audit(parsed, datetime(2026, 1, 1))
+        silver.with_audit(parsed, datetime(2026, 1, 1))
     with pytest.raises(ValueError, match="not on a stream"):
-        transforms.with_audit(spark.readStream.format("rate").load())
+        silver.with_audit(spark.readStream.format("rate").load())
 
 
 def _generated_code(df) -> list[str]:
@@ -424,9 +424,9 @@ def test_audit_columns_leave_the_generated_code_the_same_from_batch_to_batch(spa
     """A time inlined in the code would make every micro-batch compile its write stage anew."""
     rows = [(None, json.dumps(_event()).encode(), "t", 0, 0, T0, 0)]
     source = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
-    parsed = transforms.parse_events(transforms.to_bronze(source))
-    first = transforms.with_audit(parsed, datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC))
-    second = transforms.with_audit(parsed, datetime(2026, 1, 1, 0, 5, 0, tzinfo=UTC))
+    parsed = parsing.parse_events(bronze.to_bronze(source))
+    first = silver.with_audit(parsed, datetime(2026, 1, 1, 0, 0, 14, tzinfo=UTC))
+    second = silver.with_audit(parsed, datetime(2026, 1, 1, 0, 5, 0, tzinfo=UTC))
     assert first.first().processed_time != second.first().processed_time
     first_code, second_code = _generated_code(first), _generated_code(second)
     assert first_code and first_code == second_code
@@ -449,21 +449,17 @@ def test_every_per_batch_step_reuses_its_generated_code_in_the_next_batch(spark,
             for i in range(1, 4)
         ] + ["{broken"]
         # Cached, as a micro-batch is: Spark evaluates steps over local rows while planning.
-        return transforms.parse_events(_bronze(spark, payloads).persist())
+        return parsing.parse_events(_bronze(spark, payloads).persist())
 
     devices = spark.createDataFrame(
         [("dev-00000", "thermostat")], "device_id string, device_type string"
     )
     steps = {
-        "parse and key": lambda b, now: transforms.dedup_keys(
-            transforms.flag_unknown_devices(b, devices)
-        ),
-        "silver (audit)": lambda b, now: transforms.with_audit(transforms.valid_events(b), now),
-        "quarantine (ingest)": lambda b, now: transforms.stamp_ingest(
-            transforms.invalid_events(b), now
-        ),
-        "device status": lambda b, now: transforms.latest_status(
-            transforms.valid_events(b).withColumns(
+        "parse and key": lambda b, now: silver.dedup_keys(silver.flag_unknown_devices(b, devices)),
+        "silver (audit)": lambda b, now: silver.with_audit(parsing.valid_events(b), now),
+        "quarantine (ingest)": lambda b, now: bronze.stamp_ingest(parsing.invalid_events(b), now),
+        "device status": lambda b, now: gold.latest_status(
+            parsing.valid_events(b).withColumns(
                 {
                     c: F.lit(None).cast(t)
                     for c, t in [
@@ -531,13 +527,13 @@ def test_a_streams_parsing_stage_reuses_its_generated_code_in_the_next_batch(
         lines = [json.dumps(_event(event_id=f"e{i}-{j}", seq=j + 1)) for j in range(3)]
         (land / f"part-{i}.jsonl").write_text("\n".join([*lines, "{nope", "{nope"]) + "\n")
     lines = sources.lines_stream(spark, str(land), max_files_per_trigger=1)
-    frame = transforms.dedup_keys(transforms.parse_events(transforms.lines_to_bronze(lines)))
+    frame = silver.dedup_keys(parsing.parse_events(bronze.lines_to_bronze(lines)))
     if extra:
         frame = frame.withColumn("extra", F.expr(extra))
     seen: list[tuple[int, int, int]] = []  # (rows, distinct keys, classes compiled so far)
 
     def collect(batch, _batch_id):
-        keys = [r[transforms.DEDUP_KEY] for r in batch.collect()]
+        keys = [r[silver.DEDUP_KEY] for r in batch.collect()]
         seen.append((len(keys), len(set(keys)), compilations()))
 
     query = (
@@ -559,7 +555,7 @@ def test_rate_rows_become_valid_events_round_robin_over_the_fleet(spark):
 
     at = datetime(2026, 6, 1, 10, 0, 0, 250000, tzinfo=UTC)
     rate = spark.createDataFrame([(at, n) for n in range(4)], "timestamp timestamp, value long")
-    parsed = transforms.parse_events(transforms.rate_to_bronze(rate, fleet_size=3))
+    parsed = parsing.parse_events(bronze.rate_to_bronze(rate, fleet_size=3))
     got = parsed.select(
         "event_id", "device_id", "seq", "event_time", "status", "temperature_c", "reason"
     )

@@ -12,7 +12,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from processor import transforms, writes
+from processor import gold, writes
 from processor.tables import TableChange, ensure_table
 from tests.delta_log import commits
 
@@ -106,7 +106,7 @@ def test_device_status_keeps_the_newer_reading_and_adds_the_events_once(spark, t
     def merge(rows, batch_id: int) -> None:
         writes.merge(
             rows, path, ("device_id",), txn=("q", batch_id),
-            update=transforms.combine_device_status(rows.columns),
+            update=gold.combine_device_status(rows.columns),
         )  # fmt: skip
 
     merge(update, 0)
@@ -216,8 +216,8 @@ def _silver(spark, rows):
 def _add_minutes(spark, batch, path: str, batch_id: int) -> None:
     """What silver's writer does with a batch's readings."""
     writes.merge(
-        transforms.device_minute_aggregates(batch, "1 minute"), path,
-        ("device_id", "window_start"), update=transforms.combine_device_minutes(),
+        gold.device_minute_aggregates(batch, "1 minute"), path,
+        ("device_id", "window_start"), update=gold.combine_device_minutes(),
         txn=("q", batch_id), since=("window_start", batch.agg(writes.hour_floor_s("event_time"))
                                     .collect()[0][0]),
     )  # fmt: skip
@@ -229,14 +229,14 @@ def test_device_minutes_merged_batch_by_batch_equal_one_aggregation_once_each(sp
                              ("d2", 20, 1, 10.0, 50.0)])  # fmt: skip
     batch1 = _silver(spark, [("d1", 65, 3, 30.0, None), ("d1", 50, 4, 18.0, None),
                              ("d2", 30, 2, None, 70.0)])  # fmt: skip
-    ensure_table(spark, path, transforms.device_minute_aggregates(batch0, "1 minute"))
+    ensure_table(spark, path, gold.device_minute_aggregates(batch0, "1 minute"))
     _add_minutes(spark, batch0, path, 0)
     _add_minutes(spark, batch0, path, 0)  # a replayed batch: skipped
     _add_minutes(spark, batch1, path, 1)
     _add_minutes(spark, batch1, path, 1)
     _add_minutes(spark, batch0, path, 0)  # an older batch: skipped too
     assert _txns(path) == {0: [], 1: [("q", 0)], 2: [("q", 1)]}
-    gold = spark.read.format("delta").load(path)
+    stored = spark.read.format("delta").load(path)
     t = datetime(2026, 1, 1)
     cols = ["window_start", "device_id", "events", "temperature_c_min", "temperature_c_avg",
             "temperature_c_max", "temperature_c_count", "humidity_pct_min", "humidity_pct_avg",
@@ -248,10 +248,10 @@ def test_device_minutes_merged_batch_by_batch_equal_one_aggregation_once_each(sp
         (t, "d2", 2, 10.0, 10.0, 10.0, 1, 50.0, 60.0, 70.0, 2, t.replace(second=30), 2),
     ]  # fmt: skip
     assertDataFrameEqual(
-        gold.select(*cols), [Row(**dict(zip(cols, r, strict=True))) for r in expected]
+        stored.select(*cols), [Row(**dict(zip(cols, r, strict=True))) for r in expected]
     )
-    everything = transforms.device_minute_aggregates(batch0.unionByName(batch1), "1 minute")
-    assertDataFrameEqual(gold, everything.select(*gold.columns), rtol=1e-12)
+    everything = gold.device_minute_aggregates(batch0.unionByName(batch1), "1 minute")
+    assertDataFrameEqual(stored, everything.select(*stored.columns), rtol=1e-12)
 
 
 def test_a_window_stored_before_a_metric_existed_absorbs_its_later_readings(spark, tmp_path):
@@ -259,7 +259,7 @@ def test_a_window_stored_before_a_metric_existed_absorbs_its_later_readings(spar
     with the metric gives the metric's aggregates of that reading alone."""
     path = str(tmp_path / "device_1m")
     before = _silver(spark, [("d2", 20, 1, 10.0, 50.0)])
-    old = transforms.device_minute_aggregates(before, "1 minute")
+    old = gold.device_minute_aggregates(before, "1 minute")
     humidity = [c for c in old.columns if c.startswith("humidity_pct_")]
     old.drop(*humidity).write.format("delta").save(path)
     assert ensure_table(spark, path, old) == TableChange(added=tuple(humidity))
