@@ -6,7 +6,7 @@ readings from about as many devices. Each figure is one such batch, warm (after 
 first batch on the same session):
 
 * **ours**: ``processor.alerts.detect_alerts`` over the batch, from a state table of
-  ``--fleet`` devices, then what ``processor.pipeline.start_alerts`` writes: the raised
+  ``--fleet`` devices, then what ``processor.background_queries.start_alerts`` writes: the raised
   alerts (an append) and the devices' new states (a MERGE into the state table):
   ``ours_batch_s_<readings>`` in all, ``ours_merge_s_<readings>`` for the MERGE.
 * **peer**: the same detector function in ``applyInPandasWithState``, the stateful

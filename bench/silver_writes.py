@@ -1,6 +1,6 @@
 """What one hot micro-batch's writes cost, with nothing else running.
 
-Silver's query writes each micro-batch with ``processor.pipeline.write_silver_batch``: a
+Silver's query writes each micro-batch with ``processor.hot_path.write_silver_batch``: a
 MERGE (Spark's, once per batch) of the batch's minutes into ``gold/device_1m``, then
 appends to silver (and quarantine, when the batch has invalid records). This bench calls
 that function on ``--batches`` consecutive batches of ``--batch-rows`` readings each,
@@ -60,7 +60,7 @@ from common.lake import Table  # noqa: E402
 from common.lake_settings import LakeSettings  # noqa: E402
 from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.machine import processes_cpu_s  # noqa: E402
-from processor import bronze, gold, lake_setup, pipeline, silver  # noqa: E402
+from processor import bronze, gold, hot_path, lake_setup, silver  # noqa: E402
 from processor.schema import KAFKA_SOURCE_SCHEMA  # noqa: E402
 from processor.session import build_session  # noqa: E402
 from processor.settings import ProcessorSettings  # noqa: E402
@@ -179,7 +179,7 @@ def main() -> None:
             batch = silver_frame(bronze.to_bronze(raw), devices, settings.watermark)
             batch.persist()
             t0, c0 = time.monotonic(), processes_cpu_s((jvm, os.getpid()))
-            pipeline.write_silver_batch(batch, b, "bench-silver", settings)
+            hot_path.write_silver_batch(batch, b, "bench-silver", settings)
             walls.append(time.monotonic() - t0)
             cpus.append(processes_cpu_s((jvm, os.getpid())) - c0)
             batch.unpersist()

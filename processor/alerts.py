@@ -11,7 +11,7 @@ time, and each Spark task runs the detector over its devices in one Python call
 (``detect_alerts``); the batch's transitions and its devices' new states come out
 together.
 
-Exactly once: ``processor.pipeline.start_alerts`` writes the raised and cleared alerts
+Exactly once: ``processor.background_queries.start_alerts`` writes the raised and cleared alerts
 first and the new states last, each as the query's writer for that batch. A batch
 replayed before its states were written reads the states it read the first time, so it
 finds the same transitions, which Delta then skips; one replayed after reads the newer

@@ -10,7 +10,7 @@ while a batch runs reaches the check and the join at most one refresh apart: a r
 whose device the new dimension dropped is quarantined as ``unknown_device`` either
 way. ``silver_out`` and
 ``quarantine_out`` shape each micro-batch for the two tables
-(``processor.pipeline.write_silver_batch`` writes them).
+(``processor.hot_path.write_silver_batch`` writes them).
 """
 
 from __future__ import annotations

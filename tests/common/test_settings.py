@@ -159,7 +159,7 @@ def test_each_tier_triggers_on_its_own_interval(clean_env, monkeypatch: pytest.M
     assert [tier_interval(s, t) for t in ("hot", "bronze", "background")] == [
         "3 seconds", "10 seconds", "1 minute"
     ]  # fmt: skip
-    from processor.pipeline import bronze_tier
+    from processor.hot_path import bronze_tier
 
     # Bronze has its own tier, unless silver reads it: then it is the hot path.
     assert bronze_tier(s) == "bronze"
