@@ -94,19 +94,17 @@ def site_windows(silver: DataFrame, s: ProcessorSettings) -> None:
     )
 
 
+def _appended(df: DataFrame, table: Table, name: Query, s: ProcessorSettings) -> StreamingQuery:
+    """A background query that appends its stream to ``table``, once per micro-batch."""
+    return table_stream(
+        df, s.lake.table(table), s.lake.checkpoint(name), name, s, tier="background"
+    )
+
+
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Silver -> connectivity sessions per device, appended once closed."""
-    at = s.lake.table
     df = gold.device_sessions(_silver(spark, s), s.watermark, s.session_gap)
-    name = Query.GOLD_DEVICE_SESSIONS
-    return table_stream(
-        df,
-        at(Table.GOLD_DEVICE_SESSIONS),
-        s.lake.checkpoint(name),
-        name,
-        s,
-        tier="background",
-    )
+    return _appended(df, Table.GOLD_DEVICE_SESSIONS, Query.GOLD_DEVICE_SESSIONS, s)
 
 
 def start_alerts(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
@@ -147,15 +145,7 @@ def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings) -> Streami
         s.watermark,
         s.recovery_window,
     )
-    name = Query.ALERT_RECOVERIES
-    return table_stream(
-        df,
-        at(Table.GOLD_ALERT_RECOVERIES),
-        s.lake.checkpoint(name),
-        name,
-        s,
-        tier="background",
-    )
+    return _appended(df, Table.GOLD_ALERT_RECOVERIES, Query.ALERT_RECOVERIES, s)
 
 
 def start_alerts_rt(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
