@@ -110,7 +110,12 @@ def _last_commit(root: str, name: str) -> datetime | None:
 
 
 def drain_state(root: str) -> tuple[int, int, bool]:
-    """Bronze rows, silver + quarantine rows, and whether silver has read all of bronze."""
+    """Bronze rows, silver + quarantine rows, and whether silver has read all of bronze.
+
+    Silver has read a partition when its rows reach bronze's last offset there, or when
+    its last committed batch read past it: the last records may be repeats or too late,
+    and leave no row.
+    """
     cols = ["partition", "offset"]
     bronze = _rows(root, Table.BRONZE_EVENTS, cols)
     frames = [_rows(root, n, cols) for n in (Table.SILVER_EVENTS, Table.SILVER_QUARANTINE)]
@@ -120,8 +125,28 @@ def drain_state(root: str) -> tuple[int, int, bool]:
     ends = bronze.group_by("partition").agg(pl.col("offset").max().alias("end"))
     read = seen.group_by("partition").agg(pl.col("offset").max().alias("read_to"))
     joined = ends.join(read, on="partition", how="left")
-    caught_up = bool((joined["read_to"].fill_null(-1) >= joined["end"]).all())
+    committed = silver_committed_offsets(root)
+    caught_up = all(
+        max(read_to if read_to is not None else -1, committed.get(part, 0) - 1) >= end
+        for part, end, read_to in joined.select("partition", "end", "read_to").iter_rows()
+    )
     return bronze.height, seen.height, caught_up
+
+
+def silver_committed_offsets(root: str) -> dict[int, int]:
+    """Per Kafka partition, the offset silver's last committed batch read up to (exclusive).
+
+    Empty when unknown: no batch committed yet, or a source other than Kafka.
+    """
+    checkpoint = Path(checkpoint_location(root, Query.SILVER))
+    try:
+        batches = [int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
+        # "v1", the batch's metadata, then each source's offsets (silver's first: Kafka's).
+        lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
+        source = json.loads(lines[2])
+        return {int(p): int(o) for topic in source.values() for p, o in topic.items()}
+    except (OSError, ValueError, IndexError, AttributeError, TypeError):
+        return {}
 
 
 def _expected_bronze(manifest: Path) -> int:

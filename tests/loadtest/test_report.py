@@ -242,5 +242,19 @@ def test_drain_state_compares_what_silver_read_with_bronze(tmp_path: Path) -> No
     table("silver/events", [(0, 0), (0, 2), (1, 0)])
     table("silver/quarantine", [])
     assert drain_state(str(tmp_path)) == (5, 3, False)  # partition 1 read up to offset 0 of 1
+    # Silver's last committed batch read partition 1 to offset 2 (exclusive): its offset 1
+    # left no row (a repeat, say), and silver has read it all the same.
+    checkpoint = tmp_path / "_checkpoints" / "silver"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}'
+    for batch, part1 in ((6, 1), (7, 2)):
+        (checkpoint / "offsets" / str(batch)).write_text(
+            f'v1\n{meta}\n{{"iot-events":{{"0":3,"1":{part1}}}}}\n'
+        )
+    (checkpoint / "commits" / "6").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    assert drain_state(str(tmp_path)) == (5, 3, False)  # batch 7 is not committed yet
+    (checkpoint / "commits" / "7").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    assert drain_state(str(tmp_path)) == (5, 3, True)
     table("silver/quarantine", [(1, 1)])
     assert drain_state(str(tmp_path)) == (5, 4, True)
