@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import glob
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
 from deltalake.exceptions import TableNotFoundError
 
+from common.cli import local_path
 from common.delta_table import open_delta_table
-from common.lake import Table, table_location
+from common.lake import CHECKPOINTS, Query, Table, table_location
 from loadtest.truth import Truth, read_truth_files
 from loadtest.verify import LakeFrames
 
@@ -84,6 +86,26 @@ def read_table(
     return scan_table(root, name, required=required, storage_options=storage_options).collect()
 
 
+def silver_committed_offsets(root: str) -> dict[int, int]:
+    """Per Kafka partition, the offset silver's last committed batch read up to (exclusive).
+
+    Read from silver's checkpoint under a local lake root. Empty when unknown: no batch
+    committed yet, a source other than Kafka, or a lake on object storage.
+    """
+    local = local_path(root)
+    if local is None:
+        return {}
+    checkpoint = local / CHECKPOINTS / Query.SILVER
+    try:
+        batches = [int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
+        # "v1", the batch's metadata, then each source's offsets (silver's first: Kafka's).
+        lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
+        source = json.loads(lines[2])
+        return {int(p): int(o) for topic in source.values() for p, o in topic.items()}
+    except (OSError, ValueError, IndexError, AttributeError, TypeError):
+        return {}
+
+
 def read_lake(root: str, storage_options: Mapping[str, str] | None = None) -> LakeFrames:
     """The tables ``verify`` reads, scanned lazily, and gold's commits.
 
@@ -110,6 +132,7 @@ def read_lake(root: str, storage_options: Mapping[str, str] | None = None) -> La
         silver=scan_table(root, Table.SILVER_EVENTS, storage_options=options),
         quarantine=scan_table(root, Table.SILVER_QUARANTINE, storage_options=options),
         metrics=metrics,
+        silver_read_to=silver_committed_offsets(root),
         gold_commits=commit_times(
             root, Table.GOLD_DEVICE_1M, operations={"MERGE"}, storage_options=options
         ),

@@ -43,7 +43,7 @@ from common.lake_settings import LakeSettings
 from common.paths import state_dir
 from common.report import ProducerReport, ReportUnreadableError
 from loadtest import report as pages
-from loadtest.lake import read_lake, read_truth
+from loadtest.lake import read_lake, read_truth, silver_committed_offsets
 from loadtest.settings import LoadtestSettings
 from loadtest.verify import VerifyConfig, VerifyResult, interval_seconds, verify
 from processor.settings import ProcessorSettings
@@ -131,22 +131,6 @@ def drain_state(root: str) -> tuple[int, int, bool]:
         for part, end, read_to in joined.select("partition", "end", "read_to").iter_rows()
     )
     return bronze.height, seen.height, caught_up
-
-
-def silver_committed_offsets(root: str) -> dict[int, int]:
-    """Per Kafka partition, the offset silver's last committed batch read up to (exclusive).
-
-    Empty when unknown: no batch committed yet, or a source other than Kafka.
-    """
-    checkpoint = Path(checkpoint_location(root, Query.SILVER))
-    try:
-        batches = [int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
-        # "v1", the batch's metadata, then each source's offsets (silver's first: Kafka's).
-        lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
-        source = json.loads(lines[2])
-        return {int(p): int(o) for topic in source.values() for p, o in topic.items()}
-    except (OSError, ValueError, IndexError, AttributeError, TypeError):
-        return {}
 
 
 def _expected_bronze(manifest: Path) -> int:

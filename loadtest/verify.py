@@ -48,7 +48,7 @@ import math
 import re
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -107,6 +107,9 @@ class LakeFrames:
             ``batch_duration_ms``, ``num_input_rows``, ``rows_dropped_by_watermark``.
         gold_commits: ``committed``: the times of ``gold/device_1m``'s MERGE commits
             (its Delta history); None or empty: gold latency is not measured.
+        silver_read_to: Per partition, the offset silver's query has committed reading
+            up to (exclusive; its checkpoint): the readings it dropped as late leave no
+            row, and may end a partition. Empty: known from the rows alone.
     """
 
     bronze: pl.LazyFrame | pl.DataFrame
@@ -114,6 +117,7 @@ class LakeFrames:
     quarantine: pl.LazyFrame | pl.DataFrame
     metrics: pl.LazyFrame | pl.DataFrame
     gold_commits: pl.DataFrame | None = None
+    silver_read_to: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -343,12 +347,22 @@ def _slack(cfg: VerifyConfig, metrics: pl.DataFrame) -> float:
     return max(DEFAULT_SLACK_S, 2 * float(gap or 0) / 1e6)
 
 
-def _frontier(silver: pl.LazyFrame, quarantine: pl.LazyFrame) -> pl.DataFrame:
-    """Per partition, the last offset silver's query has read (silver and quarantine rows)."""
+def _frontier(
+    silver: pl.LazyFrame, quarantine: pl.LazyFrame, committed: Mapping[int, int]
+) -> pl.DataFrame:
+    """Per partition, the last offset silver's query has read.
+
+    The last offset of its rows (silver's and the quarantine's), or the one before the
+    offset its checkpoint says it committed reading up to, whichever is later.
+    """
     seen = pl.concat(
         [
             silver.select(pl.col("partition").cast(pl.Int64), pl.col("offset").cast(pl.Int64)),
             quarantine.select(pl.col("partition").cast(pl.Int64), pl.col("offset").cast(pl.Int64)),
+            pl.LazyFrame(
+                {"partition": list(committed), "offset": [o - 1 for o in committed.values()]},
+                schema={"partition": pl.Int64, "offset": pl.Int64},
+            ),
         ]
     )
     return (
@@ -811,7 +825,7 @@ def verify(
             clock=stream_clock(parsed),
             wm=cfg.watermark_s,
             slack=slack,
-            frontier=_frontier(silver, quarantine),
+            frontier=_frontier(silver, quarantine, lake.silver_read_to),
             want=truth.expected_copies(),
             late_ids={f["event_id"] for f in late_faults},
             late_over_wm={

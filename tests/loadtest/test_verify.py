@@ -358,6 +358,25 @@ def test_rows_silver_has_not_read_yet_are_pending(tmp_path: Path) -> None:
     assert "not yet read by silver" in result.failures[0]
 
 
+def test_a_row_silver_committed_reading_past_is_not_pending_but_judged(tmp_path: Path) -> None:
+    run = clean_run()
+    gone = eid("dev-00001", 5)  # the last offset of partition 1
+    run.not_in_silver = {gone}
+    manifest, lake = run.write(tmp_path)
+    truth, cfg = read_truth(manifest), VerifyConfig(watermark_s=10.0, slack_s=5.0)
+    ends = (
+        pl.read_delta(str(lake / "bronze" / "events"))
+        .group_by("partition")
+        .agg(pl.col("offset").max())
+    )
+    # Silver's checkpoint: its last committed batch read every partition to its end.
+    read_to = {int(p): int(o) + 1 for p, o in ends.iter_rows()}
+    result = verify(truth, replace(frames(lake, run), silver_read_to=read_to), cfg)
+    # Read, and not in silver with no lateness to explain it: lost, not pending.
+    assert result.loss["pending"] == 0 and result.loss["dropped_unexplained"] == 1
+    assert result.loss["examples_dropped_unexplained"][0]["event_id"] == gone
+
+
 def test_quarantine_and_sequence_mismatches_warn_or_fail_when_strict(tmp_path: Path) -> None:
     run = fault_run()
     run.quarantine = [run.quarantine[0]]  # the wrong-type payload was not quarantined
