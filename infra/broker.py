@@ -65,6 +65,8 @@ SASL_SSL_HOST = "localhost"
 SAS_KEY_NAME = "RootManageSharedAccessKey"
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
+# How long a remembered port may stay busy before another is picked (``_choose_ports``).
+RELEASE_WAIT_S = 5.0
 LOG_TAIL_LINES = 25
 
 _CONNECTION_STRING_RE = re.compile(
@@ -362,12 +364,28 @@ def _java_executable() -> str:
     return java
 
 
+def _remembered_port_free(port: int, deadline: float) -> bool:
+    """Whether the last run's ``port`` is free, or comes free before ``deadline``."""
+    while not daemons.port_free(BIND_HOST, port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _choose_ports(
     wanted: tuple[int | None, int | None, int | None],
     previous: Any,
     say: Callable[[str], None],
+    release_wait_s: float = RELEASE_WAIT_S,
 ) -> Ports:
-    """Explicit ports win; otherwise reuse the last run's ports if free, else pick new ones."""
+    """Explicit ports win; otherwise reuse the last run's ports if free, else pick new ones.
+
+    A remembered port that is busy gets up to ``release_wait_s`` in all to come free: a
+    broker killed a moment ago holds its ports until the kernel has torn it down, which
+    on a loaded machine outlasts the moment its process already looks gone.
+    """
+    deadline = time.monotonic() + release_wait_s
     names = ("plaintext", "sasl_ssl", "controller")
     prev = previous if isinstance(previous, dict) else {}
     # A new pick is none of the ports named for this broker: given, or remembered for a
@@ -384,7 +402,7 @@ def _choose_ports(
             chosen.append(port)
             continue
         old = prev.get(name)
-        if isinstance(old, int) and old not in chosen and daemons.port_free(BIND_HOST, old):
+        if isinstance(old, int) and old not in chosen and _remembered_port_free(old, deadline):
             chosen.append(old)
             continue
         chosen.extend(daemons.free_ports(BIND_HOST, exclude=[*chosen, *named]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 from infra import broker, daemons
 
@@ -20,7 +21,7 @@ def test_a_new_port_is_not_one_remembered_for_another_listener(monkeypatch) -> N
         monkeypatch.setattr(daemons._RANDOM, "choice", lambda _ports: next(picks))
         said: list[str] = []
         previous = {"plaintext": taken, "sasl_ssl": sasl_ssl, "controller": controller}
-        ports = broker._choose_ports((None, None, None), previous, said.append)
+        ports = broker._choose_ports((None, None, None), previous, said.append, 0.3)
     assert ports == broker.Ports(plaintext=fresh, sasl_ssl=sasl_ssl, controller=controller)
     assert said == [
         f"plaintext port {taken} of the last run is taken by another process; using {fresh} "
@@ -35,3 +36,18 @@ def test_a_new_port_is_not_one_given_for_a_later_listener(monkeypatch) -> None:
     monkeypatch.setattr(daemons._RANDOM, "choice", lambda _ports: next(picks))
     ports = broker._choose_ports((None, given, None), None, lambda _line: None)
     assert ports == broker.Ports(plaintext=first, sasl_ssl=given, controller=second)
+
+
+def test_a_remembered_port_that_comes_free_in_time_is_kept() -> None:
+    """A killed broker's port, busy a moment longer, is waited for, not replaced."""
+    remembered = daemons.free_ports(broker.BIND_HOST, 3)
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind((broker.BIND_HOST, remembered[0]))
+    squatter.listen(1)
+    threading.Timer(0.5, squatter.close).start()
+    said: list[str] = []
+    previous = dict(zip(("plaintext", "sasl_ssl", "controller"), remembered, strict=True))
+    ports = broker._choose_ports((None, None, None), previous, said.append, 5.0)
+    assert ports == broker.Ports(*remembered)
+    assert said == []
