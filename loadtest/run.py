@@ -45,7 +45,13 @@ from common.report import ProducerReport, ReportUnreadableError
 from loadtest import report as pages
 from loadtest.lake import read_lake, read_truth, silver_committed_offsets
 from loadtest.settings import LoadtestSettings
-from loadtest.verify import VerifyConfig, VerifyResult, interval_seconds, verify
+from loadtest.verify import (
+    VerifyConfig,
+    VerifyResult,
+    interval_seconds,
+    silver_frontier,
+    verify,
+)
 from processor.settings import ProcessorSettings
 from producer.settings import ProducerSettings
 
@@ -121,16 +127,14 @@ def drain_state(root: str) -> tuple[int, int, bool]:
     frames = [_rows(root, n, cols) for n in (Table.SILVER_EVENTS, Table.SILVER_QUARANTINE)]
     if bronze is None or any(f is None for f in frames):
         return 0, 0, False
-    seen = pl.concat([f for f in frames if f is not None])
-    ends = bronze.group_by("partition").agg(pl.col("offset").max().alias("end"))
-    read = seen.group_by("partition").agg(pl.col("offset").max().alias("read_to"))
-    joined = ends.join(read, on="partition", how="left")
-    committed = silver_committed_offsets(root)
-    caught_up = all(
-        max(read_to if read_to is not None else -1, committed.get(part, 0) - 1) >= end
-        for part, end, read_to in joined.select("partition", "end", "read_to").iter_rows()
+    silver, quarantine = (f.lazy() for f in frames if f is not None)
+    ends = bronze.group_by(pl.col("partition").cast(pl.Int64)).agg(
+        pl.col("offset").max().alias("end")
     )
-    return bronze.height, seen.height, caught_up
+    read = silver_frontier(silver, quarantine, silver_committed_offsets(root))
+    joined = ends.join(read, on="partition", how="left")
+    caught_up = bool((joined["read_to"].fill_null(-1) >= joined["end"]).all())
+    return bronze.height, sum(f.height for f in frames if f is not None), caught_up
 
 
 def _expected_bronze(manifest: Path) -> int:

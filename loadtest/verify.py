@@ -347,10 +347,10 @@ def _slack(cfg: VerifyConfig, metrics: pl.DataFrame) -> float:
     return max(DEFAULT_SLACK_S, 2 * float(gap or 0) / 1e6)
 
 
-def _frontier(
+def silver_frontier(
     silver: pl.LazyFrame, quarantine: pl.LazyFrame, committed: Mapping[int, int]
 ) -> pl.DataFrame:
-    """Per partition, the last offset silver's query has read.
+    """Per partition, the last offset silver's query has read (``read_to``).
 
     The last offset of its rows (silver's and the quarantine's), or the one before the
     offset its checkpoint says it committed reading up to, whichever is later.
@@ -825,7 +825,7 @@ def verify(
             clock=stream_clock(parsed),
             wm=cfg.watermark_s,
             slack=slack,
-            frontier=_frontier(silver, quarantine, lake.silver_read_to),
+            frontier=silver_frontier(silver, quarantine, lake.silver_read_to),
             want=truth.expected_copies(),
             late_ids={f["event_id"] for f in late_faults},
             late_over_wm={
