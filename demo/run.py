@@ -52,6 +52,10 @@ WATERMARK = "30 seconds"
 CLOCK_SKEW_MAX_S = 10
 # Readings a dropout silences; the session gap is half the silence this makes.
 DROPOUT_READINGS = 20
+# The realistic scenario's share of readings lost to dropouts, raised so that a device
+# goes silent within seconds of the start (the first closed session is on the Sessions
+# page within about a minute) rather than after minutes.
+REALISTIC_DROPOUT_RATE = 0.01
 ROLLOUT_SHARE = 0.25  # a quarter of the fleet sends the contract's newest schema version
 ALERTS_TOPIC = str(KafkaSettings.model_fields["alerts_topic"].default)
 
@@ -175,6 +179,7 @@ def demo_env(
             # A firmware rollout under way: both schema versions flow into one set of columns.
             rollout_share=ROLLOUT_SHARE,
             dropout_readings=DROPOUT_READINGS,
+            dropout_rate=REALISTIC_DROPOUT_RATE if args.scenario == "realistic" else None,
             clock_skew_max_s=CLOCK_SKEW_MAX_S,
             rate=args.rate,
             progress_s=30,

@@ -347,6 +347,19 @@ def test_the_demo_environment_is_read_back_by_each_service(monkeypatch, clean_en
     assert processor.lake.root == str(clean_env / "lake")
     assert processor.fail_on_data_loss is False and processor.fleet_size == 50
     assert "IOT_PROCESSOR_TRIGGER_INTERVAL" not in env
+    # A device goes silent early (the Sessions page fills within a minute): one reading
+    # in a hundred lost to dropouts, against the realistic scenario's one in five hundred.
+    assert producer.anomaly_config().dropout == 0.01
+
+
+def test_the_demo_keeps_the_dropouts_of_a_scenario_other_than_realistic(monkeypatch, clean_env):
+    from demo.run import _parse, demo_env
+    from producer.settings import ProducerSettings
+
+    env = demo_env(_parse(["--scenario", "chaos"]), clean_env, "127.0.0.1:9", clean_env / "j")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert ProducerSettings(_env_file=None).anomaly_config().dropout == 0.02
 
 
 def test_the_demos_trigger_interval_reaches_the_processor(monkeypatch, clean_env):
