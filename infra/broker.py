@@ -30,7 +30,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -352,16 +351,10 @@ def _classpath(*, quiet: bool) -> str:
 
 
 def _java_executable() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
-    java = shutil.which("java")
-    if java is None:
-        raise BrokerError(
-            "no 'java' on PATH and JAVA_HOME is unset; install a Java 17+ runtime "
-            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
-        )
-    return java
+    try:
+        return daemons.java_executable()
+    except FileNotFoundError as exc:
+        raise BrokerError(str(exc)) from None
 
 
 def _remembered_port_free(port: int, deadline: float) -> bool:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,6 +48,24 @@ def launch(
         )  # fmt: skip
     _CHILDREN[proc.pid] = proc
     return proc
+
+
+def java_executable() -> str:
+    """The ``java`` of ``JAVA_HOME``, else the one on PATH.
+
+    Raises:
+        FileNotFoundError: Neither exists (the message says what to install).
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise FileNotFoundError(
+            "no 'java' on PATH and JAVA_HOME is unset; install a Java 17+ runtime "
+            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+    return java
 
 
 def alive(pid: int) -> bool:

@@ -8,6 +8,8 @@ POMs' and sources' hash makes later calls free until one of them changes.
 Run ``python -m infra.jars spark kafka`` to fetch both bundles ahead of time, and
 ``python -m infra.jars s3`` for S3A (a lake on S3 or an S3-compatible store), which the
 processor takes beside the spark bundle (``IOT_PROCESSOR_JARS_DIR=<spark>,<s3>``).
+``python -m infra.jars schema-registry`` fetches Apicurio Registry (``infra.schema_registry``
+runs it), an application tarball that Maven unpacks rather than a set of jars.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from common import cli
 from infra.paths import PROJECT_ROOT, state_dir
 
 MAVEN_DIR = PROJECT_ROOT / "infra" / "maven"
-BUNDLES = ("spark", "kafka", "s3")
+BUNDLES = ("spark", "kafka", "s3", "schema-registry")
+# Bundles whose pom names an archive to unpack (``dependency:unpack``) into the folder.
+UNPACKED_BUNDLES = ("schema-registry",)
 # Bundles that go on Spark's classpath: the jars the PySpark wheel ships are left out.
 SPARK_BUNDLES = ("spark", "s3")
 # Bundles that ``python -m infra.jars`` fetches when it is given none (s3 is optional).
@@ -116,6 +120,7 @@ def ensure_jars(bundle: str, *, quiet: bool = False) -> list[Path]:
     digest = _pom_digest(bundle)
     if stamp.exists() and stamp.read_text() == digest:
         return sorted(dest.glob("*.jar"))
+    goal = "dependency:unpack" if bundle in UNPACKED_BUNDLES else "dependency:copy-dependencies"
 
     mvn = shutil.which("mvn")
     if mvn is None:
@@ -130,7 +135,7 @@ def ensure_jars(bundle: str, *, quiet: bool = False) -> list[Path]:
         mvn, "-B", "-q",
         "-s", str(MAVEN_DIR / "settings.xml"),
         "-f", str(MAVEN_DIR / bundle / "pom.xml"),
-        "dependency:copy-dependencies",
+        goal,
         "-DincludeScope=runtime",
         f"-DoutputDirectory={staging}",
     ]  # fmt: skip
@@ -151,7 +156,8 @@ def ensure_jars(bundle: str, *, quiet: bool = False) -> list[Path]:
     stamp.write_text(digest)
     jars = sorted(dest.glob("*.jar"))
     if not quiet:
-        print(f"  {len(jars)} jars ready in {dest}", flush=True)
+        ready = "unpacked" if bundle in UNPACKED_BUNDLES else f"{len(jars)} jars ready"
+        print(f"  {ready} in {dest}", flush=True)
     return jars
 
 
@@ -180,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "bundles", nargs="*", metavar="BUNDLE",
-        help=f"{', '.join(BUNDLES)} (default: {' '.join(DEFAULT_BUNDLES)}; s3 is for a lake on S3)",
+        help=f"{', '.join(BUNDLES)} (default: {' '.join(DEFAULT_BUNDLES)}; s3 is for a lake on "
+        "S3, schema-registry for Avro)",
     )  # fmt: skip
     names = parser.parse_args(argv).bundles or list(DEFAULT_BUNDLES)
     unknown = [name for name in names if name not in BUNDLES]

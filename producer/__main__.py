@@ -15,12 +15,14 @@ from common.mqtt_settings import MqttSettings
 from common.settings import add_settings_arguments, load_settings
 from producer.launch import (
     kafka_config,
+    make_wire,
     manifest_header,
     run_one,
     throughput_warning,
 )
 from producer.settings import ProducerSettings
 from producer.sinks import check_out_dir, check_output_file
+from producer.wire_format import AvroFormat, WireFormatError
 
 
 def main(argv: list[str] | None = None, *, credential: TokenCredential | None = None) -> int:
@@ -76,7 +78,16 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
         if settings.transport == "mqtt":
             check_mqtt(settings.mqtt)
             print(f"[producer] connected: mqtt://{settings.mqtt.where}", file=sys.stderr)
-    except (KafkaConnectionError, MqttConnectionError, ValueError, FileNotFoundError) as exc:
+        if isinstance(wire := make_wire(settings), AvroFormat):
+            ids = ", ".join(f"v{n}: id {i}" for n, i in wire.schema_ids.items())
+            print(f"[producer] Avro under {wire.subject} ({ids})", file=sys.stderr)
+    except (
+        KafkaConnectionError,
+        MqttConnectionError,
+        WireFormatError,
+        ValueError,
+        FileNotFoundError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     warnings = [w for w in (throughput_warning(settings),) if w]

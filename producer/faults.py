@@ -13,7 +13,8 @@ seeded per-reading rates:
   JSON cut short), ``wrong_type`` (a number or time sent as ``"n/a"``),
   ``missing_field`` (a required field left out), ``unknown_device`` (a device id
   outside the fleet), ``oversized`` (padded past the 1 MB message limit, so the
-  client or broker rejects it);
+  client or broker rejects it); the payload's format makes them
+  (``producer.wire_format``: Avro has its own for the first three);
 * ``clock_skew``: a share of the devices have clocks off by up to
   ``clock_skew_max_s`` seconds either way, for all their readings.
 
@@ -36,16 +37,14 @@ from itertools import repeat
 from typing import Any
 
 import numpy as np
-import orjson
 
-from common.contract import METRIC_NAMES, REQUIRED
 from common.fleet import Fleet
 from producer.sampling import NEVER, Hits, sub_rng
 from producer.simulation import Clock, Readings
+from producer.wire_format import JsonFormat, WireFormat
 
 MALFORMED_KINDS = ("broken_json", "wrong_type", "missing_field", "unknown_device", "oversized")
 PER_READING_KINDS = ("duplicate", "late", "out_of_order", *MALFORMED_KINDS)
-WRONG_TYPE_FIELDS = ("seq", "schema_version", "event_time", "battery_pct", *METRIC_NAMES)
 
 # A message: key, value, device index in the source's fleet, seq, event_id, tag.
 # tag is None for the first send of a valid reading, "duplicate" for a resend, "raw"
@@ -145,7 +144,14 @@ class FaultInjector:
 
     """
 
-    def __init__(self, fleet: Fleet, seed: int, config: FaultConfig, clock: Clock) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        seed: int,
+        config: FaultConfig,
+        clock: Clock,
+        wire: WireFormat | None = None,
+    ) -> None:
         """Prepare the seeded draws.
 
         Args:
@@ -153,6 +159,7 @@ class FaultInjector:
             seed: The run's seed (each fault kind derives its own generator).
             config: Rates and shapes.
             clock: The simulator's clock (late readings are released by its time).
+            wire: The payloads' format, which makes the malformed ones (default: JSON).
 
         """
         if config.duplicate_max_gap < 1 or config.out_of_order_max < 1:
@@ -160,6 +167,7 @@ class FaultInjector:
         self.fleet = fleet
         self.config = config
         self.clock = clock
+        self.wire: WireFormat = wire or JsonFormat()
         self._n = len(self.fleet)
         self._delay = parse_delay(config.late_delay)
         self._hits = [
@@ -208,7 +216,7 @@ class FaultInjector:
 
         Args:
             r: Readings (after anomalies and ``skew``), in stream order.
-            payloads: Their JSON (``EventBuilder.encode``).
+            payloads: Their payloads (``self.wire``'s encoding of ``EventBuilder.events``).
 
         Returns:
             Messages in send order, including held-back ones that are now due.
@@ -258,7 +266,7 @@ class FaultInjector:
                 kinds.append(kind)
         self._next_hit = min(h.next for _, h in self._hits)
         i, seq, eid = msg[2], msg[3], msg[4]
-        ev = orjson.loads(msg[1])
+        ev = self.wire.decode(msg[1])
         malformed = next((kd for kd in kinds if kd in MALFORMED_KINDS), None)
         if malformed is not None:
             out.append(self._malformed(malformed, ev, i))
@@ -355,31 +363,13 @@ class FaultInjector:
             "seq": ev["seq"],
             "event_time": ev["event_time"],
         }
-        bad = dict(ev)
-        if kind == "broken_json":
-            full = orjson.dumps(ev)
-            payload = full[: rng.randint(len(full) // 4, len(full) - 2)]
-            rec["expected_reason"] = "unparsable"
-        elif kind == "wrong_type":
-            field = rng.choice([f for f in WRONG_TYPE_FIELDS if f in ev])
-            bad[field] = "n/a"
-            payload = orjson.dumps(bad)
-            rec |= {"field": field, "expected_reason": f"wrong_type:{field}"}
-        elif kind == "missing_field":
-            field = rng.choice(REQUIRED)
-            del bad[field]
-            payload = orjson.dumps(bad)
-            rec |= {"field": field, "expected_reason": f"missing_field:{field}"}
-        elif kind == "unknown_device":
+        if kind == "unknown_device":
             unknown = f"dev-unregistered-{rng.randrange(100000):05d}"
-            bad["device_id"] = unknown
+            ev = ev | {"device_id": unknown}
             key = unknown.encode()
-            payload = orjson.dumps(bad)
-            rec |= {"sent_device_id": unknown, "expected_reason": "unknown_device"}
-        else:
-            bad["padding"] = "x" * self.config.oversized_bytes
-            payload = orjson.dumps(bad)
-            rec["expected_reason"] = "rejected_too_large"
+            rec["sent_device_id"] = unknown
+        payload, said = self.wire.malformed(kind, ev, rng, self.config.oversized_bytes)
+        rec |= said
         rec["bytes"] = len(payload)
         self.records.append(rec)
         return (key, payload, i, ev["seq"], ev["event_id"], rec)

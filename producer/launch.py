@@ -42,6 +42,7 @@ from producer.sinks import (
     file_prefix,
 )
 from producer.sources import ReplaySource, SimulationSource, Source, worker_count
+from producer.wire_format import WireFormat, wire_format
 
 EH_EVENTS_PER_TU = 1000
 EH_BYTES_PER_TU = 1_000_000
@@ -111,11 +112,23 @@ def make_clock(settings: ProducerSettings) -> Clock:
     return simulated_clock(settings.start_time, settings.clock_rate or settings.rate or 1000.0)
 
 
+def make_wire(settings: ProducerSettings) -> WireFormat:
+    """The payload format, its schemas registered (Avro) for the versions the fleet sends.
+
+    Raises:
+        WireFormatError: Avro, and the registry is unreachable or refuses (one line).
+    """
+    versions = firmware_rollout(settings.fleet_size, settings.seed, settings.rollout_share)
+    used = np.unique(versions).tolist()
+    return wire_format(settings.format, settings.schema_registry, settings.kafka.topic, used)
+
+
 def make_source(settings: ProducerSettings, *, worker: int = 0, workers: int = 1) -> Source:
     """The replay file, or the simulated fleet (one worker's slice of it)."""
     if settings.replay is not None:
         return ReplaySource(settings.replay)
     fleet = build_fleet(settings.fleet_size, settings.seed)
+    wire = make_wire(settings)
     return SimulationSource(
         fleet,
         settings.seed,
@@ -126,6 +139,7 @@ def make_source(settings: ProducerSettings, *, worker: int = 0, workers: int = 1
         workers=workers,
         deterministic_ids=settings.deterministic_ids,
         rollout_share=settings.rollout_share,
+        wire=wire,
     )
 
 

@@ -13,10 +13,12 @@ from pydantic_settings import SettingsConfigDict
 from common.fleet_settings import FleetSettings
 from common.kafka_settings import KafkaSettings
 from common.mqtt_settings import MqttSettings
+from common.registry_settings import RegistrySettings
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig, parse_delay
 from producer.rate import RateProfile, parse_profile
 from producer.shards import Shard
+from producer.wire_format import Format
 
 
 def _share(what: str) -> float | None:
@@ -69,6 +71,11 @@ class ProducerSettings(FleetSettings):
         "kafka",
         description="Where to send (mqtt: QoS 1 to <IOT_MQTT_TOPIC_PREFIX>/<device_id>/telemetry, "
         "for python -m bridge to forward)",
+    )
+    format: Format = Field(
+        "json",
+        description="Payload format: json (one JSON object) or avro (Confluent-framed Avro, "
+        "the schema from the schema registry, IOT_SCHEMA_REGISTRY_URL)",
     )
     rate: float = Field(1000.0, ge=0, description="Target events/s (0 = as fast as possible)")
     report_every_s: float | None = Field(
@@ -170,6 +177,7 @@ class ProducerSettings(FleetSettings):
     )
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     mqtt: MqttSettings = Field(default_factory=MqttSettings)
+    schema_registry: RegistrySettings = Field(default_factory=RegistrySettings)
 
     @field_validator("start_time", "start_at")
     @classmethod
@@ -198,6 +206,16 @@ class ProducerSettings(FleetSettings):
             raise ValueError("transport=stdout needs workers=1 (lines would interleave)")
         if self.replay is not None and self.workers > 1:
             raise ValueError("replay sends one file in order: it needs workers=1")
+        if self.format == "avro" and (self.transport != "kafka" or self.replay is not None):
+            raise ValueError(
+                "format=avro sends simulated readings to Kafka: it needs transport=kafka "
+                "and no replay file"
+            )
+        if self.format == "avro" and not self.schema_registry.url:
+            raise ValueError(
+                f"format=avro needs a schema registry: set {RegistrySettings.env_name('url')} "
+                "(locally: python -m infra.schema_registry start)"
+            )
         shard = self.fleet_shard()
         if shard.count > 1 and self.replay is not None:
             raise ValueError("replay sends one file in order: it cannot be split into shards")

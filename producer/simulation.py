@@ -32,7 +32,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
 import numpy as np
-import orjson
 
 from common import contract
 from common.fleet import DEVICE_ATTRIBUTES, DEVICE_TYPES, TYPE_NAMES, Fleet, plain
@@ -533,7 +532,8 @@ class EventBuilder:
             return r.values[:, sim.metrics.index(name)].tolist()
         return _generic_column(f, sim.fleet, r, times)
 
-    def _dicts(self, r: Readings) -> Iterator[dict[str, Any]]:
+    def event_dicts(self, r: Readings) -> Iterator[dict[str, Any]]:
+        """One event dict per reading, in order, made as they are taken."""
         times = time_texts(r.us)
         columns = [self._column(f, r, times) for f in self.fields]
         make, shape = self._make, self._shape_of[r.dev].tolist()
@@ -541,11 +541,7 @@ class EventBuilder:
 
     def events(self, r: Readings) -> list[dict[str, Any]]:
         """One event dict per reading, in order."""
-        return list(self._dicts(r))
-
-    def encode(self, r: Readings) -> list[bytes]:
-        """One JSON payload (``orjson``) per reading, in order."""
-        return list(map(orjson.dumps, self._dicts(r)))
+        return list(self.event_dicts(r))
 
 
 def _dict_constructor(every: Sequence[str], keys: Mapping[str, str]) -> Callable[..., dict]:

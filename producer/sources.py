@@ -24,6 +24,7 @@ from producer.simulation import (
     StridedClock,
     firmware_rollout,
 )
+from producer.wire_format import JsonFormat, WireFormat
 
 S = TypeVar("S", Fleet, np.ndarray, list[Any])
 
@@ -82,6 +83,7 @@ class SimulationSource:
         workers: int = 1,
         deterministic_ids: bool = False,
         rollout_share: float = 0.0,
+        wire: WireFormat | None = None,
     ) -> None:
         """Set up one worker's simulation and injectors.
 
@@ -96,6 +98,7 @@ class SimulationSource:
             deterministic_ids: Event ids from the seed instead of ``os.urandom``.
             rollout_share: Share of the whole fleet that sends the contract's newest
                 schema version (``firmware_rollout``).
+            wire: The payloads' format (default: JSON).
 
         """
         devices = worker_slice(fleet, worker, workers)
@@ -115,7 +118,8 @@ class SimulationSource:
             if anomalies.active
             else None
         )
-        self.faults = FaultInjector(devices, own_seed, faults, own_clock)
+        self.wire: WireFormat = wire or JsonFormat()
+        self.faults = FaultInjector(devices, own_seed, faults, own_clock, self.wire)
         self.device_ids = devices.ids
         self.generated = 0
 
@@ -129,7 +133,7 @@ class SimulationSource:
             readings = self.anomalies.apply(readings)
         self.faults.skew(readings)
         self.generated += n
-        return self.faults.process(readings, self.events.encode(readings))
+        return self.faults.process(readings, self.wire.encode(self.events.event_dicts(readings)))
 
     def drain(self) -> list[Message]:
         """Every held-back message; also closes open anomaly episodes."""

@@ -20,12 +20,18 @@ for _name, _value in SHORT_RUN_ENV.items():
 pytest_plugins = [
     *(["tests.broker_fixture"] if (Path(__file__).parent / "broker_fixture.py").exists() else []),
     "tests.connect_fixture",
+    "tests.registry_fixture",
 ]
 
 
 # Fixtures that start a JVM: a test using one (directly or through another fixture) is
 # marked, so that the fast tests leave it out.
-_HEAVY_FIXTURES = {"spark": "spark", "connect_server": "spark", "kafka_broker": "broker"}
+_HEAVY_FIXTURES = {
+    "spark": "spark",
+    "connect_server": "spark",
+    "kafka_broker": "broker",
+    "schema_registry_server": "registry",
+}
 # A test with none of these marks is marked ``fast``: plain ``pytest`` (``addopts`` in
 # pyproject.toml) and ``make test-fast`` run those, on every core.
 _NOT_FAST = (
@@ -34,6 +40,7 @@ _NOT_FAST = (
     "slow",
     "spark",
     "broker",
+    "registry",
     "subprocess",
     "cluster",
     "compose",

@@ -45,8 +45,8 @@ def test_the_cli_fetches_the_default_bundles_and_refuses_an_unknown_one(home, mo
         jars.main(["spark", "sparkk"])
     assert exc.value.code == 2
     assert capsys.readouterr().err == (
-        "error: python -m infra.jars: unknown bundle sparkk; choose from spark, kafka, s3 "
-        "(see python -m infra.jars --help)\n"
+        "error: python -m infra.jars: unknown bundle sparkk; choose from spark, kafka, s3, "
+        "schema-registry (see python -m infra.jars --help)\n"
     )
 
 
@@ -55,7 +55,10 @@ def test_the_cli_help_lists_the_bundles(capsys):
         jars.main(["--help"])
     assert exc.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "BUNDLE spark, kafka, s3 (default: spark kafka; s3 is for a lake on S3)" in text
+    assert (
+        "BUNDLE spark, kafka, s3, schema-registry (default: spark kafka; s3 is for a lake on "
+        "S3, schema-registry for Avro)"
+    ) in text
 
 
 def test_the_cli_says_in_one_line_that_maven_is_missing(home, capsys):

@@ -293,6 +293,19 @@ def test_invalid_settings_exit_2(capsys):
     assert "bad delay distribution" in capsys.readouterr().err
     assert main(["--transport", "file"]) == 1
     assert "transport=file needs --out-dir" in capsys.readouterr().err
+    assert main(["--format", "avro"]) == 2
+    assert "format=avro needs a schema registry: set IOT_SCHEMA_REGISTRY_URL" in (
+        capsys.readouterr().err
+    )
+    registry = ["--schema-registry-url", "http://127.0.0.1:1"]
+    assert main(["--format", "avro", "--transport", "stdout", *registry]) == 2
+    assert "format=avro sends simulated readings to Kafka" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["--format", "xml"])
+    assert exc.value.code == 2
+    assert "--format: invalid choice: 'xml' (choose from 'json', 'avro')" in (
+        capsys.readouterr().err
+    )
 
 
 def test_clean_defaults_send_exactly_what_generate_gives(capsysbinary):

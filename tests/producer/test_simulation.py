@@ -76,7 +76,7 @@ def test_an_empty_step_is_empty_and_changes_nothing():
     sim = FleetSimulation(fleet, 2, simulated_clock(START, 5.0), deterministic_ids=True)
     empty = sim.next(0)
     assert len(empty) == 0 and empty.values.shape == (0, len(contract.METRIC_NAMES))
-    assert EventBuilder(sim).encode(empty) == [] and sim.k == 0
+    assert EventBuilder(sim).events(empty) == [] and sim.k == 0
     assert EventBuilder(sim).events(sim.next(3)) == _stream(
         fleet, 2, simulated_clock(START, 5.0), (3,), 3, deterministic_ids=True
     )
