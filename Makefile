@@ -35,13 +35,14 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The rest of `make test`: the broker's, Spark's, the browser's and the processes' tests,
-# on two workers, longest first (tests/conftest.py orders them). `--maxschedchunk 1` hands
-# them out one at a time as workers free up: by default `--dist load` gives each worker a
-# quarter of its share at once, in order, so one worker would get every long test. Tests
-# that restart a broker on the ports it gave up run beside the others: daemons listen
-# outside the range clients' connections take their ports from (infra.daemons.free_ports).
+# on two workers, longest first (tests/conftest.py orders them). A test module is one unit
+# of work (`--dist loadscope`, in that order: `--no-loadscope-reorder`), so that its
+# module-scoped fixtures (a processor run a minute long, say) are set up once, on one
+# worker; each worker takes the next module as it frees up. Tests that restart a broker on
+# the ports it gave up run beside the others: daemons listen outside the range clients'
+# connections take their ports from (infra.daemons.free_ports).
 SLOW_TESTS := not fast and not cluster and not compose
-SLOW_TEST_OPTIONS := -n 2 --dist load --maxschedchunk 1
+SLOW_TEST_OPTIONS := -n 2 --dist loadscope --no-loadscope-reorder
 
 # What CI runs: lint, then the fast tests (stopping at the first failure), then the rest:
 # every test but the standalone cluster's (make test-cluster) and docker compose's (make
