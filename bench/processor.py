@@ -39,6 +39,11 @@ of a local Spark Connect server (``infra.spark_connect``; a fresh server per run
 CPU counts in ``cores_at_<rate>``): the figures are prefixed ``connect_``, beside the
 classic ones. The plain copy and the real-time alert app run only in the classic runs.
 
+``--format avro`` then times the throughput once more, in the same run, with the backlog
+encoded as Avro (Confluent framing, its schema in a local schema registry,
+``infra.schema_registry``), which silver decodes by schema id: ``avro_events_per_s``
+beside the JSON run's, and ``avro_to_json_ratio``.
+
 ``--java-home DIR`` runs the processor on another Java (the broker keeps this shell's).
 
 The machine's speed moves the figures as much as the code does:
@@ -75,12 +80,14 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from common.child import Child  # noqa: E402
 from common.fleet import build_fleet  # noqa: E402
 from common.lake import Query  # noqa: E402
+from common.registry_settings import RegistrySettings  # noqa: E402
 from common.stats import percentiles  # noqa: E402
-from infra import broker, daemons, spark_connect  # noqa: E402
+from infra import broker, daemons, schema_registry, spark_connect  # noqa: E402
 from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.machine import cpu_stamp, processes_cpu_s  # noqa: E402
 from processor.settings import ProcessorSettings  # noqa: E402
 from producer.simulation import generate, simulated_clock, wall_clock  # noqa: E402
+from producer.wire_format import AvroFormat  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,13 +128,17 @@ class ConnectProcessor(Child):
 
 
 # --remote: the runs measured a second time, each through a Connect server of its own.
-MODE = {"connect": False}
+MODE: dict[str, bool] = {"connect": False, "avro": False}
+# The registry of --format avro's runs (its URL), when it runs.
+REGISTRY: dict[str, str] = {}
+# The classic JSON run's events/s, the Avro run's peer.
+EPS: dict[str, float] = {}
 REMOTE_ENV = ProcessorSettings.env_name("remote")
 
 
 def topic_name(base: str) -> str:
-    """A run's topic: the Connect runs read topics of their own."""
-    return f"{base}-connect" if MODE["connect"] else base
+    """A run's topic: the Connect runs and the Avro runs read topics of their own."""
+    return base + ("-connect" if MODE["connect"] else "") + ("-avro" if MODE["avro"] else "")
 
 
 def processor(env: dict[str, str], log: Path) -> Child:
@@ -156,7 +167,7 @@ def env_for(
         "IOT_LAKE_ROOT": str(lake), "IOT_PROCESSOR_JARS_DIR": str(jars),
         "IOT_PROCESSOR_FLEET_SIZE": str(FLEET), "IOT_PROCESSOR_SEED": str(SEED),
         "PYTHONUNBUFFERED": "1", "IOT_PROCESSOR_LOG_PROGRESS": "true",
-    } | extra  # fmt: skip
+    } | ({"IOT_SCHEMA_REGISTRY_URL": REGISTRY["url"]} if MODE["avro"] else {}) | extra  # fmt: skip
 
 
 def table_rows(path: Path) -> int:
@@ -172,13 +183,16 @@ def gold_events(lake: Path) -> int:
     return sum(r["events"] for r in rows(lake / "gold" / "device_1m", ["events"]))
 
 
-def encoded_events(n: int, start: datetime) -> list[tuple[bytes, bytes]]:
+def encoded_events(n: int, start: datetime, topic: str) -> list[tuple[bytes, bytes]]:
+    """``n`` events as JSON, or (an Avro run) as Avro registered under ``topic``'s subject."""
     stream = generate(build_fleet(FLEET, SEED), SEED, simulated_clock(start, 500.0))
-    out = []
-    for _ in range(n):
-        e = next(stream)
-        out.append((str(e["device_id"]).encode(), json.dumps(e).encode()))
-    return out
+    events = [next(stream) for _ in range(n)]
+    if MODE["avro"]:
+        wire = AvroFormat(RegistrySettings(url=REGISTRY["url"]), topic, [1])
+        values = wire.encode(events)
+    else:
+        values = [json.dumps(e).encode() for e in events]
+    return [(str(e["device_id"]).encode(), v) for e, v in zip(events, values, strict=True)]
 
 
 def publish(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
@@ -289,7 +303,7 @@ def timed_backlogs(
     """
     broker.ensure_topic(info.plaintext, topic, partitions=4)
     backlogs = warm_backlogs + 1
-    messages = encoded_events(warmup + backlogs * n, datetime(2026, 1, 1, tzinfo=UTC))
+    messages = encoded_events(warmup + backlogs * n, datetime(2026, 1, 1, tzinfo=UTC), topic)
     last = list(counts)[-1]
     t_start = time.monotonic()
     publish(info.plaintext, topic, messages[:warmup])
@@ -344,6 +358,8 @@ def throughput(
     finally:
         proc.stop(60)
     eps = rates[-1]
+    if not MODE["connect"] and not MODE["avro"]:
+        EPS["json"] = eps
     say(f"throughput: {n:,} events bronze->silver->gold in {marks['gold']:.1f} s = {eps:,.0f}/s")
     figures = {
         "events_per_s": round(eps, 1),
@@ -353,7 +369,7 @@ def throughput(
         "first_backlog_events_per_s": round(rates[0], 1),
         "warmup_s": round(warm_s, 1),
     }
-    if MODE["connect"]:  # the copy is the classic run's ceiling, measured there
+    if MODE["connect"] or MODE["avro"]:  # the copy is the classic JSON run's ceiling
         return figures
     copy_lake = work / "lake-copy"
     copy = Child(
@@ -500,6 +516,23 @@ def quiet_cpu(proc: Child, rate: float, wait_s: float, seconds: float) -> float:
     return (processor_cpu_s(proc) - cpu0) / (time.time() - t0)
 
 
+def avro_throughput(
+    info: broker.BrokerInfo, jars: Path, work: Path, args: argparse.Namespace
+) -> dict[str, float | None]:
+    """The classic throughput run again with the backlog as Avro, beside the JSON one."""
+    say("the throughput run again, the backlog as Avro through a local schema registry")
+    REGISTRY["url"] = schema_registry.start(work / "schema-registry", quiet=True).url
+    MODE["connect"], MODE["avro"] = False, True
+    try:
+        run = work / "avro"
+        run.mkdir(exist_ok=True)
+        measured = throughput(info, jars, run, args.events, args.warmup_events, args.warm_backlogs)
+    finally:
+        MODE["avro"] = False
+    figures = {"avro_" + k: v for k, v in measured.items()}
+    return figures | {"avro_to_json_ratio": round(measured["events_per_s"] / EPS["json"], 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=300_000)
@@ -543,6 +576,11 @@ def main() -> None:
         "--remote", action="store_true",
         help="then measure the same runs again through a local Spark Connect server "
         "(infra.spark_connect), one per run; their figures are prefixed connect_",
+    )  # fmt: skip
+    ap.add_argument(
+        "--format", choices=("json", "avro"), default="json",
+        help="avro: then measure the throughput again with the backlog as Avro (Confluent "
+        "framing, a local schema registry), figures prefixed avro_, and avro_to_json_ratio",
     )  # fmt: skip
     ap.add_argument(
         "--realtime-alerts", action="store_true",
@@ -596,8 +634,11 @@ def main() -> None:
                         realtime_alerts=args.realtime_alerts and not connect,
                     )  # fmt: skip
                     figures |= {prefix + k: v for k, v in measured.items()}
+            if args.format == "avro" and not args.skip_throughput:
+                figures |= avro_throughput(info, jars, work, args)
         finally:
             broker.stop(work / "broker")
+            schema_registry.stop(work / "schema-registry")
     figures |= {
         "cpu_stamp_s": stamp,
         "cpu_stamp_after_s": cpu_stamp(),

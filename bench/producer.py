@@ -36,6 +36,10 @@ The last line printed is one JSON object::
      "kcat_events_per_s": ..., "ratio": ..., "client_events_per_s": ...,
      "client_ratio": ..., "share_of_client": ..., ...}
 
+``--format avro`` adds a fourth side, the same producer sending Avro through a local
+schema registry (``infra.schema_registry``): ``avro_events_per_s`` and
+``avro_to_json_ratio`` against the JSON producer of the same rounds.
+
 Usage: ``python bench/producer.py [--count 2000000] [--workers 2] [--rounds 5]``
 (kcat: ``apt-get install kcat``).
 """
@@ -61,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common.report import ProducerReport  # noqa: E402
-from infra import broker  # noqa: E402
+from infra import broker, schema_registry  # noqa: E402
 from loadtest.machine import process_cpu_s  # noqa: E402
 
 BATCH = 4096  # messages per send_batch in the client baseline (the producer's default batch)
@@ -69,13 +73,16 @@ TARGET = 200_000  # events/s the producer must reach at full realism with 2 work
 
 
 def run_producer(
-    bootstrap: str, topic: str, args: argparse.Namespace, work: Path
+    bootstrap: str, topic: str, args: argparse.Namespace, work: Path, registry: str = ""
 ) -> ProducerReport:
+    """The producer at full realism into ``topic``; as Avro through ``registry`` if given."""
     report = work / f"report-{topic}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")} | {
         "IOT_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "IOT_KAFKA_TOPIC": topic,
     }
+    if registry:
+        env |= {"IOT_SCHEMA_REGISTRY_URL": registry, "IOT_PRODUCER_FORMAT": "avro"}
     cmd = [
         sys.executable, "-m", "producer",
         "--count", str(args.count), "--rate", "0", "--scenario", "realistic",
@@ -239,6 +246,11 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
+        "--format", choices=("json", "avro"), default="json",
+        help="avro: a fourth side, the producer sending Avro through a local schema registry "
+        "(avro_events_per_s, avro_to_json_ratio)",
+    )  # fmt: skip
+    parser.add_argument(
         "--warmup-rounds", type=int, default=2, help="rounds of each side not counted"
     )
     parser.add_argument(
@@ -309,11 +321,25 @@ def main() -> None:
             time.sleep(args.settle_s)
 
         sides = {"producer": producer_side, "kcat": kcat_side, "client": client_side}
+        if args.format == "avro":
+            registry = schema_registry.start(work / "schema-registry", quiet=True).url
+
+            def avro_side() -> float:
+                report = run_producer(bootstrap, fresh_topic(), args, work, registry)
+                if report.acked != lines:
+                    raise SystemExit(
+                        f"the Avro producer acknowledged {report.acked:,}, not {lines:,}"
+                    )
+                cpu["avro"].append(report.cpu_s)
+                return report.acked / report.duration_s
+
+            sides["avro"] = avro_side
+            cpu["avro"], broker_cpu["avro"] = [], []
         # The broker's JIT speeds every side up run after run: warm it first, and take
         # turns (producer first in even rounds, last in odd ones) so no side is always later.
         kcat_startup = 0.0
         for _ in range(args.warmup_rounds):
-            for side in ("kcat", "client", "producer"):
+            for side in ("kcat", "client", "producer", *(["avro"] if "avro" in sides else [])):
                 settle()
                 sides[side]()
         one_line = work / "one.tsv"
@@ -325,7 +351,7 @@ def main() -> None:
         for side in cpu:
             cpu[side].clear()
         for r in range(args.rounds):
-            order = ["producer", "kcat", "client"]
+            order = ["producer", "kcat", "client", *(["avro"] if "avro" in sides else [])]
             for side in order if r % 2 == 0 else order[::-1]:
                 settle()
                 broker0 = process_cpu_s(info.pid)
@@ -338,6 +364,11 @@ def main() -> None:
                 flush=True,
             )
         best, best_kcat, best_client = (max(rates[s]) for s in ("producer", "kcat", "client"))
+        avro = (
+            {"avro_events_per_s": round(max(rates["avro"])),
+             "avro_to_json_ratio": round(max(rates["avro"]) / best, 3)}
+            if "avro" in rates else {}
+        )  # fmt: skip
         # CPU per event, median over the rounds: what each side costs whatever else runs.
         us_per_event = {s: round(statistics.median(v) / lines * 1e6, 2) for s, v in cpu.items()}
         broker_us = {s: round(statistics.median(v) / lines * 1e6, 2) for s, v in broker_cpu.items()}
@@ -367,11 +398,13 @@ def main() -> None:
                     "workers": args.workers,
                     "scenario": "realistic",
                     "rounds": args.rounds,
+                    **avro,
                 }
             )
         )
     finally:
         broker.stop(work / "broker")
+        schema_registry.stop(work / "schema-registry")
         shutil.rmtree(work, ignore_errors=True)
 
 

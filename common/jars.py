@@ -1,4 +1,4 @@
-"""The connector jars a Spark service needs (Delta, Kafka's, S3A's), found in jar folders.
+"""The connector jars a Spark service needs (Delta, Kafka's, Avro's, S3A's), in jar folders.
 
 The processor checks its ``IOT_PROCESSOR_JARS_DIR`` with them, and ``infra.spark_cluster``
 lists them for ``spark-submit --jars``.
@@ -11,6 +11,8 @@ from pathlib import Path
 REQUIRED_JARS = (
     "delta-spark_",
     "spark-sql-kafka-0-10_",
+    # from_avro: Avro records decoded by their writer schema (processor.avro_decoding)
+    "spark-avro_",
     "spark-token-provider-kafka",
     "kafka-clients",
 )

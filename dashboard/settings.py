@@ -13,6 +13,7 @@ from common.deliveries import default_ledger_path
 from common.kafka_settings import KafkaSettings
 from common.lake_settings import LakeSettings
 from common.paths import state_dir
+from common.registry_settings import RegistrySettings
 from common.settings import Settings
 
 
@@ -69,6 +70,7 @@ class DashboardSettings(Settings):
     )
     lake: LakeSettings = Field(default_factory=LakeSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    schema_registry: RegistrySettings = Field(default_factory=RegistrySettings)
 
     @field_validator("as_of")
     @classmethod

@@ -5,7 +5,9 @@ at a steady rate, the ``realistic`` scenario: anomalies, duplicates, late and
 malformed records, device dropouts) and the dashboard, each a child process in
 its own process group with its log under ``<state dir>/demo/logs``. With
 ``--ingress mqtt`` the producer publishes to a local Mosquitto instead, and the
-bridge (``python -m bridge``) forwards its readings to the Kafka broker. It prints
+bridge (``python -m bridge``) forwards its readings to the Kafka broker. With
+``--format avro`` it also starts a local schema registry (``infra.schema_registry``),
+and the producer sends Avro that the processor decodes through it. It prints
 the dashboard's URL once it answers, watches the children, and on Ctrl-C or
 SIGTERM stops them all, then the broker.
 
@@ -33,11 +35,12 @@ from common import cli
 from common.child import Child
 from common.kafka_settings import KafkaSettings
 from common.lake_settings import LakeSettings
-from infra import broker, mqtt_broker
+from infra import broker, mqtt_broker, schema_registry
 from infra.jars import JarResolutionError, ensure_jar_dir, ensure_jars
 from infra.paths import PROJECT_ROOT, state_dir
 from processor.settings import ProcessorSettings
 from producer.settings import ProducerSettings
+from producer.wire_format import FORMATS
 
 STOP_TIMEOUT_S = 20.0
 # The bridge has subscribed (it says BRIDGE_READY_LINE) before the producer publishes:
@@ -113,6 +116,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="how the readings come in: kafka (the producer sends to the broker) or mqtt "
         "(the producer publishes to a local Mosquitto, python -m bridge forwards them to "
         "the broker) (default kafka)",
+    )
+    p.add_argument(
+        "--format",
+        default="json",
+        choices=FORMATS,
+        help="payload format: json, or avro (Confluent-framed, through a local schema "
+        "registry the demo starts) (default json)",
     )
     p.add_argument(
         "--trigger-interval", help="processor hot-path micro-batch interval (default: its own)"
@@ -200,6 +210,9 @@ def clean(root: Path) -> None:
     if mqtt_broker.status(root / "mqtt-broker") is not None:
         mqtt_broker.stop(root / "mqtt-broker")
         _say("stopped the demo's MQTT broker, which was left running")
+    if schema_registry.status(root / "schema-registry") is not None:
+        schema_registry.stop(root / "schema-registry")
+        _say("stopped the demo's schema registry, which was left running")
     shutil.rmtree(root, ignore_errors=True)
     _say(f"deleted {root}")
 
@@ -232,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     broker_dir = root / "broker"
     mqtt_dir = root / "mqtt-broker"
+    registry_dir = root / "schema-registry"
     children: list[Child] = []
     failed = False
     try:
@@ -245,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.ingress == "mqtt":
             env |= mqtt_broker.start(mqtt_dir).env | ProducerSettings.env_vars(transport="mqtt")
             services.append(("bridge", ["-m", "bridge"]))
+        if args.format == "avro":
+            registry = schema_registry.start(registry_dir)
+            _say(f"schema registry: {registry.url}")
+            env |= registry.env | ProducerSettings.env_vars(format="avro")
         dashboard = [
             "-m", "streamlit", "run", str(PROJECT_ROOT / "dashboard" / "app.py"),
             "--server.port", str(args.port), "--server.headless", "true",
@@ -278,7 +296,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if failed else 0
     except _StartInterrupted:
         return 0
-    except (broker.BrokerError, mqtt_broker.MqttBrokerError, JarResolutionError) as exc:
+    except (
+        broker.BrokerError,
+        mqtt_broker.MqttBrokerError,
+        schema_registry.RegistryError,
+        JarResolutionError,
+    ) as exc:
         _say(f"error: {exc}")
         return 1
     finally:
@@ -292,4 +315,6 @@ def main(argv: list[str] | None = None) -> int:
         broker.stop(broker_dir)
         if mqtt_dir.exists():
             mqtt_broker.stop(mqtt_dir)
+        if registry_dir.exists():
+            schema_registry.stop(registry_dir)
         _say("stopped")

@@ -791,6 +791,11 @@ def verify(
         The findings; ``failures`` lists every loss, duplicate or unprocessed reading.
     """
     cfg = cfg or VerifyConfig()
+    if truth.header.get("run", {}).get("format", "json") != "json":
+        raise ValueError(
+            "verify reads JSON payloads, and this run sent "
+            f"{truth.header['run']['format']}: run load tests with --format json"
+        )
     if cfg.latency_from is not None and cfg.latency_from.tzinfo is None:
         raise ValueError(
             f"latency_from must be a UTC-aware time, got {cfg.latency_from.isoformat()}"

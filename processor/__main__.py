@@ -12,7 +12,7 @@ from pyspark.sql.streaming import StreamingQuery
 from common import cli
 from common.lake import Query, Table
 from common.settings import add_settings_arguments, load_settings
-from processor import health, realtime_app
+from processor import health, realtime_app, writer_schemas
 from processor.checkpoints import CheckpointSourcesError
 from processor.evolution import REBUILDABLE
 from processor.lake_setup import prepare_lake, write_devices
@@ -29,6 +29,7 @@ from processor.metrics import DRAIN_TIMEOUT_S, MetricsListener
 from processor.pipeline import (
     bronze_tier,
     rebuild,
+    restarted_for_new_schemas,
     run_available_now,
     silver_reads_bronze,
     stages,
@@ -132,6 +133,12 @@ def preflight(settings: ProcessorSettings, command: str) -> tuple[int, Processor
         partitions = check_kafka(kafka)
         log.info(
             "Kafka %s: topic %s has %d partitions", kafka.bootstrap_servers, kafka.topic, partitions
+        )
+    if settings.schema_registry.url:
+        schemas = writer_schemas.load(settings.schema_registry, kafka.topic)
+        say(
+            f"schema registry {settings.schema_registry.url}: {len(schemas)} schema(s) under "
+            f"{writer_schemas.subject_of(kafka.topic)}"
         )
     if realtime or lands_alerts(settings):
         try:
@@ -245,6 +252,8 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
             f"{settings.background_trigger_interval}; lake at {settings.lake.root}"
         )
     failure = wait_for_stop(queries, stop, realtime)
+    while failure is not None and _restart_for_new_schemas(spark, queries, settings):
+        failure = wait_for_stop(queries, stop, realtime)
     if realtime is not None:
         realtime.ask_to_stop()  # it stops while this app does, not after
     _close(spark, queries, listener)
@@ -254,6 +263,18 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
         return cli.error(failure)
     say("stopped")
     return 0
+
+
+def _restart_for_new_schemas(
+    spark: SparkSession, queries: list[StreamingQuery], settings: ProcessorSettings
+) -> bool:
+    """Start silver again in ``queries`` if it stopped on newly registered schemas."""
+    for i, query in enumerate(queries):
+        again = restarted_for_new_schemas(spark, query, settings)
+        if again is not None:
+            queries[i] = again
+            return True
+    return False
 
 
 def _rebuild(settings: ProcessorSettings, queries: list[str], stop: StopSignal) -> int:

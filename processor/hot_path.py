@@ -15,12 +15,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from common.lake import TABLES, Query, Table
-from processor import bronze, gold, parsing, silver, sources, writes
+from processor import bronze, gold, parsing, silver, sources, writer_schemas, writes
 from processor.checkpoints import check_checkpoint_sources
 from processor.device_dimension import CachedDimension
 from processor.queries import Tier, foreach_batch_stream, persisted
 from processor.settings import ProcessorSettings
 from processor.silver import checked_rows, enriched_rows, quarantine_out, silver_out
+from processor.writer_schemas import check_unknown_ids
 
 
 def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame:
@@ -83,6 +84,8 @@ def write_silver_batch(
     at = settings.lake.table
     # One job (no LIMIT: see writes.has_rows) says which writes the batch has rows for.
     held = parsing.batch_contents(batch).collect()[0]
+    # Before any write: records of a schema registered since the start stop the batch.
+    check_unknown_ids(settings.schema_registry, settings.kafka.topic, held.unknown_schema_ids)
     events = silver.silver_rows(batch)
     appends: list[Callable[[], object]] = []
     if held.valid:
@@ -163,7 +166,8 @@ def start_silver(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
             write_silver_batch(rows, batch_id, query_id, s)
 
     try:
-        frame = checked_rows(raw, devices.frame, s.watermark)
+        schemas = writer_schemas.load(s.schema_registry, s.kafka.topic)
+        frame = checked_rows(raw, devices.frame, s.watermark, schemas)
         query = foreach_batch_stream(frame, write, s.lake.checkpoint(name), name, s)
     except BaseException:
         devices.release()

@@ -1,5 +1,8 @@
 """A bronze record against the contract: parsed by its schema version, or a reason.
 
+JSON payloads are parsed here; Avro ones (Confluent's framing) are decoded by
+``processor.avro_decoding`` into the same typed columns, and checked alike.
+
 ``parse_events`` reads each payload by the keys its ``schema_version`` declares into the
 contract's typed columns and gives every row a ``reason``: null for a valid event, else
 why it goes to quarantine. ``valid_events`` and ``invalid_events`` split them; keys a
@@ -8,7 +11,7 @@ version does not declare are kept in ``extra_fields`` and counted by ``field_dri
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from pyspark.sql import Column, DataFrame
@@ -25,6 +28,7 @@ from common.contract import (
     VERSIONS,
     Field,
 )
+from processor import avro_decoding
 from processor.bronze import KAFKA_META
 from processor.schema import EVENT_SCHEMA
 from processor.times import with_time
@@ -157,46 +161,67 @@ def _reason(raw: Column, typed: Column) -> Column:
     return F.coalesce(*checks)
 
 
-def parse_events(bronze: DataFrame) -> DataFrame:
-    """Parse the raw JSON against the contract and say why a record is invalid.
+def parse_events(bronze: DataFrame, avro_schemas: Mapping[int, str] | None = None) -> DataFrame:
+    """Parse the raw payloads against the contract and say why a record is invalid.
 
     Every bronze row comes out once, with the contract's typed columns, the
     undeclared fields (``extra_fields``), the raw payload, the Kafka metadata and
     ``reason``: null for a valid event, else the first failed check as a code:
     ``unparsable``, ``missing_field:<f>``, ``wrong_type:<f>`` (a value JSON-typed
     otherwise than the contract says, e.g. a number sent as a string),
-    ``out_of_range:<f>`` (``out_of_range:schema_version``: not a version of the contract).
+    ``out_of_range:<f>`` (``out_of_range:schema_version``: not a version of the contract);
+    for Avro, ``unknown_schema_id`` and ``undecodable_avro`` (``processor.avro_decoding``).
 
-    A payload is read by its ``schema_version``: each field from the key that version
+    A JSON payload is read by its ``schema_version``: each field from the key that version
     sends it under (``common.contract.VERSIONS``), so every version lands in the same
     columns. Keys that its version does not declare are kept, as one JSON object in
-    ``extra_fields`` (null when there are none), for valid events.
+    ``extra_fields`` (null when there are none), for valid events. A payload in
+    Confluent's Avro framing is decoded by the writer schema its id names, from
+    ``avro_schemas``; its fields land in the same columns, and pass the same checks.
 
-    Valid records cost one typed JSON parse, a scan of their keys and a few
-    comparisons; the detailed reason (a second, untyped parse and a check per field)
-    is computed only for the records that fail.
+    Valid records cost one typed JSON parse (or one Avro decode), a scan of their keys
+    and a few comparisons; the detailed reason (a second, untyped parse and a check per
+    field) is computed only for the records that fail.
 
     Args:
         bronze: Rows of the bronze table (``value`` is the raw payload).
+        avro_schemas: Writer schema id -> the schema's JSON text (none: every framed
+            payload is ``unknown_schema_id``).
     """
-    raw_text = F.make_valid_utf8(F.col("value").cast("string"))
+    schemas = dict(avro_schemas or {})
+    value = F.col("value")
+    raw_text = F.make_valid_utf8(value.cast("string"))
     keys = F.col("_keys")
     version = keys["schema_version"]
+    avro_typed, avro_extras = avro_decoding.decoded_columns(value, schemas, _TYPE_OF, CORRUPT)
+    framed = F.col("_avro")
     parsed = bronze.select(
         raw_text.alias("raw"),
         "value",
-        F.from_json(raw_text, _JSON_SCHEMA, _JSON_OPTIONS).alias("_keys"),
+        avro_decoding.is_framed(value).alias("_avro"),
         *[F.col(c) for c in KAFKA_META],
     ).select(
         "raw",
         "value",
-        F.when(
-            keys.isNotNull(),
-            F.struct(
-                *[_by_version(version, f, lambda k: keys[k]).alias(f.name) for f in FIELDS],
-                keys[CORRUPT].alias(CORRUPT),
-            ),
-        ).alias("_t"),
+        "_avro",
+        F.from_json(F.col("raw"), _JSON_SCHEMA, _JSON_OPTIONS).alias("_keys"),
+        F.when(framed, avro_typed).alias("_a"),
+        F.when(framed, avro_extras).alias("_ax"),
+        *KAFKA_META,
+    )
+    # The JSON parse in the first condition, and first in it: Spark then parses once a
+    # row (an expression only in a later branch, or on the right of an AND, is
+    # conditional, and would be parsed again for every field read from it).
+    json_struct = F.struct(
+        *[_by_version(version, f, lambda k: keys[k]).alias(f.name) for f in FIELDS],
+        keys[CORRUPT].alias(CORRUPT),
+    )
+    parsed = parsed.select(
+        "raw",
+        "value",
+        "_avro",
+        "_ax",
+        F.when(keys.isNotNull() & ~framed, json_struct).when(framed, F.col("_a")).alias("_t"),
         *KAFKA_META,
     )
     typed = F.col("_t")
@@ -205,16 +230,31 @@ def parse_events(bronze: DataFrame) -> DataFrame:
         valid = valid & _required(typed, FIELD_BY_NAME[name])
     for _, passes in _range_checks(typed):
         valid = valid & passes
+    extras = F.when(framed, F.col("_ax")).otherwise(
+        _extra_fields(F.col("raw"), typed["schema_version"])
+    )
+    reason = F.when(framed, _framed_reason(value, typed, schemas)).otherwise(
+        _reason(F.col("raw"), typed)
+    )
     return parsed.select(
         *[typed[f.name].alias(f.name) for f in FIELDS],
-        F.when(valid, _extra_fields(F.col("raw"), typed["schema_version"])).alias(EXTRA_FIELDS),
-        F.when(valid, F.lit(None).cast("string"))
-        .otherwise(_reason(F.col("raw"), typed))
-        .alias("reason"),
+        F.when(valid, extras).alias(EXTRA_FIELDS),
+        F.when(valid, F.lit(None).cast("string")).otherwise(reason).alias("reason"),
         "raw",
         "value",
         *KAFKA_META,
     )
+
+
+def _framed_reason(value: Column, typed: Column, schemas: Mapping[int, str]) -> Column:
+    """Why a decoded Avro record failed: unreadable, else the first failed field check."""
+    checks = [avro_decoding.avro_reason(value, typed, schemas)]
+    checks += [
+        F.when(~_required(typed, FIELD_BY_NAME[name]), F.lit(f"missing_field:{name}"))
+        for name in REQUIRED
+    ]
+    checks += [F.when(~passes, F.lit(reason)) for reason, passes in _range_checks(typed)]
+    return F.coalesce(*checks, F.lit(avro_decoding.UNDECODABLE_AVRO))
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
@@ -259,7 +299,8 @@ def batch_contents(parsed: DataFrame) -> DataFrame:
     A micro-batch's writes that would be empty are then skipped, on one Spark job, which
     also gives the start of the hour of the earliest valid event (``earliest_hour_s``,
     epoch seconds; null without one): the bound of the batch's MERGE into the 1-minute
-    windows (``writes.merge``'s ``since``).
+    windows (``writes.merge``'s ``since``), and the schema ids of its Avro records that
+    no known schema decodes (``unknown_schema_ids``).
     """
     valid = F.col("reason").isNull()
     earliest = F.min(F.when(valid, F.col("event_time")))
@@ -268,6 +309,12 @@ def batch_contents(parsed: DataFrame) -> DataFrame:
         F.count_if(~valid).alias("invalid"),
         F.count_if(valid & F.col(EXTRA_FIELDS).isNotNull()).alias("drifted"),
         (F.floor(F.unix_seconds(earliest) / 3600) * 3600).alias("earliest_hour_s"),
+        F.collect_set(
+            F.when(
+                F.col("reason") == avro_decoding.UNKNOWN_SCHEMA_ID,
+                avro_decoding.schema_id(F.col("value")),
+            )
+        ).alias("unknown_schema_ids"),
     )
 
 

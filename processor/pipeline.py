@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -37,9 +38,11 @@ from processor.background_queries import (
 )
 from processor.hot_path import bronze_tier, silver_reads_bronze, start_bronze, start_silver
 from processor.lake_setup import prepare_lake
+from processor.lifecycle import say
 from processor.session import BACKGROUND_POOL, HOT_POOL, is_remote
 from processor.settings import ProcessorSettings
 from processor.stopping import stop_queries
+from processor.writer_schemas import NewWriterSchemasError
 
 Stage = Callable[[SparkSession, ProcessorSettings], StreamingQuery]
 
@@ -181,12 +184,41 @@ def run_available_now(
     prepare_lake(spark, settings, requested)
     for group in stages(settings):
         queries = [start_stage(spark, stage, settings) for stage in group]
-        for query in queries:
-            while not query.awaitTermination(1):
-                if should_stop():
-                    stop_queries(spark, queries)
-                    return False
+        for i in range(len(queries)):
+            while True:
+                try:
+                    while not queries[i].awaitTermination(1):
+                        if should_stop():
+                            stop_queries(spark, queries)
+                            return False
+                    break
+                except StreamingQueryException:
+                    again = restarted_for_new_schemas(spark, queries[i], settings)
+                    if again is None:
+                        raise
+                    queries[i] = again
     return True
+
+
+def restarted_for_new_schemas(
+    spark: SparkSession, query: StreamingQuery, settings: ProcessorSettings
+) -> StreamingQuery | None:
+    """Silver started again, if ``query`` is silver stopped by schemas registered since it began.
+
+    Silver's plan decodes the schemas its subject held when it started; a batch with
+    records of a later one stops before it writes (``writer_schemas.check_unknown_ids``),
+    and runs again in the new query, which knows them.
+
+    Returns:
+        The new silver query; None when ``query`` runs, or stopped for another reason.
+    """
+    if query.isActive or query.name != Query.SILVER:
+        return None
+    exc = query.exception()
+    if exc is None or NewWriterSchemasError.__name__ not in str(exc):
+        return None
+    say("silver restarts: its subject has schemas registered since it started")
+    return start_stage(spark, start_silver, settings)
 
 
 def start_all(

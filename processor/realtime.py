@@ -15,6 +15,8 @@ nothing is remembered between readings.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -39,7 +41,9 @@ def _check(metric: str) -> Column:
     )
 
 
-def threshold_alerts(bronze: DataFrame, devices: DataFrame) -> DataFrame:
+def threshold_alerts(
+    bronze: DataFrame, devices: DataFrame, avro_schemas: Mapping[int, str] | None = None
+) -> DataFrame:
     """One row per valid reading and metric outside the device's thresholds.
 
     Invalid records (the processor quarantines them) and readings of devices not in
@@ -48,13 +52,14 @@ def threshold_alerts(bronze: DataFrame, devices: DataFrame) -> DataFrame:
     Args:
         bronze: Raw records shaped as bronze rows (``bronze.to_bronze``).
         devices: The device dimension (``<metric>_low`` / ``<metric>_high`` per metric).
+        avro_schemas: Writer schema id -> schema, for Avro records (``parse_events``).
 
     Returns:
         The ``common.alerts.ALERT_FIELDS`` columns.
     """
     profile = ["device_id", "device_type", "site"]
     thresholds = [f"{m}_{bound}" for m in METRIC_NAMES for bound in ("low", "high")]
-    readings = parsing.valid_events(parsing.parse_events(bronze)).select(
+    readings = parsing.valid_events(parsing.parse_events(bronze, avro_schemas)).select(
         "event_id",
         "device_id",
         "event_time",

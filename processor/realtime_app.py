@@ -20,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 from common import cli
 from common.kafka import spark_kafka_options
 from common.lake import Query
-from processor import bronze, realtime, sources
+from processor import bronze, realtime, sources, writer_schemas
 from processor.checkpoints import clear_unlogged_first_batch
 from processor.lake_files import LakeFiles
 from processor.lake_setup import devices_frame
@@ -63,7 +63,8 @@ def start_realtime_alerts(spark: SparkSession, settings: ProcessorSettings) -> S
     sent (epochs end every ``realtime_checkpoint_interval``), with the same alert ids.
     """
     events = bronze.to_bronze(sources.kafka_stream(spark, settings, micro_batch=False))
-    alerts = realtime.threshold_alerts(events, devices_frame(spark, settings))
+    schemas = writer_schemas.load(settings.schema_registry, settings.kafka.topic)
+    alerts = realtime.threshold_alerts(events, devices_frame(spark, settings), schemas)
     name = Query.REALTIME_ALERTS
     clear_unlogged_first_batch(LakeFiles(settings.lake), settings.lake.checkpoint(name))
     return (

@@ -12,11 +12,13 @@ from common.fleet_settings import FleetSettings
 from common.kafka_settings import KafkaSettings
 from common.lake import Query
 from common.lake_settings import LakeSettings
+from common.registry_settings import RegistrySettings
 
 SPARK_VERSION = "4.2.0"
 DELTA_VERSION = "4.4.0"
 DEFAULT_PACKAGES = (
     f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION},"
+    f"org.apache.spark:spark-avro_2.13:{SPARK_VERSION},"
     f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
 )
 # S3A for a lake on S3, as infra/maven/s3/pom.xml resolves it (tests/infra/test_jars.py checks
@@ -193,6 +195,7 @@ class ProcessorSettings(FleetSettings):
     )
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     lake: LakeSettings = Field(default_factory=LakeSettings)
+    schema_registry: RegistrySettings = Field(default_factory=RegistrySettings)
 
     @field_validator("queries")
     @classmethod

@@ -15,6 +15,7 @@ way. ``silver_out`` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from pyspark.sql import Column, DataFrame
@@ -25,16 +26,26 @@ from processor.parsing import invalid_events, parse_events, payloads_of_invalid,
 from processor.times import seconds_between, with_time
 
 
-def silver_frame(bronze: DataFrame, devices: DataFrame, watermark: str) -> DataFrame:
+def silver_frame(
+    bronze: DataFrame,
+    devices: DataFrame,
+    watermark: str,
+    avro_schemas: Mapping[int, str] | None = None,
+) -> DataFrame:
     """Bronze rows -> parsed, deduplicated, enriched rows, each with a ``reason``.
 
     ``enriched_rows`` of ``checked_rows``: what the silver query computes, stream and
     micro-batch together.
     """
-    return enriched_rows(checked_rows(bronze, devices, watermark), devices)
+    return enriched_rows(checked_rows(bronze, devices, watermark, avro_schemas), devices)
 
 
-def checked_rows(bronze: DataFrame, devices: DataFrame, watermark: str) -> DataFrame:
+def checked_rows(
+    bronze: DataFrame,
+    devices: DataFrame,
+    watermark: str,
+    avro_schemas: Mapping[int, str] | None = None,
+) -> DataFrame:
     """Bronze rows -> parsed, deduplicated rows, each with a ``reason``: the streamed part.
 
     One pass over the source: every record is parsed once and checked against the
@@ -42,9 +53,9 @@ def checked_rows(bronze: DataFrame, devices: DataFrame, watermark: str) -> DataF
     invalid ones go through the same steps under keys of their own, unchanged, so the
     writer can quarantine them (``dedup_keys``). Valid rows drop their raw
     payload before the dedup's shuffle: it would more than double the bytes shuffled,
-    for nothing.
+    for nothing. Avro records are decoded by ``avro_schemas`` (``parse_events``).
     """
-    checked = flag_unknown_devices(parse_events(bronze), devices)
+    checked = flag_unknown_devices(parse_events(bronze, avro_schemas), devices)
     keyed = payloads_of_invalid(dedup_keys(checked))
     deduped = deduplicate(keyed, watermark, key=DEDUP_KEY)
     return deduped.drop(DEDUP_KEY)

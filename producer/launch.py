@@ -188,6 +188,7 @@ def manifest_header(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
         "count": settings.count,
         "duration_s": settings.duration_s,
         "transport": settings.transport,
+        "format": settings.format,
         "topic": destination_topic(settings),
         "replay": str(settings.replay) if settings.replay else None,
         "rollout": rollout_record(settings),

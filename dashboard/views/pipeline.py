@@ -1,4 +1,4 @@
-"""Pipeline health: per streaming query progress, quarantined records by reason, schema drift."""
+"""Pipeline health: per query progress, quarantined records by reason, schema drift and versions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import polars as pl
 import streamlit as st
 
 from common.lake import Table
-from dashboard import charts, data, lake, ui
+from dashboard import charts, data, lake, registry, ui
 
 view = ui.current_view()
 settings, filters = view.settings, view.filters
@@ -146,11 +146,36 @@ def _drift(now: datetime) -> None:
     )
 
 
+@st.cache_resource(ttl=60, max_entries=4, show_spinner=False)
+def _subject_versions(url: str) -> pl.DataFrame | str:
+    """The registry's subjects and versions, or why they could not be read (once a minute)."""
+    try:
+        return registry.subject_versions(settings.schema_registry)
+    except registry.RegistryUnreachableError as exc:
+        return str(exc)
+
+
+def _schemas() -> None:
+    if not settings.schema_registry.url:
+        return
+    st.subheader("Registered schemas")
+    found = _subject_versions(settings.schema_registry.url)
+    if isinstance(found, str):
+        st.warning(found, icon=":material/cloud_off:")
+        return
+    st.caption(
+        f"Every subject's versions in the schema registry at {settings.schema_registry.url}; "
+        "silver decodes Avro records by their schema id."
+    )
+    ui.table(found, {"schema_id": "schema id", "fields": "fields"})
+
+
 def render(now: datetime) -> None:
     """One refresh of the page."""
     _queries(now)
     _quarantine(now)
     _drift(now)
+    _schemas()
 
 
 ui.live(view, render)

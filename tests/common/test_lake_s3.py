@@ -152,7 +152,7 @@ def _jars(folder: Path, *names: str) -> Path:
 SPARK_JARS = (
     "delta-spark_2.13-4.4.0.jar", "spark-sql-kafka-0-10_2.13-4.2.0.jar",
     "spark-token-provider-kafka-0-10_2.13-4.2.0.jar", "kafka-clients-3.9.2.jar",
-    "reactive-streams-1.0.4.jar",
+    "spark-avro_2.13-4.2.0.jar", "reactive-streams-1.0.4.jar",
 )  # fmt: skip
 
 

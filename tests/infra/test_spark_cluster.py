@@ -68,7 +68,7 @@ def _fake_bundles(tmp_path, monkeypatch) -> dict[str, list]:
     names = {
         "spark": ["delta-spark_2.13-4.4.0.jar", "spark-sql-kafka-0-10_2.13-4.2.0.jar",
                   "spark-token-provider-kafka-0-10_2.13-4.2.0.jar", "kafka-clients-3.9.2.jar",
-                  "shared-1.0.jar"],
+                  "spark-avro_2.13-4.2.0.jar", "shared-1.0.jar"],
         "s3": ["hadoop-aws-3.5.0.jar", "s3-transfer-manager-2.35.4.jar", "shared-1.0.jar"],
     }  # fmt: skip
     bundles = {}

@@ -173,6 +173,17 @@ def test_clean_run_passes_with_exact_latencies(tmp_path: Path) -> None:
     assert result.latency["not_in_gold"] == 0
 
 
+def test_an_avro_run_is_refused_in_one_line(tmp_path: Path) -> None:
+    manifest, lake = clean_run().write(tmp_path)
+    truth = read_truth(manifest)
+    truth.header["run"]["format"] = "avro"
+    with pytest.raises(ValueError) as exc:
+        verify(truth, frames(lake, clean_run()))
+    assert str(exc.value) == (
+        "verify reads JSON payloads, and this run sent avro: run load tests with --format json"
+    )
+
+
 def test_events_after_the_last_gold_commit_are_not_in_gold(tmp_path: Path) -> None:
     run = clean_run()
     run.gold_commits = [34.2]

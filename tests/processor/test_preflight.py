@@ -55,3 +55,24 @@ def test_remote_lake_roots_are_left_to_their_file_system():
 )
 def test_which_runs_read_kafka(settings, expected):
     assert reads_kafka(ProcessorSettings(**settings)) is expected
+
+
+def test_an_unreachable_schema_registry_stops_the_start_in_one_line_within_30_s(tmp_path):
+    import time
+
+    from infra.daemons import free_ports
+    from processor.__main__ import preflight
+
+    url = f"http://127.0.0.1:{free_ports('127.0.0.1')[0]}"
+    settings = ProcessorSettings(
+        source="rate", lake={"root": str(tmp_path / "lake")}, schema_registry={"url": url}
+    )
+    began = time.monotonic()
+    with pytest.raises(CliError) as caught:
+        preflight(settings, "run")
+    assert time.monotonic() - began < 30
+    assert str(caught.value) == (
+        f"the schema registry at {url} did not answer (ConnectError): start it, or check "
+        "IOT_SCHEMA_REGISTRY_URL"
+    )
+    assert caught.value.exit_code == FAILED

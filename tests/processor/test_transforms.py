@@ -243,21 +243,28 @@ def test_silver_frame_keeps_payloads_for_quarantine_only_and_flags_devices_befor
     )  # fmt: skip
 
 
-def test_batch_contents_counts_valid_invalid_and_drifted_rows_in_one_row(spark):
+def test_batch_contents_counts_valid_invalid_and_drifted_rows_and_unknown_ids_in_one_row(spark):
     t = datetime(2026, 3, 1, 10, 59, 59, tzinfo=UTC)
-    rows = [(None, None, t), (None, '{"zone": "B"}', t + timedelta(seconds=1)),
-            ("bad_json", None, t - timedelta(hours=3)), ("unknown_device", "{}", None),
-            (None, None, t + timedelta(hours=2))]  # fmt: skip
-    batch = spark.createDataFrame(rows, "reason string, extra_fields string, event_time timestamp")
+    unknown_id = b"\0\0\0\0\x2a" + b"body"  # an Avro record of schema id 42
+    rows = [(None, None, t, None), (None, '{"zone": "B"}', t + timedelta(seconds=1), None),
+            ("bad_json", None, t - timedelta(hours=3), b"{"),
+            ("unknown_device", "{}", None, b"{}"),
+            ("unknown_schema_id", None, None, unknown_id),
+            ("unknown_schema_id", None, None, unknown_id),
+            (None, None, t + timedelta(hours=2), None)]  # fmt: skip
+    batch = spark.createDataFrame(
+        rows, "reason string, extra_fields string, event_time timestamp, value binary"
+    )
     assertDataFrameEqual(
         parsing.batch_contents(batch),
         # The earliest valid event is at 10:59:59 (the invalid one at 07:59:59 does not count).
-        [Row(valid=3, invalid=2, drifted=1,
-             earliest_hour_s=int(datetime(2026, 3, 1, 10, tzinfo=UTC).timestamp()))],
+        [Row(valid=3, invalid=4, drifted=1,
+             earliest_hour_s=int(datetime(2026, 3, 1, 10, tzinfo=UTC).timestamp()),
+             unknown_schema_ids=[42])],
     )  # fmt: skip
     assertDataFrameEqual(
         parsing.batch_contents(batch.limit(0)),
-        [Row(valid=0, invalid=0, drifted=0, earliest_hour_s=None)],
+        [Row(valid=0, invalid=0, drifted=0, earliest_hour_s=None, unknown_schema_ids=[])],
     )
 
 
