@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from common.file_lock import locked
+
 # Where the kernel takes clients' local ports from (Linux's ``ip_local_port_range``).
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # Linux's default range, for kernels that do not show it: macOS's (49152-65535) lies
@@ -131,6 +133,39 @@ def write_state(state_file: Path, state: dict[str, Any]) -> None:
     tmp = state_file.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(state, indent=2) + "\n")
     tmp.replace(state_file)
+
+
+def running_state(state_file: Path) -> dict[str, Any] | None:
+    """The state file's object if the process it names (``pid``) runs, else None."""
+    state = read_state(state_file)
+    pid = state.get("pid")
+    if not isinstance(pid, int) or not alive(pid):
+        return None
+    return state
+
+
+def stop_folder(folder: Path, timeout: float) -> bool:
+    """Stop the daemon whose state file is ``folder/state.json``, under the folder's lock.
+
+    Returns:
+        True if none is left running.
+    """
+    with locked(folder / ".lock"):
+        state = running_state(folder / "state.json")
+        return True if state is None else terminate_group(int(state["pid"]), timeout)
+
+
+def remembered_port(state_file: Path, host: str, port: int | None = None) -> int:
+    """The port to listen on: ``port``, else the state file's if free, else a free one.
+
+    The previous port keeps clients' settings valid, unless another process took it.
+    """
+    if port:
+        return port
+    remembered = int(str(read_state(state_file).get("port") or 0))
+    if remembered and port_free(host, remembered):
+        return remembered
+    return free_ports(host)[0]
 
 
 def port_free(host: str, port: int) -> bool:

@@ -161,11 +161,8 @@ def _info(folder: Path, state: Mapping[str, object]) -> MqttBrokerInfo:
 def status(folder: Path | None = None) -> MqttBrokerInfo | None:
     """The broker running on ``folder``, else None."""
     folder = folder or default_state_dir()
-    state = daemons.read_state(folder / "state.json")
-    pid = state.get("pid")
-    if not isinstance(pid, int) or not daemons.alive(pid):
-        return None
-    return _info(folder, state)
+    state = daemons.running_state(folder / "state.json")
+    return None if state is None else _info(folder, state)
 
 
 def start(
@@ -197,13 +194,7 @@ def start(
             return running
         state_file = folder / "state.json"
         previous = daemons.read_state(state_file)
-        remembered = int(str(previous.get("port") or 0))
-        # The previous port keeps clients' settings valid, unless another process took it.
-        chosen = port or (
-            remembered
-            if remembered and daemons.port_free("127.0.0.1", remembered)
-            else daemons.free_ports("127.0.0.1")[0]
-        )
+        chosen = daemons.remembered_port(state_file, "127.0.0.1", port)
         password_file = None
         if users:
             password_file = folder / "passwords"
@@ -245,12 +236,7 @@ def start(
 
 def stop(folder: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bool:
     """Stop the broker on ``folder`` (it saves its database first); True if none is left."""
-    folder = (folder or default_state_dir()).resolve()
-    with locked(folder / ".lock"):
-        running = status(folder)
-        if running is None:
-            return True
-        return daemons.terminate_group(running.pid, timeout)
+    return daemons.stop_folder((folder or default_state_dir()).resolve(), timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,10 +28,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from common.registry_settings import CCOMPAT_PATH, RegistrySettings
-
 from common import cli
 from common.file_lock import locked
+from common.registry_settings import CCOMPAT_PATH, RegistrySettings
 from infra import daemons
 from infra.jars import JarResolutionError, bundle_dir, ensure_jars
 from infra.paths import state_dir
@@ -132,11 +131,8 @@ def _info(folder: Path, state: Mapping[str, object]) -> RegistryInfo:
 def status(folder: Path | None = None) -> RegistryInfo | None:
     """The registry running on ``folder``, else None."""
     folder = folder or default_state_dir()
-    state = daemons.read_state(folder / "state.json")
-    pid = state.get("pid")
-    if not isinstance(pid, int) or not daemons.alive(pid):
-        return None
-    return _info(folder, state)
+    state = daemons.running_state(folder / "state.json")
+    return None if state is None else _info(folder, state)
 
 
 def start(
@@ -172,12 +168,7 @@ def start(
         except FileNotFoundError as exc:
             raise RegistryError(str(exc)) from None
         state_file = folder / "state.json"
-        remembered = int(str(daemons.read_state(state_file).get("port") or 0))
-        chosen = port or (
-            remembered
-            if remembered and daemons.port_free(HOST, remembered)
-            else daemons.free_ports(HOST)[0]
-        )
+        chosen = daemons.remembered_port(state_file, HOST, port)
         log = folder / "registry.log"
         cmd = [
             java, *JVM_FLAGS,
@@ -202,12 +193,7 @@ def start(
 
 def stop(folder: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bool:
     """Stop the registry on ``folder``; True if none is left."""
-    folder = (folder or default_state_dir()).resolve()
-    with locked(folder / ".lock"):
-        running = status(folder)
-        if running is None:
-            return True
-        return daemons.terminate_group(running.pid, timeout)
+    return daemons.stop_folder((folder or default_state_dir()).resolve(), timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
