@@ -22,12 +22,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from common import reasons
 from producer.manifest import merge_headers, shards_run
 
 # Fault kinds that hold a reading back, so that its ``event_time`` is older than its send.
 DELAYED_KINDS = ("late", "out_of_order")
 # The quarantine reason of a payload that never reaches the broker (too large).
-NOT_DELIVERABLE_REASON = "rejected_too_large"
+NOT_DELIVERABLE_REASON = reasons.REJECTED_TOO_LARGE
 
 EVENTS_SCHEMA = {"event_id": pl.String, "device_id": pl.String, "seq": pl.Int64, "pos": pl.Int64}
 

@@ -22,10 +22,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.types import DataType
 
+from common import reasons
 from common.contract import FIELDS, KEY_FIELDS
 
-UNKNOWN_SCHEMA_ID: Final = "unknown_schema_id"
-UNDECODABLE_AVRO: Final = "undecodable_avro"
 HEADER_BYTES: Final = 5
 _AVRO_OPTIONS: Final = {"mode": "PERMISSIVE"}  # a body that does not decode: no failed batch
 
@@ -114,7 +113,7 @@ def avro_reason(value: Column, typed: Column, schemas: Mapping[int, str]) -> Col
     sid = schema_id(value)
     known = sid.isin(*schemas) if schemas else F.lit(False)
     return (
-        F.when(sid.isNull(), F.lit(UNDECODABLE_AVRO))
-        .when(~known, F.lit(UNKNOWN_SCHEMA_ID))
-        .when(typed.isNull(), F.lit(UNDECODABLE_AVRO))
+        F.when(sid.isNull(), F.lit(reasons.UNDECODABLE_AVRO))
+        .when(~known, F.lit(reasons.UNKNOWN_SCHEMA_ID))
+        .when(typed.isNull(), F.lit(reasons.UNDECODABLE_AVRO))
     )

@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType, StructField, StructType
 
+from common import reasons
 from common.contract import (
     FIELD_BY_NAME,
     FIELDS,
@@ -124,14 +125,17 @@ def _range_checks(typed: Column) -> list[tuple[str, Column]]:
     """``(reason, passes)`` for every range check: the version, ranged numbers, the status."""
     version = typed["schema_version"]
     checks = [
-        ("out_of_range:schema_version", F.coalesce(version.isin(*VERSION_BY_NUMBER), F.lit(True)))
+        (
+            reasons.out_of_range("schema_version"),
+            F.coalesce(version.isin(*VERSION_BY_NUMBER), F.lit(True)),
+        )
     ]
     checks += [
-        (f"out_of_range:{f.name}", _in_range(typed[f.name], f))
+        (reasons.out_of_range(f.name), _in_range(typed[f.name], f))
         for f in FIELDS
         if (f.min is not None or f.max is not None) and f.name != "schema_version"
     ]
-    return checks + [("out_of_range:status", typed["status"].isin(*STATUSES))]
+    return checks + [(reasons.out_of_range("status"), typed["status"].isin(*STATUSES))]
 
 
 def _required(typed: Column, f: Field) -> Column:
@@ -149,15 +153,15 @@ def _reason(raw: Column, typed: Column) -> Column:
     """Why a record failed: the first failed check, as a code (see ``parse_events``)."""
     present = F.from_json(raw, MapType(StringType(), StringType()))
     version = typed["schema_version"]
-    checks: list[Column] = [F.when(typed.isNull() | present.isNull(), F.lit("unparsable"))]
+    checks: list[Column] = [F.when(typed.isNull() | present.isNull(), F.lit(reasons.UNPARSABLE))]
     for f in FIELDS:
         given = _by_version(version, f, lambda key: present[key].isNotNull())
         if f.required:
-            checks.append(F.when(~given, F.lit(f"missing_field:{f.name}")))
-        checks.append(F.when(given & typed[f.name].isNull(), F.lit(f"wrong_type:{f.name}")))
+            checks.append(F.when(~given, F.lit(reasons.missing_field(f.name))))
+        checks.append(F.when(given & typed[f.name].isNull(), F.lit(reasons.wrong_type(f.name))))
     checks += [F.when(~passes, F.lit(reason)) for reason, passes in _range_checks(typed)]
     # Spark flagged the record yet every field check passed (e.g. a repeated key).
-    checks.append(F.lit("unparsable"))
+    checks.append(F.lit(reasons.UNPARSABLE))
     return F.coalesce(*checks)
 
 
@@ -250,11 +254,11 @@ def _framed_reason(value: Column, typed: Column, schemas: Mapping[int, str]) -> 
     """Why a decoded Avro record failed: unreadable, else the first failed field check."""
     checks = [avro_decoding.avro_reason(value, typed, schemas)]
     checks += [
-        F.when(~_required(typed, FIELD_BY_NAME[name]), F.lit(f"missing_field:{name}"))
+        F.when(~_required(typed, FIELD_BY_NAME[name]), F.lit(reasons.missing_field(name)))
         for name in REQUIRED
     ]
     checks += [F.when(~passes, F.lit(reason)) for reason, passes in _range_checks(typed)]
-    return F.coalesce(*checks, F.lit(avro_decoding.UNDECODABLE_AVRO))
+    return F.coalesce(*checks, F.lit(reasons.UNDECODABLE_AVRO))
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
@@ -311,7 +315,7 @@ def batch_contents(parsed: DataFrame) -> DataFrame:
         (F.floor(F.unix_seconds(earliest) / 3600) * 3600).alias("earliest_hour_s"),
         F.collect_set(
             F.when(
-                F.col("reason") == avro_decoding.UNKNOWN_SCHEMA_ID,
+                F.col("reason") == reasons.UNKNOWN_SCHEMA_ID,
                 avro_decoding.schema_id(F.col("value")),
             )
         ).alias("unknown_schema_ids"),

@@ -21,6 +21,7 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from common import reasons
 from processor.bronze import ingest_filled, stamp_ingest
 from processor.parsing import invalid_events, parse_events, payloads_of_invalid, valid_events
 from processor.times import seconds_between, with_time
@@ -135,7 +136,7 @@ def deduplicate(events: DataFrame, watermark: str, key: str = "event_id") -> Dat
 def _unknown_device(known_id: str) -> Column:
     """``reason``, set to ``unknown_device`` for a valid event whose ``known_id`` is null."""
     unknown = F.col("reason").isNull() & F.col(known_id).isNull()
-    return F.when(unknown, F.lit("unknown_device")).otherwise(F.col("reason"))
+    return F.when(unknown, F.lit(reasons.UNKNOWN_DEVICE)).otherwise(F.col("reason"))
 
 
 def flag_unknown_devices(events: DataFrame, devices: DataFrame) -> DataFrame:

@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, Protocol
 
 import orjson
 
+from common import reasons
 from common.contract import (
     FIELD_BY_NAME,
     KEY_FIELDS,
@@ -40,9 +41,6 @@ Format = Literal["json", "avro"]
 MAGIC_BYTE: Final = 0
 # Payload fields a wrong_type fault may send as text ("n/a").
 WRONG_TYPE_FIELDS: Final = ("seq", "schema_version", "event_time", "battery_pct", *METRIC_NAMES)
-# The quarantine reasons of the Avro faults (the processor's, for records it cannot decode).
-UNKNOWN_SCHEMA_ID: Final = "unknown_schema_id"
-UNDECODABLE_AVRO: Final = "undecodable_avro"
 # An id no registry hands out: Confluent's and Apicurio's ids count up from 1.
 UNREGISTERED_ID: Final = 2**31 - 1
 
@@ -96,20 +94,23 @@ class JsonFormat:
         if kind == "broken_json":
             full = orjson.dumps(event)
             return full[: rng.randint(len(full) // 4, len(full) - 2)], {
-                "expected_reason": "unparsable"
+                "expected_reason": reasons.UNPARSABLE
             }
         if kind == "wrong_type":
             field = rng.choice([f for f in WRONG_TYPE_FIELDS if f in event])
             bad[field] = "n/a"
-            return orjson.dumps(bad), {"field": field, "expected_reason": f"wrong_type:{field}"}
+            return orjson.dumps(bad), {"field": field, "expected_reason": reasons.wrong_type(field)}
         if kind == "missing_field":
             field = rng.choice(REQUIRED)
             del bad[field]
-            return orjson.dumps(bad), {"field": field, "expected_reason": f"missing_field:{field}"}
+            return orjson.dumps(bad), {
+                "field": field,
+                "expected_reason": reasons.missing_field(field),
+            }
         if kind == "unknown_device":
-            return orjson.dumps(bad), {"expected_reason": "unknown_device"}
+            return orjson.dumps(bad), {"expected_reason": reasons.UNKNOWN_DEVICE}
         bad["padding"] = "x" * padding
-        return orjson.dumps(bad), {"expected_reason": "rejected_too_large"}
+        return orjson.dumps(bad), {"expected_reason": reasons.REJECTED_TOO_LARGE}
 
 
 def _to_avro(event: dict[str, Any], _ctx: object = None) -> dict[str, Any]:
@@ -202,17 +203,19 @@ class AvroFormat:
         if kind == "broken_json":  # not Avro: no magic byte, and not JSON either
             text = orjson.dumps(event)
             return text[: rng.randint(len(text) // 4, len(text) - 2)], {
-                "expected_reason": "unparsable"
+                "expected_reason": reasons.UNPARSABLE
             }
         if kind == "wrong_type":  # the body cut short: its schema cannot read it
-            return full[: rng.randint(6, len(full) - 1)], {"expected_reason": UNDECODABLE_AVRO}
+            return full[: rng.randint(6, len(full) - 1)], {
+                "expected_reason": reasons.UNDECODABLE_AVRO
+            }
         if kind == "missing_field":  # a schema id the registry does not hold
             return bytes([MAGIC_BYTE]) + struct.pack(">I", UNREGISTERED_ID) + full[5:], {
-                "expected_reason": UNKNOWN_SCHEMA_ID
+                "expected_reason": reasons.UNKNOWN_SCHEMA_ID
             }
         if kind == "unknown_device":
-            return full, {"expected_reason": "unknown_device"}
-        return full + b"x" * padding, {"expected_reason": "rejected_too_large"}
+            return full, {"expected_reason": reasons.UNKNOWN_DEVICE}
+        return full + b"x" * padding, {"expected_reason": reasons.REJECTED_TOO_LARGE}
 
 
 def _refusal(client: Any, subject: str, version: int, exc: Exception) -> str:

@@ -22,9 +22,9 @@ from deltalake import DeltaTable
 from common.contract import FIELDS
 from common.fleet import build_fleet
 from common.lake import Table, table_location
+from common.reasons import UNDECODABLE_AVRO, UNKNOWN_SCHEMA_ID
 from common.registry_settings import RegistrySettings
 from infra.broker import ensure_topic
-from processor.avro_decoding import UNDECODABLE_AVRO, UNKNOWN_SCHEMA_ID
 from processor.pipeline import run_available_now
 from processor.settings import ProcessorSettings
 from producer.__main__ import main as producer_main

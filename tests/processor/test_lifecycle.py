@@ -112,15 +112,24 @@ def test_a_child_app_is_asked_to_stop_once(tmp_path) -> None:
 
 
 def _held_child(started: Path) -> ChildApp:
-    """A child that writes whether it was released to ``started``; SIGTERM ends it (0)."""
+    """A child that writes whether it was released to ``started``; SIGTERM ends it (0).
+
+    Returned once it waits for its release (its handler set), however slow its start.
+    """
+    waiting = started.with_name("waiting")
     code = (
         "import pathlib, signal, sys\n"
         "from processor.lifecycle import wait_for_release\n"
         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        f"pathlib.Path({str(waiting)!r}).touch()\n"
         "released = wait_for_release()\n"
         f"pathlib.Path({str(started)!r}).write_text(str(released))\n"
     )
-    return ChildApp("held", ["-c", code])
+    child = ChildApp("held", ["-c", code])
+    while not waiting.exists():
+        assert child.proc.poll() is None
+        threading.Event().wait(0.05)
+    return child
 
 
 def test_a_held_child_starts_its_work_only_once_released(tmp_path):

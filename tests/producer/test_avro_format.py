@@ -15,10 +15,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from common.avro_schema import avro_schema
 from common.contract import VERSION_BY_NUMBER, parse_time
+from common.reasons import UNDECODABLE_AVRO, UNKNOWN_SCHEMA_ID
 from common.registry_settings import RegistrySettings
 from producer.wire_format import (
-    UNDECODABLE_AVRO,
-    UNKNOWN_SCHEMA_ID,
     UNREGISTERED_ID,
     AvroFormat,
     WireFormatError,
