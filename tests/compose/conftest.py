@@ -54,6 +54,8 @@ def new_stack(project: str, env_file: Path | None = None, files: list[Path] | No
     if env_file is None:
         env_file = ARTIFACTS / f"{project}.env"
         env_file.write_text("# no variables: the compose file's defaults\n")
-    names = ("KAFKA_HOST_PORT", "DASHBOARD_PORT", "EH_DASHBOARD_PORT")
-    ports = {name: str(port) for name, port in zip(names, free_ports("127.0.0.1", 3), strict=True)}
+    names = ("KAFKA_HOST_PORT", "DASHBOARD_PORT", "EH_DASHBOARD_PORT", "AVRO_DASHBOARD_PORT",
+             "REGISTRY_HOST_PORT")  # fmt: skip
+    free = free_ports("127.0.0.1", len(names))
+    ports = {name: str(port) for name, port in zip(names, free, strict=True)}
     return Stack(project=project, env=ports, env_file=env_file, files=files or [], log=log)

@@ -9,7 +9,7 @@
 * The public images the Dockerfiles and the compose file name: pulled when a registry
   answers; where none does (this machine), stand-ins built locally: a debootstrapped
   Debian bookworm with this machine's trusted certificates (``standins/base``), and on it
-  ``standins/python`` and ``standins/kafka``. A stand-in is rebuilt when what built it
+  ``standins/python``, ``standins/kafka`` and ``standins/apicurio``. A stand-in is rebuilt when what built it
   changed (a label, ``STANDIN_LABEL``, holds its hash); a real image is never replaced.
   ``docker image ls --filter label=io.iotpulse.standin`` lists the stand-ins, and
   removing them lets a later ``docker compose build`` pull the real images.
@@ -46,6 +46,8 @@ COMPOSE_VERSION = "v2.40.3"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 ENGINE_START_TIMEOUT_S = 60.0
+# The build argument that carries the image's version into a stand-in's Dockerfile.
+VERSION_ARGS = {"kafka": "KAFKA_VERSION", "apicurio": "APICURIO_VERSION"}
 
 Say = Callable[[str], None]
 
@@ -182,7 +184,7 @@ def ensure_compose(say: Say = _say) -> None:
 
 
 def public_images() -> dict[str, str]:
-    """The public images the project's files name, by stand-in kind (python, kafka)."""
+    """The public images the project's files name, by stand-in kind (python, kafka, apicurio)."""
     names = set()
     for dockerfile in DOCKERFILES:
         names |= set(re.findall(r"^FROM\s+(\S+)", dockerfile.read_text(), re.MULTILINE))
@@ -193,6 +195,8 @@ def public_images() -> dict[str, str]:
             found["python"] = name
         elif name.startswith("apache/kafka:"):
             found["kafka"] = name
+        elif name.startswith("apicurio/apicurio-registry:"):
+            found["apicurio"] = name
     return found
 
 
@@ -296,7 +300,8 @@ def ensure_standins(say: Say = _say) -> dict[str, str]:
     for kind, name in wanted.items():
         context = STANDINS / kind
         version = name.rsplit(":", 1)[1]
-        args = {"BASE": base} | ({"KAFKA_VERSION": version} if kind == "kafka" else {})
+        versioned = VERSION_ARGS.get(kind)
+        args = {"BASE": base} | ({versioned: version} if versioned else {})
         digest = _inputs_hash(context, extra=base_id + version)
         if _image_label(name) == digest:
             continue

@@ -52,6 +52,8 @@ EVENTHUBS_SERVICES = {"eh-producer", "eh-processor", "eh-dashboard"}
 MQTT_SERVICES = {"mosquitto", "bridge", "producer-mqtt"}
 NOTIFIER_SERVICES = {"notifier"}
 SHARD_SERVICES = {f"producer-shard-{k}" for k in range(4)}
+AVRO_SERVICES = {"schema-registry", "producer-avro", "processor-avro", "dashboard-avro"}
+REGISTRY_URL = "http://schema-registry:8080/apis/ccompat/v7"
 # The images of python -m <service>: each installs the extra of its name.
 SERVICE_IMAGES = ("producer", "processor", "dashboard", "bridge", "notifier")
 LEDGER = "/data/notifier/deliveries.sqlite"
@@ -239,7 +241,7 @@ def test_env_example_documents_every_default_as_compose_has_it():
     set_, commented = env_example()
     documented = set_ | commented
     defaults = {name: arg for name, op, arg in references() if op in (":-", "-")}
-    assert len(defaults) == 17
+    assert len(defaults) == 20
     assert {n: documented.get(n) for n in defaults} == defaults
 
 
@@ -274,10 +276,9 @@ def test_the_compose_demo_runs_with_make_demos_settings():
 
 
 def test_env_example_holds_no_real_secret():
-    set_, _ = env_example()
-    assert "<key>" in set_["IOT_KAFKA_CONNECTION_STRING"]
-    _, commented = env_example()
-    assert "AZURE_CLIENT_SECRET" not in set_
+    set_, commented = env_example()
+    assert set_ == {}  # a copy used as it is changes nothing
+    assert "<key>" in commented["IOT_KAFKA_CONNECTION_STRING"]
     assert commented["AZURE_CLIENT_SECRET"] == "<client secret>"
     assert ".env" in (ROOT / ".gitignore").read_text().splitlines()
 
@@ -307,6 +308,9 @@ def test_build_contexts_and_dockerfiles_exist(compose):
         "bridge": "infra/docker/bridge.Dockerfile",
         "producer-mqtt": "infra/docker/producer.Dockerfile",
         "notifier": "infra/docker/notifier.Dockerfile",
+        "producer-avro": "infra/docker/producer.Dockerfile",
+        "processor-avro": "infra/docker/processor.Dockerfile",
+        "dashboard-avro": "infra/docker/dashboard.Dockerfile",
     } | dict.fromkeys(SHARD_SERVICES, "infra/docker/producer.Dockerfile")
     assert {p.name for p in DOCKERFILES} == {Path(d).name for d in built.values()}
 
@@ -472,8 +476,9 @@ def test_local_pipeline_wiring(compose):
             "none",
         )
     assert svcs["dashboard"]["depends_on"] == {"processor": {"condition": "service_started"}}
-    assert svcs["dashboard"]["ports"] == ["8501:8501"]
-    assert svcs["kafka"]["ports"] == ["9092:9092"]
+    # Published on this machine only unless DASHBOARD_BIND opens the dashboards wider.
+    assert svcs["dashboard"]["ports"] == ["127.0.0.1:8501:8501"]
+    assert svcs["kafka"]["ports"] == ["127.0.0.1:9092:9092"]
     assert svcs["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"] == (
         "INTERNAL://kafka:29092,HOST://localhost:9092"
     )
@@ -508,8 +513,8 @@ def test_local_pipeline_wiring(compose):
         assert report == svcs[f"{prefix}dashboard"]["environment"]["IOT_DASHBOARD_REPORT_PATH"]
         assert report.startswith("/data/producer/")
     assert set(compose["volumes"]) == {
-        "lake", "eh-lake", "producer-run", "eh-producer-run", "kafka-data", "mosquitto-data",
-        "notifier-ledger", "shards",
+        "lake", "eh-lake", "avro-lake", "producer-run", "eh-producer-run", "avro-producer-run",
+        "kafka-data", "mosquitto-data", "notifier-ledger", "shards",
     }  # fmt: skip
     assert (
         svcs["producer"]["environment"]["IOT_PRODUCER_FLEET_SIZE"]
@@ -526,6 +531,7 @@ def test_profiles(compose):
         | {name: ["mqtt"] for name in MQTT_SERVICES}
         | {name: ["notifier"] for name in NOTIFIER_SERVICES}
         | {name: ["shards"] for name in SHARD_SERVICES}
+        | {name: ["avro"] for name in AVRO_SERVICES}
     )
 
 
@@ -566,7 +572,7 @@ def test_eventhubs_profile(raw, compose):
         assert "depends_on" not in svcs[name]
     assert svcs["eh-processor"]["environment"]["IOT_PROCESSOR_FAIL_ON_DATA_LOSS"] == "true"
     assert svcs["eh-processor"]["volumes"] == ["eh-lake:/data/lake"]
-    assert svcs["eh-dashboard"]["ports"] == ["8502:8501"]
+    assert svcs["eh-dashboard"]["ports"] == ["127.0.0.1:8502:8501"]
 
 
 def test_mqtt_profile(compose):
@@ -602,6 +608,62 @@ def test_mqtt_profile(compose):
     differ = ("profiles", "depends_on", "environment")
     assert {k: v for k, v in producer.items() if k not in differ} == {
         k: v for k, v in svcs["producer"].items() if k not in differ
+    }
+
+
+def test_every_published_port_is_on_loopback_unless_opened(raw):
+    """Only the dashboards take DASHBOARD_BIND; nothing else listens beyond this machine."""
+    published = {
+        name: port for name, svc in raw["services"].items() for port in svc.get("ports", [])
+    }
+    opened = {name for name, port in published.items() if port.startswith("${DASHBOARD_BIND")}
+    assert opened == {"dashboard", "eh-dashboard", "dashboard-avro"}
+    for name, port in published.items():
+        assert port.startswith(("127.0.0.1:", "${DASHBOARD_BIND:-127.0.0.1}:")), (name, port)
+    wider = interpolate(raw, {"DASHBOARD_BIND": "0.0.0.0"})["services"]
+    assert wider["dashboard"]["ports"] == ["0.0.0.0:8501:8501"]
+    assert wider["kafka"]["ports"] == ["127.0.0.1:9092:9092"]
+
+
+def test_avro_profile(raw, compose):
+    """producer-avro -> the events topic, decoded by processor-avro through the registry."""
+    from common.registry_settings import CCOMPAT_PATH, RegistrySettings
+
+    svcs = compose["services"]
+    registry = svcs["schema-registry"]
+    assert registry["image"] == "apicurio/apicurio-registry:3.0.9"
+    assert registry["ports"] == ["127.0.0.1:8081:8080"]  # no credentials: loopback only
+    assert registry["environment"] == {"APICURIO_RULES_GLOBAL_COMPATIBILITY": "BACKWARD"}
+    assert registry["healthcheck"]["test"][-1] == f"http://localhost:8080{CCOMPAT_PATH}/subjects"
+    assert REGISTRY_URL.endswith(CCOMPAT_PATH)
+    url = RegistrySettings.env_name("url")
+    healthy = {"condition": "service_healthy"}
+    started = {"condition": "service_completed_successfully"}
+    for name in ("producer-avro", "processor-avro"):
+        assert svcs[name]["depends_on"] == {"kafka-init": started, "schema-registry": healthy}
+    for name in ("producer-avro", "processor-avro", "dashboard-avro"):
+        assert svcs[name]["environment"][url] == REGISTRY_URL, name
+    # The demo's producer and processor but for the format and the registry.
+    for name, plain, volumes in (
+        ("producer-avro", "producer", ["avro-producer-run:/data/producer"]),
+        ("processor-avro", "processor", ["avro-lake:/data/lake"]),
+    ):
+        env = dict(svcs[name]["environment"])
+        assert env.pop(url) == REGISTRY_URL
+        extra = {"IOT_PRODUCER_FORMAT": "avro"} if name == "producer-avro" else {}
+        assert env == svcs[plain]["environment"] | extra, name
+        assert svcs[name]["volumes"] == volumes
+        differ = ("profiles", "depends_on", "environment", "volumes")
+        assert {k: v for k, v in svcs[name].items() if k not in differ} == {
+            k: v for k, v in svcs[plain].items() if k not in differ
+        }
+    assert svcs["dashboard-avro"]["ports"] == ["127.0.0.1:8503:8501"]
+    assert svcs["dashboard-avro"]["volumes"] == [
+        "avro-lake:/data/lake:ro",
+        "avro-producer-run:/data/producer:ro",
+    ]
+    assert svcs["dashboard-avro"]["depends_on"] == {
+        "processor-avro": {"condition": "service_started"}
     }
 
 
@@ -724,8 +786,9 @@ def test_compose_go_loads_the_demo(composecheck, tmp_path):
     svcs = project["services"]
     assert sorted(svcs) == ["dashboard", "kafka", "kafka-init", "processor", "producer"]
     assert svcs["dashboard"]["ports"] == [
-        {"mode": "ingress", "target": 8501, "published": "8501", "protocol": "tcp"}
-    ]
+        {"mode": "ingress", "host_ip": "127.0.0.1", "target": 8501, "published": "8501",
+         "protocol": "tcp"}
+    ]  # fmt: skip
     assert svcs["processor"]["volumes"] == [
         {"type": "volume", "source": "lake", "target": "/data/lake", "volume": {}}
     ]
@@ -797,3 +860,20 @@ def test_compose_go_loads_the_mqtt_and_notifier_profiles(composecheck, tmp_path)
     assert svcs["notifier"]["volumes"] == [
         {"type": "volume", "source": "notifier-ledger", "target": "/data/notifier", "volume": {}}
     ]
+
+
+def test_compose_go_loads_the_avro_profile(composecheck, tmp_path):
+    project = load_project(composecheck, project_dir(tmp_path), "avro")
+    svcs = project["services"]
+    assert set(svcs) == AVRO_SERVICES | {
+        "dashboard", "kafka", "kafka-init", "processor", "producer"
+    }  # fmt: skip
+    assert svcs["producer-avro"]["depends_on"] == {
+        "kafka-init": {"condition": "service_completed_successfully", "required": True},
+        "schema-registry": {"condition": "service_healthy", "required": True},
+    }
+    assert svcs["processor-avro"]["environment"]["IOT_SCHEMA_REGISTRY_URL"] == REGISTRY_URL
+    assert svcs["schema-registry"]["ports"] == [
+        {"mode": "ingress", "host_ip": "127.0.0.1", "target": 8080, "published": "8081",
+         "protocol": "tcp"}
+    ]  # fmt: skip

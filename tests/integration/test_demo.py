@@ -363,3 +363,59 @@ def test_the_demo_over_mqtt_fills_silver_through_the_bridge_and_stops_cleanly(
     stats = json.loads(final.removeprefix("[bridge] stopped: "))
     assert stats["failed"] == {} and stats["in_flight"] == 0
     assert 0 < len(table_rows(lake / "silver" / "events", ["seq"])) <= stats["forwarded"]
+
+
+@pytest.mark.subprocess
+def test_the_demo_in_avro_decodes_through_its_registry_and_stops_cleanly(tmp_path: Path) -> None:
+    """``make demo DEMO_ARGS="--format avro"``: its own registry, Avro readings in silver."""
+    from common.reasons import UNDECODABLE_AVRO, UNKNOWN_SCHEMA_ID
+    from infra import schema_registry
+
+    home = tmp_path / "home"
+    home.mkdir()
+    jars = state_dir() / "jars"
+    if jars.is_dir():
+        (home / "jars").symlink_to(jars)
+    marker = f"IOT_PULSE_HOME={home}"
+    lake, logs = home / "demo" / "lake", home / "demo" / "logs"
+    log_path = tmp_path / "demo.log"
+    port = free_ports("127.0.0.1")[0]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "demo", "--format", "avro", "--port", str(port)],
+            cwd=ROOT, env=os.environ | {"IOT_PULSE_HOME": str(home)}, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            _wait_for_line(log_path, "[demo] started producer", SETUP_TIMEOUT_S, proc)
+            registry = schema_registry.status(home / "demo" / "schema-registry")
+            assert registry is not None, log_path.read_text()[-3000:]
+            deadline = time.monotonic() + START_TIMEOUT_S
+            # Both contract versions of the demo's rollout, decoded from Avro into silver.
+            silver = lake / "silver" / "events"
+            while {r["schema_version"] for r in table_rows(silver, ["schema_version"])} != {1, 2}:
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no Avro readings of both versions in silver"
+                time.sleep(3)
+            reasons = _reason_families(lake)
+            os.killpg(proc.pid, signal.SIGINT)
+            rc = proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 3
+            while (left := _processes_with_env(marker)) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    output = log_path.read_text()
+    assert rc == 0, output[-3000:]
+    assert output.rstrip().endswith("[demo] stopped"), output[-3000:]
+    assert f"[demo] schema registry: {registry.url}" in output
+    assert left == [], "processes were left behind (the schema registry?)"
+    assert not schema_registry.daemons.alive(registry.pid)
+    producer_log = (logs / "producer.log").read_text()
+    assert "[producer] Avro under iot-events-value" in producer_log, producer_log[-2000:]
+    # Malformed Avro is quarantined with the Avro reasons, never a JSON field's.
+    assert reasons <= {"unparsable", "unknown_device", UNDECODABLE_AVRO, UNKNOWN_SCHEMA_ID}
