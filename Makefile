@@ -3,11 +3,13 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DOCS_VENV ?= .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup jars demo demo-clean docs test test-cluster test-compose test-fast lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
+.PHONY: setup jars demo demo-clean docs reference test test-cluster test-compose test-fast lint broker-start broker-stop bench clean static-checks compose-schema tf-schema
 
 setup: $(STAMP)
 
@@ -30,9 +32,25 @@ demo-clean: setup
 	$(PY) -m demo --clean
 
 # The documentation site (mkdocs.yml, docs/) into the git-ignored site/; warnings, such as a
-# broken link, fail it. The reference pages are rendered from the code (docs/hooks/).
-docs: setup
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+# broken link, fail it. It needs neither Java nor PySpark: its venv holds pyproject.toml's
+# docs group alone (git ignores it through its own .gitignore, as Python 3.13's venv
+# writes one), and the reference pages are committed files (make reference).
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+
+$(DOCS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DOCS_VENV)
+	echo '*' > $(DOCS_VENV)/.gitignore
+	$(DOCS_VENV)/bin/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(DOCS_VENV)/bin/python -m pip install --quiet --group docs
+	touch $(DOCS_STAMP)
+
+# The reference pages under docs/reference/, from the code: the settings classes, the table
+# registry with each table's schema (through a local Spark session: a minute or so), the
+# event contract and every command's --help (docs/hooks/reference.py). Commit what it
+# changes: tests/docs/test_reference.py fails while a page differs from what the code gives.
+reference: setup
+	$(PY) docs/hooks/reference.py
 
 # The rest of `make test`: the broker's, Spark's, the browser's and the processes' tests,
 # on two workers, longest first (tests/conftest.py orders them). A test module is one unit
@@ -88,10 +106,14 @@ broker-stop: setup
 	$(PY) -m infra.broker stop
 
 # Everything local: the state folder ($IOT_PULSE_HOME, else .local) and artifacts/, after
-# stopping what runs from it (every broker under it, the standalone cluster).
+# stopping what runs from it: every Kafka broker under it, the standalone cluster, and the
+# Mosquitto and the schema registry that infra.mqtt_broker and infra.schema_registry start
+# in their default folders (asked only where the folder exists: none there, none runs).
 clean:
 	-$(PY) -m infra.spark_cluster stop
 	-$(PY) -m infra.broker stop --all
+	-test ! -d "$${IOT_PULSE_HOME:-.local}/mqtt-broker" || $(PY) -m infra.mqtt_broker stop
+	-test ! -d "$${IOT_PULSE_HOME:-.local}/schema-registry" || $(PY) -m infra.schema_registry stop
 	-$(PY) -m demo --clean
 	rm -rf "$${IOT_PULSE_HOME:-.local}" artifacts
 

@@ -17,6 +17,10 @@ Command line::
     python -m infra.broker status [--data-dir DIR] [--json]
     python -m infra.broker stop [--data-dir DIR | --all]
 
+``start`` ends with a line ``  export IOT_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:PORT`` (the
+PLAINTEXT listener), for a shell to take:
+``eval "$(python -m infra.broker start | grep '^  export ')"``.
+
 State (ports, pid, cluster id) is kept in ``broker.json`` in the data dir, so any
 process can ask for the status of, or stop, a broker another process started, and a
 restart (after ``stop`` or a crash) comes back at once on the same ports.
@@ -43,6 +47,7 @@ from typing import Any
 from common import cli
 from common.file_lock import locked
 from common.kafka import EVENTHUBS_USERNAME, LIBRDKAFKA_LOG
+from common.kafka_settings import KafkaSettings
 from infra import daemons
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import state_dir
@@ -114,6 +119,11 @@ class BrokerInfo:
     def connection_string(self) -> str:
         """Read the SASL PLAIN password (an Event Hubs-shaped connection string)."""
         return self.connection_string_file.read_text().strip()
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The ``IOT_KAFKA_*`` variables that point a client at the PLAINTEXT listener."""
+        return KafkaSettings.env_vars(bootstrap_servers=self.plaintext)
 
 
 class _Layout:
@@ -698,6 +708,17 @@ def describe(info: BrokerInfo) -> str:
     )
 
 
+def export_line(info: BrokerInfo) -> str:
+    """``  export IOT_KAFKA_BOOTSTRAP_SERVERS=host:port``: ``start``'s line for a shell.
+
+    The same form as ``infra.mqtt_broker``'s and ``infra.schema_registry``'s lines.
+
+    Args:
+        info: The running broker.
+    """
+    return "  export " + " ".join(f"{k}={v}" for k, v in info.env.items())
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = cli.ArgumentParser(
         prog="python -m infra.broker", description="Run the local Kafka broker."
@@ -739,6 +760,8 @@ def _cmd_start(args: argparse.Namespace) -> int:
         quiet=args.quiet,
     )
     print(describe(info), flush=True)
+    # One line a shell can take: eval "$(python -m infra.broker start | grep '^  export ')".
+    print(export_line(info), flush=True)
     if args.foreground:
         return _stay_attached(info)
     return 0

@@ -148,8 +148,10 @@ def stop_folder(folder: Path, timeout: float) -> bool:
     """Stop the daemon whose state file is ``folder/state.json``, under the folder's lock.
 
     Returns:
-        True if none is left running.
+        True if none is left running (also when the folder does not exist: none ran there).
     """
+    if not folder.is_dir():
+        return True
     with locked(folder / ".lock"):
         state = running_state(folder / "state.json")
         return True if state is None else terminate_group(int(state["pid"]), timeout)

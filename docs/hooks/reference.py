@@ -1,36 +1,63 @@
-"""MkDocs hook: the reference pages, rendered from the code at every build.
+"""The reference pages under ``docs/reference/``, generated from the code; and the MkDocs hook.
 
-Nothing here is a copy of the data: the settings come from each service's pydantic
-settings class through the settings framework's own ``setting_docs`` (the same
-variable names, flags and defaults as ``--help``), the tables from the registry
-``common.lake.TABLES`` and the pure-Python schemas that exist (``processor.schema``,
-``processor.metrics``), and the event's fields from ``common.contract``. The pages are
-added to the site as generated files (``on_files``), so a build always says what the
-code says; ``render_pages`` gives the same text to tests without MkDocs.
+``make reference`` (``python docs/hooks/reference.py``) writes every page of
+``PAGES``; they are committed, so that they read the same on the repository's web
+view as in the built site, and ``tests/docs/test_reference.py`` fails when one
+differs from what the code gives. Nothing here is a copy of the data:
 
-A page may also ask for a generated block with a marker line, e.g.
-``<!-- reference:bench-targets -->`` (``on_page_markdown`` fills it).
+* the settings come from each service's pydantic settings class through the settings
+  framework's own ``setting_docs`` (the same variable names, flags and defaults as
+  ``--help``);
+* the tables from the registry ``common.lake.TABLES`` and, for their columns, the
+  schema the processor creates each table with: what its query's transforms return on
+  empty frames (``processor.lake_setup.table_frames``, which takes a Spark session:
+  generating this page starts a local one), and ``processor.schema.DEVICE_SCHEMA``
+  for the device dimension;
+* the event's fields from ``common.contract``;
+* the commands from each entry point's own ``argparse`` parser, formatted as its
+  ``--help`` prints it (in a child process with a fixed environment, so that the page
+  holds no machine's paths).
+
+As an MkDocs hook (``mkdocs.yml``), it only fills the marker lines a page asks for,
+e.g. ``<!-- reference:bench-targets -->`` (``on_page_markdown``): a build imports
+nothing of the project, so that it needs neither Spark nor Java.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import importlib.util
+import json
+import os
+import runpy
+import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from common import contract
-from common.lake import TABLES, Query, Reader, Table
-from common.paths import state_dir
-from common.settings import Settings, nested_settings, setting_docs
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from common.contract import Field
+    from common.lake import Query, Table
+    from common.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
 
 SETTINGS_PAGE = "reference/settings.md"
 TABLES_PAGE = "reference/tables.md"
 CONTRACT_PAGE = "reference/contract.md"
-
+COMMANDS_PAGE = "reference/commands.md"
+# Every generated page, by its path under docs/.
+PAGES = (SETTINGS_PAGE, TABLES_PAGE, CONTRACT_PAGE, COMMANDS_PAGE)
+# The one command that writes them.
+REGENERATE = "make reference"
 
 # How each service is started, by its settings section; a section not listed here is
 # documented all the same, as ``python -m <its package>``.
@@ -43,15 +70,76 @@ COMMANDS: dict[str, str] = {
 # Services that read no command-line flags (only the environment, .env and the file).
 NO_FLAGS = frozenset({"dashboard"})
 
+# Every command-line entry point a user runs, as ``python -m <module>``, in the order
+# of the commands page.
+COMMAND_MODULES = (
+    "producer",
+    "processor",
+    "loadtest",
+    "demo",
+    "bridge",
+    "notifier",
+    "processor.health",
+    "dashboard.health",
+    "infra.broker",
+    "infra.mqtt_broker",
+    "infra.schema_registry",
+    "infra.spark_cluster",
+    "infra.spark_connect",
+    "infra.jars",
+    "infra.compose_rehearsal",
+)
+# The project's other ``__main__`` code, which no user starts, and what does.
+INTERNAL_COMMANDS: dict[str, str] = {
+    "python -m processor.worker_daemon": "Spark starts it as the processor's Python workers",
+    "python infra/docker/log_ready.py": "the bridge's container image runs it as its health check",
+    "python -m infra.eventhubs.azurerm_schema": "`make tf-schema` runs it",
+}
+# What the child process that formats the commands' help runs in: the width --help
+# wraps at, and placeholders where a default names this machine's folders.
+HELP_COLUMNS = 80
+STATE_DIR_PLACEHOLDER = "<state dir>"
+# The child's only inherited variables (the interpreter and its libraries need them).
+_CHILD_ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "SYSTEMROOT", "TMPDIR")
+
 
 def _importable() -> None:
     """Put the checkout first on the import path, for packages newer than the venv's install.
 
-    An editable install maps the packages that existed when it was made; ``mkdocs`` (a
-    script, not ``python -m``) does not add the working directory either.
+    An editable install maps the packages that existed when it was made; a script run
+    as ``python docs/hooks/reference.py`` has ``docs/hooks`` on its path, not the checkout.
     """
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+
+
+# ---------------------------------------------------------------- Markdown helpers
+
+
+def _cell(text: object) -> str:
+    """``text`` made safe for one Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if text else ""
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _generated_by(sources: str) -> str:
+    """The first line of a page: what it comes from and how it is written."""
+    return (
+        f"Generated from {sources} by `{REGENERATE}` (`docs/hooks/reference.py`); "
+        "do not edit it by hand."
+    )
+
+
+# ---------------------------------------------------------------- settings
 
 
 def settings_modules() -> list[str]:
@@ -72,6 +160,8 @@ def settings_classes() -> list[type[Settings]]:
     services, those of ``COMMANDS`` first.
     """
     _importable()
+    from common.settings import Settings, nested_settings
+
     modules = settings_modules()
     for name in modules:
         importlib.import_module(name)
@@ -96,33 +186,23 @@ def settings_classes() -> list[type[Settings]]:
 
 def is_shared(cls: type[Settings], classes: Sequence[type[Settings]]) -> bool:
     """Whether another settings class holds ``cls`` as a field."""
+    from common.settings import nested_settings
+
     return any(cls in nested_settings(other) for other in classes)
-
-
-def _cell(text: object) -> str:
-    """``text`` made safe for one Markdown table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _code(text: str) -> str:
-    return f"`{text}`" if text else ""
 
 
 def _default(text: str | None) -> str:
     """A default as the reference shows it; a local state folder's path as ``<state dir>``."""
+    from common.paths import state_dir
+
     if text is None:
         return "see description"
-    home = str(state_dir())
-    return _code(text.replace(home, "<state dir>"))
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return lines
+    return _code(text.replace(str(state_dir()), STATE_DIR_PLACEHOLDER))
 
 
 def _settings_table(cls: type[Settings], flags: bool) -> list[str]:
+    from common.settings import setting_docs
+
     rows = []
     for doc in setting_docs(cls):
         flag = f"{doc.flag} / --no-{doc.flag.removeprefix('--')}" if doc.boolean else doc.flag
@@ -145,16 +225,19 @@ def _prefix(cls: type[Settings]) -> str:
 
 def settings_page() -> str:
     """The settings reference: every setting of every service, and the shared sections."""
+    from common.settings import nested_settings
+
     classes = settings_classes()
     out = [
         "# Settings reference",
         "",
-        "Generated from the services' settings classes at every build of these pages.",
+        _generated_by("the services' settings classes"),
         "Every service reads, lowest precedence first: a TOML file (`--config FILE` or",
         "`IOT_CONFIG_FILE`; the *section* below is its table), a git-ignored `.env` in",
         "the working directory, environment variables, then command-line flags",
         "([Settings](../settings.md) says how). `<state dir>` is `.local/` in the",
-        "checkout, or `$IOT_PULSE_HOME`.",
+        "checkout, or `$IOT_PULSE_HOME`. Each command's flags as `--help` prints them:",
+        "[Commands reference](commands.md).",
         "",
     ]
     for cls in classes:
@@ -183,47 +266,56 @@ def settings_page() -> str:
     return "\n".join(out)
 
 
-def _pure_schemas() -> dict[Table, list[tuple[str, str]]]:
-    """The tables whose whole schema has a definition of its own outside Spark's plans.
+# ---------------------------------------------------------------- tables
 
-    The others' columns are what their queries' transforms return on empty frames
-    (``processor.lake_setup.table_frames``), which only a Spark session can tell.
+# A table's columns: (name, Spark SQL type), in the table's order.
+Columns = Sequence[tuple[str, str]]
+
+
+def schema_columns(schema: StructType) -> list[tuple[str, str]]:
+    """A Spark schema's columns as the tables page lists them: name and SQL type."""
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def table_columns(spark: SparkSession) -> dict[Table, list[tuple[str, str]]]:
+    """Every table's columns, as the processor creates the table (``processor.lake_setup``).
+
+    The device dimension's are ``DEVICE_SCHEMA``; every other table's are what its
+    query's transforms return on empty frames (``table_frames``), with the default
+    processor settings (not this environment's): Spark analyses the plans, no job runs.
+
+    Args:
+        spark: Any Spark session (a local one does; no connector is used).
     """
-    from processor.metrics import METRICS_SCHEMA
+    _importable()
+    from common.lake import TABLES, Table
+    from processor.lake_setup import table_frames
     from processor.schema import DEVICE_SCHEMA
+    from processor.settings import ProcessorSettings
 
-    device = [(f.name, f.dataType.simpleString()) for f in DEVICE_SCHEMA.fields]
-    # METRICS_SCHEMA is Spark's DDL: "name type, name type, ...".
-    metrics = [tuple(c.split()) for c in METRICS_SCHEMA.split(",")]
-    return {Table.DIM_DEVICES: device, Table.OPS_PIPELINE_METRICS: metrics}  # type: ignore[dict-item]
-
-
-def _leading_columns() -> dict[Table, tuple[str, list[tuple[str, str]]]]:
-    """Tables whose first columns have a pure-Python source: the contract, the alert record."""
-    from processor.schema import ALERT_RECORD_SCHEMA, EVENT_SCHEMA
-
-    def names(schema: Any) -> list[tuple[str, str]]:
-        return [(f.name, f.dataType.simpleString()) for f in schema.fields]
-
-    return {
-        Table.SILVER_EVENTS: ("the [event contract](contract.md)", names(EVENT_SCHEMA)),
-        Table.GOLD_ALERTS_RT: ("the alert record (`common.alerts`)", names(ALERT_RECORD_SCHEMA)),
-    }
+    devices = spark.createDataFrame([], DEVICE_SCHEMA)
+    frames = table_frames(spark, ProcessorSettings.model_construct(), devices)
+    schemas = {Table.DIM_DEVICES: DEVICE_SCHEMA} | {t: f.schema for t, f in frames.items()}
+    return {table: schema_columns(schemas[table]) for table in TABLES}
 
 
 def _queries(queries: Iterable[Query]) -> str:
     return ", ".join(f"`{q}`" for q in queries) or "none"
 
 
-def tables_page() -> str:
-    """The tables reference: the registry, and the columns that have a pure-Python source."""
-    schemas = _pure_schemas()
-    leading = _leading_columns()
+def tables_page(columns: Mapping[Table, Columns]) -> str:
+    """The tables reference: the registry, and every column of every table.
+
+    Args:
+        columns: Each table's columns (``table_columns``).
+    """
+    from common.lake import TABLES, Reader
+
     out = [
         "# Tables reference",
         "",
-        "Generated from the table registry (`common.lake.TABLES`) at every build. Each",
-        "table is a Delta table at `<lake root>/<table>` (`IOT_LAKE_ROOT`). What each",
+        _generated_by("the table registry (`common.lake.TABLES`) and the processor's code"),
+        "Each table is a Delta table at `<lake root>/<table>` (`IOT_LAKE_ROOT`). What each",
         "holds and how it is written: [Tables](../tables.md).",
         "",
         *_table(
@@ -242,30 +334,45 @@ def tables_page() -> str:
         "",
         "## Columns",
         "",
-        "A table's schema is what its query's transforms return: the processor creates",
-        "each table from them (`processor.lake_setup`), so only a Spark session can list",
-        "every column. Below are the columns that have a definition of their own in",
-        "Python; [Tables](../tables.md) describes the rest.",
+        "Each table's columns are the schema the processor creates it with",
+        "(`processor.lake_setup`): what its query's transforms return",
+        "(`processor.lake_setup.table_frames`), and `processor.schema.DEVICE_SCHEMA` for",
+        "the device dimension; an existing table gains the columns it lacks when the",
+        "processor starts. Types are Spark SQL's: `bigint` is a 64-bit integer, `int` a",
+        "32-bit one, `timestamp` an instant (UTC), `binary` the raw bytes.",
         "",
     ]
     for table, spec in TABLES.items():
-        out += [f"### {table}", ""]
-        out.append(f"Key: {', '.join(f'`{k}`' for k in spec.key)}.")
-        out.append("")
-        if table in schemas:
-            out += [*_table(("column", "type"), ((f"`{n}`", t) for n, t in schemas[table])), ""]
-        elif table in leading:
-            source, columns = leading[table]
-            out += [
-                f"Its first columns, from {source}; the rest: [Tables](../tables.md).",
-                "",
-                *_table(("column", "type"), ((f"`{n}`", t) for n, t in columns)),
-                "",
-            ]
+        key = ", ".join(f"`{k}`" for k in spec.key)
+        out += [
+            f"### {table}",
+            "",
+            f"Key: {key}.",
+            "",
+            *_table(("column", "type"), ((f"`{n}`", t) for n, t in columns[table])),
+            "",
+        ]
     return "\n".join(out)
 
 
-def _range(field: contract.Field) -> str:
+def local_spark() -> SparkSession:
+    """A local Spark session with one core and no UI: enough to analyse the tables' plans."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("iot-pulse-reference")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+# ---------------------------------------------------------------- contract
+
+
+def _range(field: Field) -> str:
     if field.min is None and field.max is None:
         return ""
     if field.max is None:
@@ -275,7 +382,7 @@ def _range(field: contract.Field) -> str:
     return f"{field.min:g} to {field.max:g}"
 
 
-def _fields_table(fields: Iterable[contract.Field]) -> list[str]:
+def _fields_table(fields: Iterable[Field]) -> list[str]:
     return _table(
         ("field", "type", "unit", "range", "required", "label", "example", "description"),
         (
@@ -295,6 +402,9 @@ def _shown_path(path: Path) -> str:
 
 def contract_page() -> str:
     """The contract reference: every field, the statuses and the schema versions."""
+    _importable()
+    from common import contract
+
     versions = []
     for v in contract.VERSIONS:
         renamed = [f"`{n}` as `{k}`" for n, k in v.keys.items() if n != k]
@@ -308,10 +418,12 @@ def contract_page() -> str:
         [
             "# Event contract reference",
             "",
-            f"Generated from `{_shown_path(contract.CONTRACT_FILE)}` "
-            "(`common/contract.py` reads it) at every build. One UTF-8 JSON object per",
-            "message, keyed by `device_id`; times are ISO-8601 UTC with millisecond",
-            "precision and a `Z`. How to change it: [The event contract](../contract.md).",
+            _generated_by(
+                f"`{_shown_path(contract.CONTRACT_FILE)}` (`common/contract.py` reads it)"
+            ),
+            "One UTF-8 JSON object per message, keyed by `device_id`; times are ISO-8601",
+            "UTC with millisecond precision and a `Z`. How to change it:",
+            "[The event contract](../contract.md).",
             "",
             "## Envelope",
             "",
@@ -342,13 +454,190 @@ def contract_page() -> str:
     )
 
 
-def render_pages() -> dict[str, str]:
-    """Every generated page, by its path under ``docs/``."""
+# ---------------------------------------------------------------- commands
+
+
+class _ParserBuilt(BaseException):
+    """Raised in place of parsing a command line: carries the parser the command built.
+
+    A ``BaseException``, so that no command's ``except Exception`` takes it for a failure.
+    """
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        super().__init__(parser.prog)
+        self.parser = parser
+
+
+def _raise_parser(
+    self: argparse.ArgumentParser, args: Any = None, namespace: Any = None
+) -> tuple[argparse.Namespace, list[str]]:
+    raise _ParserBuilt(self)
+
+
+def _parser_of(module: str) -> argparse.ArgumentParser:
+    """The parser ``python -m <module>`` builds, taken when it parses its command line.
+
+    The module runs as ``__main__`` (``runpy``, as ``python -m`` does) up to that call,
+    which raises instead of parsing: nothing of the command itself runs.
+    """
+    parse = argparse.ArgumentParser.parse_known_args
+    argv = sys.argv
+    argparse.ArgumentParser.parse_known_args = _raise_parser  # type: ignore[method-assign]
+    sys.argv = [module, "--help"]
+    try:
+        with warnings.catch_warnings():
+            # "'infra.broker' found in sys.modules": a module imported by an earlier one.
+            warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except _ParserBuilt as built:
+        return built.parser
+    finally:
+        argparse.ArgumentParser.parse_known_args = parse  # type: ignore[method-assign]
+        sys.argv = argv
+    raise RuntimeError(f"python -m {module} did not parse a command line")
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """A parser's subcommands (``add_subparsers``), by name, in their order."""
+    return {
+        name: sub
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, sub in action.choices.items()
+    }
+
+
+def _help_texts(modules: Sequence[str]) -> dict[str, str]:
+    """Each command's ``--help``, and each subcommand's, by the command line that prints it."""
+    _importable()
+    texts: dict[str, str] = {}
+    for module in modules:
+        parser = _parser_of(module)
+        command = f"python -m {module}"
+        texts[command] = parser.format_help()
+        for name, sub in _subcommands(parser).items():
+            texts[f"{command} {name}"] = sub.format_help()
+    return texts
+
+
+def command_helps(modules: Sequence[str] = COMMAND_MODULES) -> dict[str, str]:
+    """Each command's ``--help`` text, the same on every machine.
+
+    Formatted in a child process whose environment is fixed: ``COLUMNS`` (argparse
+    wraps at it), ``IOT_PULSE_HOME`` set to ``<state dir>`` (the defaults that name the
+    state folder say so, before argparse wraps them) and no ``IOT_*`` variable of the
+    caller's; its working directory and its log folder are a temporary folder's.
+
+    Raises:
+        RuntimeError: The child failed, or a text still names the checkout's folder.
+    """
+    with tempfile.TemporaryDirectory(prefix="iot-pulse-reference-") as tmp:
+        out = Path(tmp) / "help.json"
+        env = {k: os.environ[k] for k in _CHILD_ENV_KEEP if k in os.environ} | {
+            "COLUMNS": str(HELP_COLUMNS),
+            "PYTHONPATH": str(ROOT),
+            "PYTHONWARNINGS": "ignore",
+            "IOT_PULSE_HOME": STATE_DIR_PLACEHOLDER,
+            "IOT_LOG_DIR": str(Path(tmp) / "logs"),
+        }
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--help-texts", str(out), *modules],
+            cwd=tmp, env=env, capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"formatting the commands' help failed:\n{proc.stderr}")
+        texts: dict[str, str] = json.loads(out.read_text(encoding="utf-8"))
+    for command, text in texts.items():
+        for machine in (str(ROOT), tmp):
+            if machine in text:
+                raise RuntimeError(f"{command} --help names this machine's folder {machine}")
+    return texts
+
+
+def commands_page(helps: Mapping[str, str]) -> str:
+    """The commands reference: every entry point's ``--help``, and each subcommand's.
+
+    Args:
+        helps: The texts by command line (``command_helps``).
+    """
+    internal = ", ".join(f"`{command}` ({why})" for command, why in INTERNAL_COMMANDS.items())
+    out = [
+        "# Commands reference",
+        "",
+        _generated_by("each command's own parser"),
+        f"Each block is what the command prints with `--help` (at {HELP_COLUMNS} columns).",
+        "`<state dir>` is `.local/` in the checkout, or `$IOT_PULSE_HOME`. A settings flag",
+        "also has an environment variable and a key in the TOML file: the",
+        "[Settings reference](settings.md) lists them, with the dashboard's",
+        "(`streamlit run dashboard/app.py` takes no flags of its own).",
+        "",
+        f"Not listed, as no user starts them: {internal}.",
+        "",
+    ]
+    for command, text in helps.items():
+        level = "###" if command.count(" ") > 2 else "##"
+        if "```" in text:
+            raise ValueError(f"{command} --help holds a code fence")
+        out += [f"{level} `{command}`", "", "```text", text.rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- the pages
+
+
+def render_pages(spark: SparkSession) -> dict[str, str]:
+    """Every generated page, by its path under ``docs/``.
+
+    Args:
+        spark: A Spark session, for the tables' columns (``local_spark``).
+    """
     return {
         SETTINGS_PAGE: settings_page(),
-        TABLES_PAGE: tables_page(),
+        TABLES_PAGE: tables_page(table_columns(spark)),
         CONTRACT_PAGE: contract_page(),
+        COMMANDS_PAGE: commands_page(command_helps()),
     }
+
+
+def write_pages(pages: Mapping[str, str]) -> list[str]:
+    """Write each page under ``docs/``; return those whose text changed."""
+    changed = []
+    for page, text in pages.items():
+        path = DOCS / page
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            changed.append(page)
+    return changed
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python docs/hooks/reference.py``: write every reference page.
+
+    ``--help-texts FILE MODULE...`` is the child process of ``command_helps``: it
+    writes each command's help text to FILE, as JSON.
+
+    Returns:
+        0; 2 when the environment names another event contract than the shipped one.
+    """
+    if argv[:1] == ["--help-texts"]:
+        Path(argv[1]).write_text(json.dumps(_help_texts(argv[2:])), encoding="utf-8")
+        return 0
+    if os.environ.get("IOT_CONTRACT"):
+        print("error: unset IOT_CONTRACT: the reference documents the shipped contract")
+        return 2
+    spark = local_spark()
+    try:
+        pages = render_pages(spark)
+    finally:
+        spark.stop()
+    changed = write_pages(pages)
+    for page in PAGES:
+        print(f"docs/{page}: {'written' if page in changed else 'unchanged'}")
+    return 0
+
+
+# ---------------------------------------------------------------- the MkDocs hook
 
 
 def bench_targets() -> str:
@@ -368,18 +657,13 @@ def bench_targets() -> str:
 MARKERS: dict[str, Callable[[], str]] = {"<!-- reference:bench-targets -->": bench_targets}
 
 
-def on_files(files: Any, config: Any) -> Any:
-    """Add the generated reference pages to the site."""
-    from mkdocs.structure.files import File
-
-    for src_uri, content in render_pages().items():
-        files.append(File.generated(config, src_uri, content=content))
-    return files
-
-
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Fill each marker line with its generated block."""
     for marker, render in MARKERS.items():
         if marker in markdown:
             markdown = markdown.replace(marker, render())
     return markdown
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

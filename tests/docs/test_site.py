@@ -1,9 +1,10 @@
 """The documentation: the README's shape, the site's build, and the generated reference.
 
-The reference pages are rendered from the code by ``docs/hooks/reference.py``; what
-they must hold is computed here from the same code (every settings class's variables,
-the table registry, the contract), never from a list typed in the test, so a setting,
-table or field the pages leave out fails a test.
+The reference pages are generated from the code by ``docs/hooks/reference.py`` (``make
+reference``) and committed (``tests/docs/test_reference.py`` checks they are current);
+what they must hold is computed here from the same code (every settings class's
+variables, the table registry, the contract, the commands), never from a list typed in
+the test, so a setting, table, field or command the pages leave out fails a test.
 """
 
 from __future__ import annotations
@@ -33,27 +34,30 @@ def _env_names() -> set[str]:
 
 
 def _missing(pages: dict[str, str]) -> dict[str, list[str]]:
-    """What each built reference page lacks: env vars, table names, contract fields."""
+    """What each built reference page lacks: env vars, table names, contract fields, commands."""
     wanted = {
         "settings": sorted(_env_names()),
         "tables": [str(t) for t in TABLES],
         "contract": [f.name for f in (*contract.FIELDS, *contract.DEVICE_FIELDS)],
+        "commands": [f"python -m {m}" for m in reference().COMMAND_MODULES],
     }
     return {kind: [n for n in names if n not in pages[kind]] for kind, names in wanted.items()}
 
 
-def test_the_rendered_reference_names_every_setting_table_and_field():
-    pages = reference().render_pages()
+def test_the_committed_reference_names_every_setting_table_field_and_command():
+    ref = reference()
+    pages = {page: (DOCS / page).read_text(encoding="utf-8") for page in ref.PAGES}
     missing = {
-        "settings": [n for n in sorted(_env_names()) if n not in pages["reference/settings.md"]],
-        "tables": [str(t) for t in TABLES if f"### {t}" not in pages["reference/tables.md"]],
+        "settings": [n for n in sorted(_env_names()) if n not in pages[ref.SETTINGS_PAGE]],
+        "tables": [str(t) for t in TABLES if f"### {t}" not in pages[ref.TABLES_PAGE]],
         "contract": [
-            f.name
-            for f in contract.FIELDS
-            if f"| `{f.name}` |" not in pages["reference/contract.md"]
+            f.name for f in contract.FIELDS if f"| `{f.name}` |" not in pages[ref.CONTRACT_PAGE]
+        ],
+        "commands": [
+            m for m in ref.COMMAND_MODULES if f"## `python -m {m}`" not in pages[ref.COMMANDS_PAGE]
         ],
     }
-    assert missing == {"settings": [], "tables": [], "contract": []}
+    assert missing == {"settings": [], "tables": [], "contract": [], "commands": []}
 
 
 def test_every_settings_module_is_found():
@@ -104,8 +108,8 @@ def test_nothing_links_to_a_removed_page():
 @pytest.mark.subprocess
 def test_the_site_builds_strictly_with_every_setting_table_and_field(tmp_path):
     site = tmp_path / "site"
-    # The venv's mkdocs script, as make docs runs it (not python -m, which puts the
-    # working directory on the import path).
+    # The venv's mkdocs script (not python -m, which puts the working directory on the
+    # import path): make docs runs the docs group's, of the same versions.
     mkdocs = Path(sys.executable).with_name("mkdocs")
     proc = subprocess.run(
         [str(mkdocs), "build", "--strict", "--site-dir", str(site)],
@@ -115,9 +119,9 @@ def test_the_site_builds_strictly_with_every_setting_table_and_field(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     built = {
         page: html.unescape((site / "reference" / page / "index.html").read_text())
-        for page in ("settings", "tables", "contract")
+        for page in ("settings", "tables", "contract", "commands")
     }
-    assert _missing(built) == {"settings": [], "tables": [], "contract": []}
+    assert _missing(built) == {"settings": [], "tables": [], "contract": [], "commands": []}
     # The marker blocks were filled, and every page of the nav was built.
     assert "<!-- reference:" not in (site / "development" / "index.html").read_text()
     for page in ("getting-started", "eventhubs", "cluster", "operating/troubleshooting"):

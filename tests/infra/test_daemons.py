@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 
 import pytest
 
@@ -17,7 +18,11 @@ def test_a_launched_daemon_is_alive_until_its_group_is_terminated(tmp_path) -> N
         tmp_path / "daemon.log", tmp_path,
     )  # fmt: skip
     assert daemons.alive(proc.pid)
-    assert "time.sleep(600)" in (daemons.cmdline(proc.pid) or "")
+    # Between fork and exec the child still shows its parent's command line.
+    deadline = time.monotonic() + 10
+    while "time.sleep(600)" not in (daemons.cmdline(proc.pid) or ""):
+        assert time.monotonic() < deadline, daemons.cmdline(proc.pid)
+        time.sleep(0.05)
     assert daemons.terminate_group(proc.pid, timeout=10) is True
     assert not daemons.alive(proc.pid)
     assert daemons.cmdline(proc.pid) is None
@@ -85,3 +90,13 @@ def test_without_a_range_outside_the_clients_ports_the_os_picks(monkeypatch) -> 
     assert len(set(ports)) == 3
     # The OS gives its own clients' range: what the kernel says it is.
     assert all(kernel_low <= port <= kernel_high for port in ports)
+
+
+def test_stopping_a_folder_that_never_held_a_daemon_stops_nothing_and_creates_nothing(
+    tmp_path,
+) -> None:
+    folder = tmp_path / "never-started"
+    assert daemons.stop_folder(folder, 1.0) is True
+    assert not folder.exists()
+    folder.mkdir()
+    assert daemons.stop_folder(folder, 1.0) is True  # a folder without a state file
