@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from common.kafka_settings import KafkaSettings  # noqa: E402
 from common.paths import HOME_ENV  # noqa: E402
+from common.stats import percentiles  # noqa: E402
 from infra import broker  # noqa: E402
 from notifier.settings import DEAD_LETTER_SUFFIX, NotifierSettings  # noqa: E402
 from tests.webhook_server import WebhookServer  # noqa: E402
@@ -55,16 +55,10 @@ def alert(n: int, phase: str) -> dict:
     }  # fmt: skip
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def summary(latencies: list[float]) -> dict:
     return {
         "alerts": len(latencies),
-        "p50_s": round(statistics.median(latencies), 4),
-        "p99_s": round(percentile(latencies, 0.99), 4),
+        **{f"{k}_s": round(v, 4) for k, v in percentiles(latencies, (50, 99)).items()},
         "max_s": round(max(latencies), 4),
     }
 

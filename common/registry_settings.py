@@ -41,6 +41,12 @@ class RegistrySettings(Settings):
         description="Register the producer's schema on first use; off: it must be registered",
     )
     timeout_s: float = Field(10.0, gt=0, le=120, description="Seconds per registry request")
+    watch_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds between the real-time alerts' questions for schemas registered "
+        "while they run (they start again with them)",
+    )
 
     @model_validator(mode="after")
     def _credentials_in_pairs(self) -> RegistrySettings:

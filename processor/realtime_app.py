@@ -14,6 +14,8 @@ application lands the alerts topic in ``gold/alerts_rt``, once per alert id.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -56,14 +58,20 @@ def realtime_master(settings: ProcessorSettings, partitions: int) -> str:
     return settings.master
 
 
-def start_realtime_alerts(spark: SparkSession, settings: ProcessorSettings) -> StreamingQuery:
+def start_realtime_alerts(
+    spark: SparkSession, settings: ProcessorSettings, schemas: Mapping[int, str]
+) -> StreamingQuery:
     """Start the ``realtime_alerts`` query: every breach to the alerts topic, in real time.
 
     Delivery is at least once: a restart resends what the last unfinished epoch
     sent (epochs end every ``realtime_checkpoint_interval``), with the same alert ids.
+
+    Args:
+        spark: The real-time application's session.
+        settings: Its settings.
+        schemas: The Avro writer schemas it decodes (``writer_schemas.load``).
     """
     events = bronze.to_bronze(sources.kafka_stream(spark, settings, micro_batch=False))
-    schemas = writer_schemas.load(settings.schema_registry, settings.kafka.topic)
     alerts = realtime.threshold_alerts(events, devices_frame(spark, settings), schemas)
     name = Query.REALTIME_ALERTS
     clear_unlogged_first_batch(LakeFiles(settings.lake), settings.lake.checkpoint(name))
@@ -98,14 +106,34 @@ def run(settings: ProcessorSettings, partitions: int, stop: StopSignal) -> int:
     with stop.starting():  # nothing runs yet: a stop gives the start-up up at once
         spark = build_session(own, app_name="iot-pulse-realtime-alerts", log_file=cli.log_file())
         stop.install()  # again: the SparkContext replaced the SIGINT handler
-        query = start_realtime_alerts(spark, own)
+        schemas = writer_schemas.load(own.schema_registry, own.kafka.topic)
+        query = start_realtime_alerts(spark, own, schemas)
     say(
         f"{settings.kafka.topic} -> {settings.kafka.alerts_topic} in real-time mode "
         f"(Spark {spark.version}, master {master}, checkpoint every "
         f"{settings.realtime_checkpoint_interval})",
         WHO,
     )
-    failure = wait_for_stop([query], stop)
+    while True:
+        # A schema registered while it runs (a firmware rollout): the query starts again
+        # knowing it, from its last checkpoint, so that breaches in records of the new
+        # version since that checkpoint are alerted too (at least once, as ever).
+        watch = writer_schemas.SchemaWatch(
+            own.schema_registry, own.kafka.topic, schemas, query.stop
+        ).start()
+        failure = wait_for_stop([query], stop)
+        watch.stop()
+        if failure is None or not watch.found:
+            break
+        subject = writer_schemas.subject_of(own.kafka.topic)
+        say(f"restarts: {subject} holds schema ids {watch.found} registered since it started", WHO)
+        try:
+            schemas = writer_schemas.load(own.schema_registry, own.kafka.topic)
+        except cli.CliError as exc:
+            failure = str(exc)
+            break
+        query = start_realtime_alerts(spark, own, schemas)
+        say(f"decodes schema ids {sorted(schemas)} of {subject}", WHO)
     quiet_console(spark)
     stop_queries(spark, [query])
     spark.stop()

@@ -12,8 +12,9 @@ starts again knowing it (``processor.pipeline.restarted_for_new_schemas``).
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from common.cli import CliError
@@ -119,3 +120,64 @@ def check_unknown_ids(registry: RegistrySettings, topic: str, ids: Iterable[int]
             f"schema ids {new} were registered under {subject_of(topic)} after silver "
             "started: it starts again to decode them (this batch wrote nothing)"
         )
+
+
+class SchemaWatch:
+    """Asks the registry every ``every_s`` whether the topic's subject gained schemas.
+
+    For a query that cannot stop a batch on an unknown id, as silver does: real-time mode
+    has no ``foreachBatch``. When the subject holds ids beyond ``known``, ``on_new`` runs
+    once (in the watch's thread) and ``found`` lists them; the caller starts its query
+    again with them. A registry that does not answer is asked again at the next turn,
+    and the query goes on with the schemas it has.
+    """
+
+    def __init__(
+        self,
+        registry: RegistrySettings,
+        topic: str,
+        known: Iterable[int],
+        on_new: Callable[[], object],
+        every_s: float | None = None,
+    ) -> None:
+        """Set the watch up; ``start`` starts it.
+
+        Args:
+            registry: The registry (no URL: nothing to watch).
+            topic: The events topic.
+            known: The ids the query decodes.
+            on_new: Called once when the subject holds others.
+            every_s: Seconds between two questions (default: the registry's ``watch_s``).
+        """
+        self.registry, self.topic = registry, topic
+        self.every_s = registry.watch_s if every_s is None else every_s
+        self.known = frozenset(known)
+        self.on_new = on_new
+        self.found: list[int] = []
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="schema-watch", daemon=True)
+
+    def start(self) -> SchemaWatch:
+        """Start watching, unless no registry is set; return the watch."""
+        if self.registry.url:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching (at once, or after the question under way)."""
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(self.every_s):
+            try:
+                held = load(self.registry, self.topic)
+            except CliError as exc:
+                log.warning("%s; the schema watch asks again in %.0f s", exc, self.every_s)
+                continue
+            new = sorted(set(held) - self.known)
+            if new:
+                self.found = new
+                self.on_new()
+                return

@@ -23,14 +23,17 @@ import pytest
 from common.alerts import alert_id
 from common.fleet import build_fleet
 from common.lake import Query, Table, checkpoint_location, table_location
+from common.registry_settings import RegistrySettings
 from infra.broker import ensure_topic
 from infra.jars import bundle_dir
 from loadtest.alerts import expected_alerts, read_topic
 from producer.manifest import read_manifest
+from producer.wire_format import AvroFormat
 from tests.integration.proc import (
     ROOT,
     kill_group,
     processor_env,
+    run_python,
     table_rows,
     wait_for,
 )
@@ -47,8 +50,8 @@ def _breaches(bootstrap: str) -> dict[str, tuple[str, float, float]]:
     return {aid: (kind, value, threshold) for aid, (kind, value, threshold, _) in expected.items()}
 
 
-def _alert_ids(bootstrap: str) -> list[str]:
-    return [json.loads(v)["alert_id"] for v, _ in read_topic(bootstrap, ALERTS)]
+def _alert_ids(bootstrap: str, topic: str = ALERTS) -> list[str]:
+    return [json.loads(v)["alert_id"] for v, _ in read_topic(bootstrap, topic)]
 
 
 def _group_alive(pgid: int) -> bool:
@@ -126,4 +129,66 @@ def test_every_breach_alerts_once_in_delta_across_a_sigkill(kafka_broker, tmp_pa
             kill_group(run)
     finally:
         kill_group(producer)
+        kill_group(rtm)
+
+
+AVRO_EVENTS, AVRO_ALERTS = "rt-avro-events", "rt-avro-alerts"
+
+
+def test_a_schema_registered_while_it_runs_restarts_it_knowing_the_new_version(
+    kafka_broker, schema_registry_server, tmp_path: Path
+):
+    """A firmware rollout registers version 2 while the real-time alerts run on version 1.
+
+    Every breach in Avro is alerted, of version 1 first; once version 2 is registered the
+    app starts its query again knowing it, and the breaches sent as version 2 are alerted.
+    """
+    bootstrap = kafka_broker.plaintext
+    ensure_topic(bootstrap, AVRO_EVENTS, partitions=2)
+    ensure_topic(bootstrap, AVRO_ALERTS, partitions=1)
+    registry = RegistrySettings(url=schema_registry_server.url)
+    lake, log = tmp_path / "lake", tmp_path / "run.log"
+    env = processor_env(
+        bootstrap, AVRO_EVENTS, lake, bundle_dir("spark"),
+        IOT_KAFKA_ALERTS_TOPIC=AVRO_ALERTS,
+        IOT_PROCESSOR_FLEET_SIZE=str(FLEET), IOT_PROCESSOR_SEED=str(SEED),
+        IOT_PROCESSOR_REALTIME_CHECKPOINT_INTERVAL="5 seconds",
+        **RegistrySettings.env_vars(url=registry.url, watch_s="1"),
+    )  # fmt: skip
+    version_1 = AvroFormat(registry, AVRO_EVENTS, [1]).schema_ids[1]  # before the rollout
+
+    def send(rollout_share: str) -> None:
+        args = ["-m", "producer", "--format", "avro", "--scenario", "clean",
+                "--spike-rate", "0.05", "--rate", "100", "--count", "300",
+                "--fleet-size", str(FLEET), "--seed", str(SEED), "--rollout-share", rollout_share]  # fmt: skip
+        assert run_python(args, env, log, 120) == 0, log.read_text()[-3000:]
+
+    def breaches(versions: list[int]) -> set[str]:
+        wire = AvroFormat(registry, AVRO_EVENTS, versions)
+        records = [
+            (json.dumps(wire.decode(v)).encode(), ts)
+            for v, ts in read_topic(bootstrap, AVRO_EVENTS)
+        ]
+        return set(expected_alerts(records, build_fleet(FLEET, SEED)))
+
+    rtm = _start(["-m", "processor", "realtime"], env, log)
+    try:
+        wait_for(lambda: "in real-time mode" in log.read_text(), 180, "the real-time app", rtm, log)
+        send("0")  # the whole fleet on firmware 1
+        v1 = breaches([1])
+        assert len(v1) >= 5
+        wait_for(lambda: set(_alert_ids(bootstrap, AVRO_ALERTS)) == v1, 120,
+                 "an alert for every version 1 breach", rtm, log)  # fmt: skip
+        version_2 = AvroFormat(registry, AVRO_EVENTS, [1, 2]).schema_ids[2]  # the rollout
+        restarted = f"decodes schema ids {[version_1, version_2]}"
+        wait_for(lambda: restarted in log.read_text(), 120, "the restart with version 2", rtm, log)
+        assert f"restarts: {AVRO_EVENTS}-value holds schema ids [{version_2}]" in log.read_text()
+        send("1")  # the whole fleet on firmware 2
+        every = breaches([1, 2])
+        assert len(every - v1) >= 5
+        wait_for(lambda: set(_alert_ids(bootstrap, AVRO_ALERTS)) == every, 120,
+                 "an alert for every breach of either version", rtm, log)  # fmt: skip
+        rtm.send_signal(signal.SIGTERM)
+        assert rtm.wait(120) == 0, log.read_text()[-3000:]
+    finally:
         kill_group(rtm)

@@ -111,3 +111,42 @@ def test_landing_keeps_each_alert_once_as_first_sent_and_drops_what_is_not_an_al
         landed,
         [Row(**first.asDict(), alert_time=T0 + timedelta(milliseconds=40), latency_ms=40.0)],
     )
+
+
+def test_avro_readings_raise_the_alerts_their_json_would(spark):
+    import io
+    import struct
+
+    import fastavro
+
+    from common.avro_schema import avro_schema_text
+    from common.contract import VERSION_BY_NUMBER
+
+    devices = spark.createDataFrame([_device("dev-t", "thermostat")], DEVICE_SCHEMA)
+    schemas = {1: avro_schema_text(VERSION_BY_NUMBER[1]), 2: avro_schema_text(VERSION_BY_NUMBER[2])}
+    time = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)
+
+    def framed(schema_id: int, **fields: object) -> bytes:
+        record = {"event_id": "", "device_id": "dev-t", "seq": 1, "event_time": time,
+                  "schema_version": schema_id, "status": "online", **fields}  # fmt: skip
+        body = io.BytesIO()
+        schema = fastavro.parse_schema(json.loads(schemas[schema_id]))
+        fastavro.schemaless_writer(body, schema, record)
+        return b"\0" + struct.pack(">I", schema_id) + body.getvalue()
+
+    payloads = [
+        framed(1, event_id="both", temperature_c=30.5, humidity_pct=10.0),
+        framed(1, event_id="in-range", temperature_c=21.0),
+        framed(2, event_id="v2-low", temp_c=14.0),
+    ]
+    rows = [(None, p, "t", 0, i, T0 + timedelta(milliseconds=i), 0) for i, p in enumerate(payloads)]
+    records = bronze.to_bronze(spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA))
+    assertDataFrameEqual(
+        realtime.threshold_alerts(records, devices, schemas),
+        [
+            _alert("both", "dev-t", "thermostat", "temperature_c", "threshold_high", 30.5, 28.0, 0),
+            _alert("both", "dev-t", "thermostat", "humidity_pct", "threshold_low", 10.0, 20.0, 0),
+            _alert("v2-low", "dev-t", "thermostat", "temperature_c", "threshold_low", 14.0, 15.0,
+                   2, version=2),
+        ],
+    )  # fmt: skip

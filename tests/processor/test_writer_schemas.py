@@ -1,13 +1,16 @@
-"""What a silver batch does with schema ids that no known schema decodes."""
+"""What a silver batch does with schema ids that no known schema decodes, and the watch
+that tells the real-time alerts of schemas registered while they run."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 
 from common.cli import CliError
 from common.registry_settings import RegistrySettings
 from processor import writer_schemas
-from processor.writer_schemas import NewWriterSchemasError, check_unknown_ids
+from processor.writer_schemas import NewWriterSchemasError, SchemaWatch, check_unknown_ids
 
 REGISTRY = RegistrySettings(url="http://registry.invalid:8081")
 
@@ -66,3 +69,49 @@ def test_a_registry_down_longer_than_the_wait_fails_the_batch(monkeypatch):
     with pytest.raises(CliError) as exc:
         check_unknown_ids(REGISTRY, "events", [7])
     assert str(exc.value) == str(down)
+
+
+def _loads(monkeypatch, *answers):
+    """``load`` gives ``answers`` in turn (an exception is raised), then the last forever."""
+    calls = []
+
+    def fake(settings, topic):
+        calls.append(topic)
+        answer = answers[min(len(calls), len(answers)) - 1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(writer_schemas, "load", fake)
+    return calls
+
+
+def test_the_watch_calls_back_once_when_the_subject_gains_ids(monkeypatch):
+    down = CliError("the schema registry at http://registry.invalid:8081 did not answer")
+    calls = _loads(monkeypatch, {1: "v1"}, down, {1: "v1", 2: "v2", 3: "v3"})
+    called = threading.Event()
+    watch = SchemaWatch(REGISTRY, "events", [1], called.set, every_s=0.01).start()
+    assert called.wait(10)
+    watch.stop()
+    # Unchanged, unreachable (asked again), then two new ids: found once, then no more asked.
+    assert (watch.found, len(calls)) == ([2, 3], 3)
+
+
+def test_the_watch_stops_without_calling_back_while_nothing_is_new(monkeypatch):
+    calls = _loads(monkeypatch, {1: "v1", 2: "v2"})
+    called = threading.Event()
+    watch = SchemaWatch(REGISTRY, "events", [2, 1], called.set, every_s=0.01).start()
+    while len(calls) < 3:
+        threading.Event().wait(0.01)
+    watch.stop()
+    asked = len(calls)
+    threading.Event().wait(0.05)
+    assert (watch.found, called.is_set(), len(calls)) == ([], False, asked)
+
+
+def test_without_a_registry_the_watch_asks_nothing(monkeypatch):
+    calls = _loads(monkeypatch, {1: "v1"})
+    watch = SchemaWatch(RegistrySettings(), "events", [], lambda: None, every_s=0.01).start()
+    threading.Event().wait(0.05)
+    watch.stop()
+    assert calls == []
