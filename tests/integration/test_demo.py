@@ -20,8 +20,10 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -313,33 +315,58 @@ def test_ctrl_c_during_start_up_stops_everything_within_10_s(tmp_path: Path, mom
     print(f"stopped {took:.1f} s after Ctrl-C while the {moment} started")
 
 
-@pytest.mark.subprocess
-@mqtt_fixture.needs_mosquitto
-def test_the_demo_over_mqtt_fills_silver_through_the_bridge_and_stops_cleanly(
+@dataclass
+class _Stopped:
+    """A demo run stopped with Ctrl-C: its home, exit code, output and what was left."""
+
+    home: Path
+    rc: int
+    output: str
+    left: list[int]
+    seen: Any  # what ``look`` returned just before the Ctrl-C
+
+    @property
+    def lake(self) -> Path:
+        return self.home / "demo" / "lake"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "demo" / "logs"
+
+
+def _demo_until(
     tmp_path: Path,
-) -> None:
+    args: list[str],
+    reached: Callable[[Path], bool],
+    what: str,
+    look: Callable[[Path], object] = lambda home: None,
+) -> _Stopped:
+    """``python -m demo ARGS`` in a home of its own, Ctrl-C once ``reached(home)``.
+
+    Processes of the run still alive 3 s after it exits are killed and listed in ``left``.
+    """
     home = tmp_path / "home"
     home.mkdir()
     jars = state_dir() / "jars"
     if jars.is_dir():
         (home / "jars").symlink_to(jars)
     marker = f"IOT_PULSE_HOME={home}"
-    lake, logs = home / "demo" / "lake", home / "demo" / "logs"
     log_path = tmp_path / "demo.log"
     port = free_ports("127.0.0.1")[0]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "demo", "--ingress", "mqtt", "--port", str(port)],
+            [sys.executable, "-m", "demo", *args, "--port", str(port)],
             cwd=ROOT, env=os.environ | {"IOT_PULSE_HOME": str(home)}, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         try:
             _wait_for_line(log_path, "[demo] started producer", SETUP_TIMEOUT_S, proc)
             deadline = time.monotonic() + START_TIMEOUT_S
-            while not table_rows(lake / "silver" / "events", ["seq"]):
+            while not reached(home):
                 assert proc.poll() is None, log_path.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no silver rows through the bridge"
+                assert time.monotonic() < deadline, f"no {what}"
                 time.sleep(3)
+            seen = look(home)
             os.killpg(proc.pid, signal.SIGINT)
             rc = proc.wait(60)
         finally:
@@ -351,71 +378,60 @@ def test_the_demo_over_mqtt_fills_silver_through_the_bridge_and_stops_cleanly(
             for pid in left:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-    output = log_path.read_text()
-    assert rc == 0, output[-3000:]
-    assert output.rstrip().endswith("[demo] stopped"), output[-3000:]
-    assert left == [], "processes were left behind (Mosquitto, the bridge?)"
+    return _Stopped(home, rc, log_path.read_text(), left, seen)
+
+
+@pytest.mark.subprocess
+@mqtt_fixture.needs_mosquitto
+def test_the_demo_over_mqtt_fills_silver_through_the_bridge_and_stops_cleanly(
+    tmp_path: Path,
+) -> None:
+    def silver_rows(home: Path) -> int:
+        return len(table_rows(home / "demo" / "lake" / "silver" / "events", ["seq"]))
+
+    run = _demo_until(
+        tmp_path, ["--ingress", "mqtt"], silver_rows, "silver rows through the bridge"
+    )
+    assert run.rc == 0, run.output[-3000:]
+    assert run.output.rstrip().endswith("[demo] stopped"), run.output[-3000:]
+    assert run.left == [], "processes were left behind (Mosquitto, the bridge?)"
     # The readings came through MQTT: the producer published there, the bridge forwarded
     # every record the topic holds (no other writer has the demo's topic), silver a part.
-    assert "[producer] connected: mqtt://" in (logs / "producer.log").read_text()
-    final = (logs / "bridge.log").read_text().strip().splitlines()[-1]
+    assert "[producer] connected: mqtt://" in (run.logs / "producer.log").read_text()
+    final = (run.logs / "bridge.log").read_text().strip().splitlines()[-1]
     assert final.startswith("[bridge] stopped: "), final
     stats = json.loads(final.removeprefix("[bridge] stopped: "))
     assert stats["failed"] == {} and stats["in_flight"] == 0
-    assert 0 < len(table_rows(lake / "silver" / "events", ["seq"])) <= stats["forwarded"]
+    assert 0 < silver_rows(run.home) <= stats["forwarded"]
 
 
 @pytest.mark.subprocess
 def test_the_demo_in_avro_decodes_through_its_registry_and_stops_cleanly(tmp_path: Path) -> None:
     """``make demo DEMO_ARGS="--format avro"``: its own registry, Avro readings in silver."""
     from common.reasons import UNDECODABLE_AVRO, UNKNOWN_SCHEMA_ID
-    from infra import schema_registry
+    from infra import daemons, schema_registry
 
-    home = tmp_path / "home"
-    home.mkdir()
-    jars = state_dir() / "jars"
-    if jars.is_dir():
-        (home / "jars").symlink_to(jars)
-    marker = f"IOT_PULSE_HOME={home}"
-    lake, logs = home / "demo" / "lake", home / "demo" / "logs"
-    log_path = tmp_path / "demo.log"
-    port = free_ports("127.0.0.1")[0]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "demo", "--format", "avro", "--port", str(port)],
-            cwd=ROOT, env=os.environ | {"IOT_PULSE_HOME": str(home)}, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        try:
-            _wait_for_line(log_path, "[demo] started producer", SETUP_TIMEOUT_S, proc)
-            registry = schema_registry.status(home / "demo" / "schema-registry")
-            assert registry is not None, log_path.read_text()[-3000:]
-            deadline = time.monotonic() + START_TIMEOUT_S
-            # Both contract versions of the demo's rollout, decoded from Avro into silver.
-            silver = lake / "silver" / "events"
-            while {r["schema_version"] for r in table_rows(silver, ["schema_version"])} != {1, 2}:
-                assert proc.poll() is None, log_path.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no Avro readings of both versions in silver"
-                time.sleep(3)
-            reasons = _reason_families(lake)
-            os.killpg(proc.pid, signal.SIGINT)
-            rc = proc.wait(60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            deadline = time.monotonic() + 3
-            while (left := _processes_with_env(marker)) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-    output = log_path.read_text()
-    assert rc == 0, output[-3000:]
-    assert output.rstrip().endswith("[demo] stopped"), output[-3000:]
-    assert f"[demo] schema registry: {registry.url}" in output
-    assert left == [], "processes were left behind (the schema registry?)"
-    assert not schema_registry.daemons.alive(registry.pid)
-    producer_log = (logs / "producer.log").read_text()
+    def both_versions(home: Path) -> bool:
+        silver = home / "demo" / "lake" / "silver" / "events"
+        return {r["schema_version"] for r in table_rows(silver, ["schema_version"])} == {1, 2}
+
+    def registry_and_reasons(home: Path) -> tuple[object, set[str]]:
+        registry = schema_registry.status(home / "demo" / "schema-registry")
+        return registry, _reason_families(home / "demo" / "lake")
+
+    # Both contract versions of the demo's rollout, decoded from Avro into silver.
+    run = _demo_until(
+        tmp_path, ["--format", "avro"], both_versions, "Avro readings of both versions in silver",
+        registry_and_reasons,
+    )  # fmt: skip
+    registry, reasons = run.seen
+    assert run.rc == 0, run.output[-3000:]
+    assert run.output.rstrip().endswith("[demo] stopped"), run.output[-3000:]
+    assert registry is not None
+    assert f"[demo] schema registry: {registry.url}" in run.output
+    assert run.left == [], "processes were left behind (the schema registry?)"
+    assert not daemons.alive(registry.pid)
+    producer_log = (run.logs / "producer.log").read_text()
     assert "[producer] Avro under iot-events-value" in producer_log, producer_log[-2000:]
     # Malformed Avro is quarantined with the Avro reasons, never a JSON field's.
     assert reasons <= {"unparsable", "unknown_device", UNDECODABLE_AVRO, UNKNOWN_SCHEMA_ID}
