@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers
 
 from common.paths import PROJECT_ROOT  # noqa: E402
-from loadtest.machine import process_cpu_s  # noqa: E402
+from loadtest.machine import process_cpu_s, session_pids  # noqa: E402
 from processor.settings import ProcessorSettings  # noqa: E402
 from tests import jvm_archive  # noqa: E402
 from tests.integration.proc import service_env  # noqa: E402
@@ -45,19 +44,6 @@ FLEET, SEED = 20, 3
 def say(msg: str) -> None:
     """A progress line on stderr."""
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def _session_pids(sid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid:
-                pids.append(int(entry))
-    return pids
 
 
 def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> tuple[float, float]:
@@ -76,7 +62,7 @@ def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> tuple[float,
             start_new_session=True,
         )  # fmt: skip
         while True:
-            pids = _session_pids(proc.pid)
+            pids = session_pids(proc.pid)
             for pid in pids:
                 try:
                     seen[pid] = process_cpu_s(pid)

@@ -69,6 +69,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -84,7 +85,7 @@ from common.registry_settings import RegistrySettings  # noqa: E402
 from common.stats import percentiles  # noqa: E402
 from infra import broker, daemons, schema_registry, spark_connect  # noqa: E402
 from infra.jars import ensure_jar_dir  # noqa: E402
-from loadtest.machine import cpu_stamp, processes_cpu_s  # noqa: E402
+from loadtest.machine import cpu_stamp, processes_cpu_s, session_pids  # noqa: E402
 from processor.settings import ProcessorSettings  # noqa: E402
 from producer.simulation import generate, simulated_clock, wall_clock  # noqa: E402
 from producer.wire_format import AvroFormat  # noqa: E402
@@ -232,20 +233,6 @@ def warmed_up(log: Path, since: int = 0) -> bool:
     return all(f"[progress] {q} batch" in text for q in WARM_QUERIES if not chosen or q in chosen)
 
 
-def session_pids(session: int) -> list[int]:
-    """The live processes of a session."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.getsid(int(entry.name)) == session:
-                pids.append(int(entry.name))
-        except (ProcessLookupError, PermissionError):
-            continue
-    return pids
-
-
 def group_cpu_s(session: int) -> float:
     """CPU seconds (user + system) used so far by a session's processes, ended ones included.
 
@@ -260,9 +247,9 @@ def java_pid(session: int) -> int | None:
     """The Spark JVM among a session's processes (the processor's driver)."""
     for pid in session_pids(session):
         try:
-            if b"SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if "SparkSubmit" in " ".join(psutil.Process(pid).cmdline()):
                 return pid
-        except OSError:
+        except psutil.Error:
             continue
     return None
 

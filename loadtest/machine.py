@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from pathlib import Path
+
+import psutil
 
 # The fixed work: summing this many integers in the interpreter.
 STAMP_WORK = 10_000_000
@@ -43,12 +44,14 @@ def process_cpu_s(pid: int, exited_children: bool = False) -> float:
     Raises:
         OSError: the process is gone.
     """
-    # utime, stime, cutime and cstime, counted after the process name (which may hold spaces).
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.NoSuchProcess as exc:
+        raise ProcessLookupError(f"no process {pid}") from exc
+    used = times.user + times.system
     if exited_children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / os.sysconf("SC_CLK_TCK")
+        used += times.children_user + times.children_system
+    return used
 
 
 def processes_cpu_s(pids: Iterable[int]) -> float:
@@ -63,3 +66,15 @@ def processes_cpu_s(pids: Iterable[int]) -> float:
         except OSError:
             continue
     return total
+
+
+def session_pids(session: int) -> list[int]:
+    """The live processes of a session (a process started with ``start_new_session``)."""
+    pids = []
+    for pid in psutil.pids():
+        try:
+            if os.getsid(pid) == session:
+                pids.append(pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return pids

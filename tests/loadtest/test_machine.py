@@ -1,14 +1,16 @@
-"""A process's CPU seconds from /proc, checked against the kernel's times(2)."""
+"""A process's CPU seconds (psutil), checked against the kernel's times(2)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from loadtest.machine import process_cpu_s, processes_cpu_s
+from loadtest.machine import process_cpu_s, processes_cpu_s, session_pids
 
 
 def test_process_cpu_s_reads_what_times_reports() -> None:
@@ -49,3 +51,21 @@ def test_processes_cpu_s_counts_ended_children_and_nothing_for_a_gone_process() 
     low = before.user + before.system + before.children_user + before.children_system
     high = after.user + after.system + after.children_user + after.children_system
     assert low - tick <= measured <= high + tick
+
+
+def test_session_pids_are_the_processes_of_a_session_and_only_they() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; "
+         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"],
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while len(pids := session_pids(child.pid)) < 2:
+            assert time.monotonic() < deadline, pids
+            time.sleep(0.05)
+        assert child.pid in pids and len(pids) == 2  # the child and its own child
+        assert os.getpid() not in pids
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
