@@ -64,8 +64,9 @@ def java_executable() -> str:
     java = shutil.which("java")
     if java is None:
         raise FileNotFoundError(
-            "no 'java' on PATH and JAVA_HOME is unset; install a Java 17+ runtime "
-            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+            "no 'java' on PATH and JAVA_HOME is unset; install Java 17 or later (e.g. "
+            "apt-get install openjdk-17-jdk-headless: make jars also compiles a jar) or set "
+            "JAVA_HOME"
         )
     return java
 

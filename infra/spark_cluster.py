@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -319,14 +318,10 @@ def spark_home() -> Path:
 
 
 def _check_java() -> None:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return
-    if shutil.which("java") is None:
-        raise ClusterError(
-            "no 'java' on PATH and JAVA_HOME is unset; install a Java 17+ runtime "
-            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
-        )
+    try:
+        daemons.java_executable()
+    except FileNotFoundError as exc:
+        raise ClusterError(str(exc)) from None
 
 
 def _daemon_env(layout: _Layout) -> dict[str, str]:
