@@ -189,7 +189,7 @@ def emptiness(*, problem: str | None, exists: bool, ranged: bool, restricted: bo
 
     Args:
         problem: Why the table cannot be read, if it cannot.
-        exists: Whether the table exists.
+        exists: Whether the table exists and has held a row.
         ranged: Whether the read kept a time range only.
         restricted: Whether sites or device types were selected.
     """

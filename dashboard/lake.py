@@ -136,6 +136,14 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
         return None
 
 
+def written(table: DeltaTable) -> bool:
+    """Whether the snapshot holds a data file: whether a row was ever kept.
+
+    The processor creates its tables empty at start: a table that exists may have none.
+    """
+    return bool(table.file_uris())
+
+
 def _literal(value: datetime, dtype: pl.DataType) -> pl.Expr:
     """A datetime literal of the column's own type (aware or naive UTC)."""
     utc = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)

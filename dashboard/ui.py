@@ -96,6 +96,8 @@ class Loaded:
         scoped: Whether site and device type filters were applied.
         version: The Delta version read (None without a table): what a cache of
             values derived from ``frame`` is keyed by.
+        written: Whether the table has ever held a row (``lake.written``), whatever
+            the read kept.
     """
 
     name: str
@@ -103,6 +105,7 @@ class Loaded:
     problem: str | None = None
     scoped: bool = False
     version: int | None = None
+    written: bool = False
 
     @property
     def ready(self) -> bool:
@@ -176,7 +179,7 @@ def load(
         return Loaded(name, None, problem=one_line(str(exc)))
     except (DeltaError, OSError) as exc:
         return Loaded(name, None, problem=one_line(f"{name}: {exc}"))
-    return Loaded(name, frame, version=table.version())
+    return Loaded(name, frame, version=table.version(), written=lake.written(table))
 
 
 @st.cache_resource(ttl=3600, max_entries=4096, show_spinner=False)
@@ -211,6 +214,7 @@ class LoadedParts:
     parts: data.GoldParts | None
     problem: str | None = None
     version: int | None = None
+    written: bool = False  # as ``Loaded.written``
 
     @property
     def ready(self) -> bool:
@@ -237,7 +241,8 @@ def load_gold_parts(
         return LoadedParts(name, None, problem=one_line(str(exc)))
     except (DeltaError, OSError, pl.exceptions.PolarsError) as exc:
         return LoadedParts(name, None, problem=one_line(f"{name}: {exc}"))
-    return LoadedParts(name, data.scope_parts(parts, filters.scope), version=table.version())
+    scoped = data.scope_parts(parts, filters.scope)
+    return LoadedParts(name, scoped, version=table.version(), written=lake.written(table))
 
 
 @dataclass(frozen=True)
@@ -336,7 +341,7 @@ def waiting(
         already: What the page shows already (``display.empty_text``), so that the
             note never contradicts a number beside it.
     """
-    exists = loaded.frame is not None if isinstance(loaded, Loaded) else loaded.parts is not None
+    exists = loaded.written
     scoped = loaded.scoped if isinstance(loaded, Loaded) else True
     view = st.session_state.get(VIEW_KEY)
     restricted = bool(

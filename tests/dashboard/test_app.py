@@ -1043,3 +1043,28 @@ def test_overview_on_the_wall_clock(lake, monkeypatch):
         if r[0] <= minute - timedelta(minutes=3) and r[0] >= minute - timedelta(minutes=9)
     ]
     assert metrics["Events / min"] == f"{sum(r[4] for r in complete) / 7:,.0f}"
+
+
+def test_tables_the_processor_created_empty_wait_as_for_no_table(lake):
+    """The processor creates its tables at start: without a row they are "not yet" too."""
+    from dashboard import lake as dashboard_lake
+
+    text = pl.Utf8
+    number = pl.Float64
+    time = pl.Datetime("us", "UTC")
+    types = {"window_start": time, "window_end": time, "last_event_time": time,
+             "events": pl.Int64, "device_id": text, "device_type": text, "site": text,
+             "building": text, "status": text}  # fmt: skip
+    for name, columns in (
+        ("gold/device_1m", dashboard_lake.OVERVIEW_GOLD_COLUMNS),
+        ("gold/device_status", dashboard_lake.STATUS_COLUMNS),
+    ):
+        schema = {c: types.get(c, number) for c in columns}
+        write_deltalake(str(lake / name), pl.DataFrame(schema=schema).to_arrow())
+    at = _run()
+    demo = "(make demo starts the producer and the processor)"
+    assert [i.value for i in at.info] == [
+        f"No readings yet. The fleet's figures appear about a minute after readings start {demo}.",
+        f"No devices yet. A device appears here once its first reading has been processed {demo}.",
+    ]
+    assert not at.warning
