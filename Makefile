@@ -90,9 +90,12 @@ test-compose: setup
 test-fast: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
+# ruff on the whole checkout, then mypy, strict on common/ and processor/ (pyproject.toml's
+# [tool.mypy] names them).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # Every benchmark under bench/, one after the other: each figure beside its target, all of
 # them in artifacts/bench-results.json. BENCH_ARGS="--only dashboard" runs one.

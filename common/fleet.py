@@ -21,9 +21,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import date, timedelta
 from functools import cached_property
-from typing import Any, Final, overload
+from typing import Any, Final, cast, overload
 
 import numpy as np
+import numpy.typing as npt
 from faker import Faker
 
 from common.contract import METRIC_NAMES, METRICS, Field
@@ -241,7 +242,7 @@ _STREAMS: Final = (
 )
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
+def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """SplitMix64's finaliser: a bijection of 64-bit words that spreads every input bit."""
     with np.errstate(over="ignore"):
         x = (x ^ (x >> np.uint64(30))) * _MIX_1
@@ -253,7 +254,8 @@ def _stream_key(seed: int, stream: str) -> np.uint64:
     """A 64-bit key per seed and attribute."""
     words = np.array([seed & (2**64 - 1), _STREAMS.index(stream) + 1], dtype=np.uint64)
     with np.errstate(over="ignore"):
-        return _mix64(_mix64(words[:1])[0] + words[1:] * _GOLDEN)[0]
+        # numpy types an element read as Any; this one is a uint64 array's.
+        return cast(np.uint64, _mix64(_mix64(words[:1])[0] + words[1:] * _GOLDEN)[0])
 
 
 def uniform(seed: int, stream: str, indices: np.ndarray) -> np.ndarray:
@@ -285,7 +287,8 @@ class Coded:
 
     def decode(self) -> list[str]:
         """The text of each row."""
-        return self.texts[self.codes].tolist()
+        # numpy types tolist() of an array of unknown shape as Any; this one is 1-d, of texts.
+        return cast(list[str], self.texts[self.codes].tolist())
 
 
 def plain(column: Coded | np.ndarray | list[Any]) -> list[Any]:
@@ -317,7 +320,10 @@ def site_pool(seed: int, count: int) -> tuple[Site, ...]:
     fake.seed_instance(seed)
     sites = []
     for _ in range(count):
-        lat, lon = (float(v) for v in fake.local_latlng(country_code="US", coords_only=True))
+        latlng = fake.local_latlng(country_code="US", coords_only=True)
+        # Faker gives None only for a country it has no places of; it has US ones.
+        assert latlng is not None
+        lat, lon = (float(v) for v in latlng)
         sites.append(Site(fake.unique.city(), lat, lon))
     return tuple(sites)
 
@@ -378,6 +384,9 @@ class Fleet(Sequence[Device]):
         lat: Latitude per device.
         lon: Longitude per device.
     """
+
+    # The devices' fleet indices.
+    index: np.ndarray  # type: ignore[assignment]  # shadows Sequence.index: a fleet has no value lookup
 
     def __init__(
         self,

@@ -358,7 +358,11 @@ def check_connection(
         tmd = md.topics.get(topic)
         if tmd is not None and tmd.error is None:
             return len(tmd.partitions)
-        if tmd is not None and tmd.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        if (
+            tmd is not None
+            and tmd.error is not None
+            and tmd.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        ):
             raise KafkaConnectionError(
                 f"topic '{topic}' does not exist at {where}: create it first "
                 "(locally: python -m infra.broker topic NAME; on Event Hubs: create the event hub)"

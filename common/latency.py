@@ -55,7 +55,8 @@ class LatencyHistogram:
 
     def encode(self) -> str:
         """The histogram as compact text (HdrHistogram's compressed, base64 form)."""
-        return self._h.encode().decode("ascii")
+        encoded: bytes = self._h.encode()  # hdrh ships no types
+        return encoded.decode("ascii")
 
     @classmethod
     def decode(cls, text: str) -> LatencyHistogram:

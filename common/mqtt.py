@@ -11,12 +11,12 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from common.mqtt_settings import MqttSettings
 
 if TYPE_CHECKING:
-    from paho.mqtt.client import Client
+    from paho.mqtt.client import CallbackOnConnect_v2, CleanStartOption, Client
 
 TELEMETRY = "telemetry"
 # CONNACK reason codes (MQTT 5) that mean the credentials, not the network, are wrong.
@@ -86,7 +86,8 @@ def make_client(settings: MqttSettings, client_id: str, *, manual_ack: bool = Fa
         manual_ack: Received QoS 1 messages are acknowledged only by ``client.ack``.
 
     """
-    from paho.mqtt.client import CallbackAPIVersion, Client, MQTTProtocolVersion
+    from paho.mqtt.client import Client
+    from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
     client = Client(
         CallbackAPIVersion.VERSION2,
@@ -153,7 +154,7 @@ def connect(
     client: Client,
     settings: MqttSettings,
     *,
-    clean_start: bool | int,
+    clean_start: CleanStartOption,
     properties: Any = None,
     timeout_s: float | None = None,
 ) -> bool:
@@ -179,7 +180,9 @@ def connect(
     timeout = settings.connect_timeout_s if timeout_s is None else timeout_s
     answered = threading.Event()
     result: dict[str, Any] = {}
-    chained = client.on_connect
+    # paho types the callback as either callback API's; make_client's clients use
+    # VERSION2, whose callback takes five arguments.
+    chained = cast("CallbackOnConnect_v2 | None", client.on_connect)
 
     def on_connect(c: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         if not answered.is_set():

@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 from pydantic import (
     SecretStr,
@@ -63,9 +63,12 @@ class _TomlSectionSource(PydanticBaseSettingsSource):
             raise FileNotFoundError(f"config file {path} does not exist")
         with path.open("rb") as fh:
             data = tomllib.load(fh)
-        section = data.get(self.settings_cls.config_section, {})
+        # pydantic types the class as BaseSettings; only Settings.settings_customise_sources
+        # makes this source, with its own class.
+        name = cast("type[Settings]", self.settings_cls).config_section
+        section = data.get(name, {})
         if not isinstance(section, dict):
-            raise ValueError(f"[{self.settings_cls.config_section}] in {path} must be a table")
+            raise ValueError(f"[{name}] in {path} must be a table")
         return section
 
 
@@ -279,8 +282,8 @@ def _choices(annotation: Any) -> list[str] | None:
         values = typing.get_args(annotation)
         return list(values) if all(isinstance(v, str) for v in values) else None
     if isinstance(annotation, type) and issubclass(annotation, Enum):
-        values = [member.value for member in annotation]
-        return values if all(isinstance(v, str) for v in values) else None
+        members = [member.value for member in annotation]
+        return members if all(isinstance(v, str) for v in members) else None
     return None
 
 
@@ -431,7 +434,9 @@ def settings_message(cls: type[Settings], exc: ValidationError) -> str:
     for err in _hidden_errors(exc, secrets_).errors(include_url=False):
         owner, name = cls, None
         for part in err["loc"]:
-            info = owner.model_fields.get(part) if isinstance(part, str) else None
+            if not isinstance(part, str):
+                break
+            info = owner.model_fields.get(part)
             if info is None:
                 break
             nested = _nested_settings(info.annotation)

@@ -65,7 +65,7 @@ def stopped_by_signals(stop: StopFlag, install: bool = True) -> Iterator[StopFla
 
     The handlers in place before are restored on exit.
     """
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if install:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, stop)

@@ -10,11 +10,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from common import cli
+from common.jars import ConnectorJarsMissingError
 from common.lake import Query, Table
 from common.settings import add_settings_arguments, load_settings
 from processor import health, realtime_app, writer_schemas
 from processor.checkpoints import CheckpointSourcesError
 from processor.evolution import REBUILDABLE
+from processor.hot_path import bronze_tier, silver_reads_bronze
 from processor.lake_setup import prepare_lake, write_devices
 from processor.lifecycle import (
     ChildApp,
@@ -27,11 +29,9 @@ from processor.lifecycle import (
 from processor.maintenance import maintain
 from processor.metrics import DRAIN_TIMEOUT_S, MetricsListener
 from processor.pipeline import (
-    bronze_tier,
     rebuild,
     restarted_for_new_schemas,
     run_available_now,
-    silver_reads_bronze,
     stages,
     start_all,
 )
@@ -39,7 +39,6 @@ from processor.preflight import check_kafka, check_lake_root, check_lake_store
 from processor.queries import tier_interval
 from processor.readers import TableUnreadableError
 from processor.session import (
-    ConnectorJarsMissingError,
     build_session,
     is_remote,
     quiet_console,

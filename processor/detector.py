@@ -99,7 +99,7 @@ def detect_columns(
     n_rows = len(columns["event_id"])
     nothing = [None] * n_rows
 
-    def emit(i: int, m: int, k: int, transition: str, aid: str, value: float, **extra: Any):
+    def emit(i: int, m: int, k: int, transition: str, aid: str, value: float, **extra: Any) -> None:
         metric = METRIC_NAMES[m]
         found.append(
             (i, m, k, {

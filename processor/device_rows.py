@@ -10,6 +10,7 @@ Python workers import: numpy, pyarrow and ``common.fleet`` only.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +18,7 @@ import pyarrow as pa
 from common.fleet import Coded, Fleet, Site
 
 
-def arrow_column(column: Coded | np.ndarray | list[str]) -> pa.Array:
+def arrow_column(column: Coded | np.ndarray | list[str]) -> pa.Array[Any]:
     """A ``Fleet.columns`` column as Arrow: texts decoded from their pool in Arrow, NaN as null."""
     if isinstance(column, Coded):
         return pa.DictionaryArray.from_arrays(column.codes, column.texts).dictionary_decode()

@@ -98,4 +98,5 @@ def _s3_filesystem(lake: LakeSettings, fail_fast: bool) -> pafs.S3FileSystem:
         options["access_key"] = lake.s3_access_key_id
         options["secret_key"] = lake.s3_secret_access_key.get_secret_value()
     options["force_virtual_addressing"] = not lake.s3_path_style
-    return pafs.S3FileSystem(**options)  # type: ignore[arg-type]
+    # A keyword only where the lake sets it, so that pyarrow's defaults hold otherwise.
+    return pafs.S3FileSystem(**options)  # type: ignore[arg-type]  # one dict of mixed values; pyarrow's stubs type each keyword

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from common.lake import TABLES
 from processor.conflicts import retry_conflicts
@@ -25,10 +25,11 @@ def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: flo
         if not is_delta_table(spark, path):
             continue
         table = delta_identifier(path)
-        metrics = retry_conflicts(
-            lambda t=table: spark.sql(f"OPTIMIZE {t}").select("metrics.*").first(),
-            f"OPTIMIZE {name}",
-        )
+
+        def optimize(t: str = table) -> Row | None:
+            return spark.sql(f"OPTIMIZE {t}").select("metrics.*").first()
+
+        metrics = retry_conflicts(optimize, f"OPTIMIZE {name}")
         spark.sql(f"VACUUM {table} RETAIN {retain_hours:g} HOURS").collect()
         added = metrics["numFilesAdded"] if metrics else 0
         removed = metrics["numFilesRemoved"] if metrics else 0

@@ -151,7 +151,7 @@ def _required(typed: Column, f: Field) -> Column:
 
 def _reason(raw: Column, typed: Column) -> Column:
     """Why a record failed: the first failed check, as a code (see ``parse_events``)."""
-    present = F.from_json(raw, MapType(StringType(), StringType()))
+    present = F.from_json(raw, MapType(StringType(), StringType()))  # type: ignore[arg-type]  # PySpark's annotation leaves out MapType, which from_json documents and takes
     version = typed["schema_version"]
     checks: list[Column] = [F.when(typed.isNull() | present.isNull(), F.lit(reasons.UNPARSABLE))]
     for f in FIELDS:

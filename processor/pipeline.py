@@ -135,12 +135,12 @@ def start_stage(spark: SparkSession, stage: Stage, settings: ProcessorSettings) 
         return stage(spark, settings)
     finally:
         if sc is not None:
-            sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
-        for key, value in before.items():
-            if value is None:
+            sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]  # PySpark types value as str; None removes the property, as its docs say
+        for key, old in before.items():
+            if old is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, old)
 
 
 def rebuild(

@@ -75,7 +75,7 @@ def start_realtime_alerts(
     alerts = realtime.threshold_alerts(events, devices_frame(spark, settings), schemas)
     name = Query.REALTIME_ALERTS
     clear_unlogged_first_batch(LakeFiles(settings.lake), settings.lake.checkpoint(name))
-    return (
+    query: StreamingQuery = (
         realtime.alert_records(alerts)
         .writeStream.format("kafka")
         .options(**spark_kafka_options(settings.kafka))
@@ -85,9 +85,10 @@ def start_realtime_alerts(
         .option("checkpointLocation", settings.lake.checkpoint(name))
         .outputMode("update")
         .queryName(str(name))
-        .trigger(realTime=settings.realtime_checkpoint_interval)
+        .trigger(realTime=settings.realtime_checkpoint_interval)  # type: ignore[call-overload]  # the classic writer's overloads leave out realTime, which it takes (Spark Connect's have it)
         .start()
     )
+    return query
 
 
 def run(settings: ProcessorSettings, partitions: int, stop: StopSignal) -> int:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 from pyspark.util import inheritable_thread_target
 
@@ -86,7 +86,7 @@ def overwrite_once(df: DataFrame, path: str, app_id: str, batch_id: int) -> bool
     return True
 
 
-def _txn_writer(df: DataFrame, app_id: str, batch_id: int):  # type: ignore[no-untyped-def]
+def _txn_writer(df: DataFrame, app_id: str, batch_id: int) -> DataFrameWriter:
     return df.write.format("delta").option("txnAppId", app_id).option("txnVersion", str(batch_id))
 
 
@@ -131,7 +131,7 @@ def _session_settings_held(spark: SparkSession) -> Iterator[None]:
         yield
 
 
-def hour_floor_s(column: str) -> F.Column:
+def hour_floor_s(column: str) -> Column:
     """An aggregate: the start of the hour of ``column``'s earliest value, in epoch seconds.
 
     A MERGE's ``since`` bound (``merge``): it changes once an hour, so the MERGE's
