@@ -3,7 +3,8 @@
 One seeded fleet, half of it on firmware 2 (schema version 2: ``temp_c``, ``rssi_dbm``),
 is sent twice through the broker: as JSON to one topic and as Avro (Confluent framing,
 the schemas registered in Apicurio) to another, each with resent copies of its first
-events and malformed records of its own format. The processor runs each topic into a
+events, malformed records of its own format, a reading of a device outside the fleet,
+and in a second batch a reading past the watermark and one on time. The processor runs each topic into a
 lake of its own: silver and ``gold/device_1m`` are the same, row for row, and each
 quarantine holds its malformed records with their reasons.
 """
@@ -43,6 +44,9 @@ BAD = {
     "event_id": "bad-1", "device_id": "dev-00001", "seq": 10_000,
     "event_time": "2026-01-01T00:00:05.000Z", "schema_version": 1, "status": "online",
 }  # fmt: skip
+END = "2026-01-01T00:01:01.000Z"  # a second after the last of COUNT readings at RATE
+LATE = BAD | {"event_id": "late-1", "seq": 10_001, "event_time": "2025-12-31T23:00:00.000Z"}
+ON_TIME = BAD | {"event_id": "on-time-1", "seq": 10_002, "event_time": END}
 
 
 def _send(bootstrap: str, topic: str, fmt: str, registry: RegistrySettings) -> None:
@@ -97,6 +101,12 @@ def _run_topic(spark, kafka_broker, registry, lake: Path, fmt: str) -> list[str]
         lake={"root": str(lake)},
     )  # fmt: skip
     run_available_now(spark, settings)
+    # A second batch, past the first one's watermark (the stream's end minus 2 minutes):
+    # a reading an hour late is dropped, one on time is kept.
+    for event in (LATE, ON_TIME):
+        raw.produce(topic, wire.encode([event])[0], event["device_id"].encode())
+    assert raw.flush(30) == 0
+    run_available_now(spark, settings)
     return reasons
 
 
@@ -116,8 +126,10 @@ def test_avro_and_json_land_in_the_same_silver_and_gold(
     }
     columns = [f.name for f in FIELDS] + ["extra_fields", "device_type", "site"]
     silver = {fmt: _rows(lake, Table.SILVER_EVENTS, columns) for fmt, lake in lakes.items()}
-    assert len(silver["avro"]) == COUNT
+    assert len(silver["avro"]) == COUNT + 1  # and the on-time reading of the second batch
     assert silver["avro"] == silver["json"]
+    ids = {r["event_id"] for r in silver["avro"]}
+    assert ON_TIME["event_id"] in ids and LATE["event_id"] not in ids
     assert {r["schema_version"] for r in silver["avro"]} == {1, 2}
     assert {r["rssi_dbm"] is None for r in silver["avro"]} == {True, False}
     minutes = {fmt: _rows(lake, Table.GOLD_DEVICE_1M) for fmt, lake in lakes.items()}
