@@ -18,6 +18,11 @@ from common.settings import Settings
 CCOMPAT_PATH: Final = "/apis/ccompat/v7"
 
 
+def subject_of(topic: str) -> str:
+    """The subject of a topic's value schemas (Confluent's TopicNameStrategy)."""
+    return f"{topic}-value"
+
+
 class RegistrySettings(Settings):
     """The schema registry: its URL, credentials, and whether a producer may register.
 

@@ -12,6 +12,7 @@ from pyspark.sql.streaming import StreamingQuery
 from common import cli
 from common.jars import ConnectorJarsMissingError
 from common.lake import Query, Table
+from common.registry_settings import subject_of
 from common.settings import add_settings_arguments, load_settings
 from processor import health, realtime_app, writer_schemas
 from processor.checkpoints import CheckpointSourcesError
@@ -137,7 +138,7 @@ def preflight(settings: ProcessorSettings, command: str) -> tuple[int, Processor
         schemas = writer_schemas.load(settings.schema_registry, kafka.topic)
         say(
             f"schema registry {settings.schema_registry.url}: {len(schemas)} schema(s) under "
-            f"{writer_schemas.subject_of(kafka.topic)}"
+            f"{subject_of(kafka.topic)}"
         )
     if realtime or lands_alerts(settings):
         try:

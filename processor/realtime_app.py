@@ -22,6 +22,7 @@ from pyspark.sql.streaming import StreamingQuery
 from common import cli
 from common.kafka import spark_kafka_options
 from common.lake import Query
+from common.registry_settings import subject_of
 from processor import bronze, realtime, sources, writer_schemas
 from processor.checkpoints import clear_unlogged_first_batch
 from processor.lake_files import LakeFiles
@@ -126,13 +127,9 @@ def run(settings: ProcessorSettings, partitions: int, stop: StopSignal) -> int:
         watch.stop()
         if failure is None or not watch.found:
             break
-        subject = writer_schemas.subject_of(own.kafka.topic)
+        subject = subject_of(own.kafka.topic)
         say(f"restarts: {subject} holds schema ids {watch.found} registered since it started", WHO)
-        try:
-            schemas = writer_schemas.load(own.schema_registry, own.kafka.topic)
-        except cli.CliError as exc:
-            failure = str(exc)
-            break
+        schemas = watch.schemas
         query = start_realtime_alerts(spark, own, schemas)
         say(f"decodes schema ids {sorted(schemas)} of {subject}", WHO)
     quiet_console(spark)

@@ -18,17 +18,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from common.cli import CliError
-from common.registry_settings import RegistrySettings
+from common.registry_settings import RegistrySettings, subject_of
 
 log = logging.getLogger(__name__)
 # How long a batch with unknown schema ids waits for a registry that does not answer.
 UNREACHABLE_WAIT_S = 300.0
 RETRY_S = 5.0
-
-
-def subject_of(topic: str) -> str:
-    """The subject of a topic's value schemas (Confluent's TopicNameStrategy)."""
-    return f"{topic}-value"
 
 
 class NewWriterSchemasError(RuntimeError):
@@ -128,7 +123,7 @@ class SchemaWatch:
     For a query that cannot stop a batch on an unknown id, as silver does: real-time mode
     has no ``foreachBatch``. When the subject holds ids beyond ``known``, ``on_new`` runs
     once (in the watch's thread) and ``found`` lists them; the caller starts its query
-    again with them. A registry that does not answer is asked again at the next turn,
+    again with ``schemas``. A registry that does not answer is asked again at the next turn,
     and the query goes on with the schemas it has.
     """
 
@@ -154,6 +149,7 @@ class SchemaWatch:
         self.known = frozenset(known)
         self.on_new = on_new
         self.found: list[int] = []
+        self.schemas: dict[int, str] = {}  # what the subject held when ``found`` was seen
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="schema-watch", daemon=True)
 
@@ -178,6 +174,6 @@ class SchemaWatch:
                 continue
             new = sorted(set(held) - self.known)
             if new:
-                self.found = new
+                self.found, self.schemas = new, held
                 self.on_new()
                 return

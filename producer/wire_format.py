@@ -34,7 +34,7 @@ from common.contract import (
     VERSION_BY_NUMBER,
     format_time,
 )
-from common.registry_settings import RegistrySettings
+from common.registry_settings import RegistrySettings, subject_of
 
 FORMATS: Final = ("json", "avro")
 Format = Literal["json", "avro"]
@@ -157,7 +157,7 @@ class AvroFormat:
 
         from common.avro_schema import avro_schema_text
 
-        self.subject = f"{topic}-value"
+        self.subject = subject_of(topic)
         self._ctx = SerializationContext(topic, MessageField.VALUE)
         client = SchemaRegistryClient(registry.client_config())
         self._serializers: dict[int, Any] = {}

@@ -95,6 +95,7 @@ def test_the_watch_calls_back_once_when_the_subject_gains_ids(monkeypatch):
     watch.stop()
     # Unchanged, unreachable (asked again), then two new ids: found once, then no more asked.
     assert (watch.found, len(calls)) == ([2, 3], 3)
+    assert watch.schemas == {1: "v1", 2: "v2", 3: "v3"}  # what the restarted query decodes
 
 
 def test_the_watch_stops_without_calling_back_while_nothing_is_new(monkeypatch):
