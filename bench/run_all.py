@@ -59,6 +59,9 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
     # A minute's background batch of a million-device fleet at 3,000 events/s, well
     # within the one-minute trigger (the stateful-operator peer's figures beside it).
     "alert_detector": [("ours_batch_s_180000", "<=", 30.0)],
+    # Silver's MERGE late in an hour of a million devices reads its own minutes, not the
+    # hour's: at most three-quarters of the hour-bounded peer's time, same run.
+    "merge_bound": [("minute_over_hour", "<=", 0.75)],
     "alerts": [
         ("p50_ms", "<=", 200),
         ("p99_ms", "<=", 1000),

@@ -17,6 +17,7 @@ from processor import alerts, gold, realtime, sources, writes
 from processor.detector import DetectorConfig
 from processor.queries import foreach_batch_stream, persisted, table_stream
 from processor.settings import ProcessorSettings
+from processor.times import since_floor_s
 
 # A first start or a rebuild of alerts_rt reads the topic in batches of at most this many
 # alerts (a few hundred bytes each).
@@ -71,13 +72,13 @@ def site_windows(silver: DataFrame, s: ProcessorSettings) -> None:
     so device_1m already holds every reading read here: each window is rewritten
     whole from the rows it then has (a replay rewrites the same or newer values), and
     the last batch to touch a window leaves it equal to the windows over all of silver.
-    Only the minutes from the hour of the earliest such window on are read.
+    Only the minutes from the earliest such window on are read.
     """
     at = s.lake.table
     spark = silver.sparkSession
     length, slide = s.sliding_length, s.sliding_slide
     keys = gold.sliding_keys(silver, length, slide)
-    since = keys.agg(writes.hour_floor_s("window_start")).collect()[0][0]
+    since = keys.agg(since_floor_s(F.col("window_start"))).collect()[0][0]
     if since is None:
         return
     minutes = sources.delta_table(spark, at(Table.GOLD_DEVICE_1M)).where(
@@ -159,7 +160,7 @@ def start_alerts_rt(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery
 
     def write(batch: DataFrame, _batch_id: int, _query_id: str) -> None:
         landed = realtime.landed_alerts(batch)
-        since = landed.agg(writes.hour_floor_s("event_time")).collect()[0][0]
+        since = landed.agg(since_floor_s(F.col("event_time"))).collect()[0][0]
         writes.merge(
             landed,
             at(Table.GOLD_ALERTS_RT),

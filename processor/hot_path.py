@@ -96,7 +96,7 @@ def write_silver_batch(
             gold.device_minute_aggregates(events, settings.watermark),
             at(Table.GOLD_DEVICE_1M),
             TABLES[Table.GOLD_DEVICE_1M].key,
-            since=("window_start", held.earliest_hour_s),
+            since=("window_start", held.earliest_minute_s),
             update=gold.combine_device_minutes(),
             txn=(f"{query_id}:device_1m", batch_id),
             nonempty=True,

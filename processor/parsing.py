@@ -32,7 +32,7 @@ from common.contract import (
 from processor import avro_decoding
 from processor.bronze import KAFKA_META
 from processor.schema import EVENT_SCHEMA
-from processor.times import with_time
+from processor.times import since_floor_s, with_time
 
 CONTRACT_COLUMNS = tuple(f.name for f in FIELDS)
 
@@ -301,18 +301,17 @@ def batch_contents(parsed: DataFrame) -> DataFrame:
     """One row: how many rows of ``parsed`` are valid, invalid, and valid with undeclared fields.
 
     A micro-batch's writes that would be empty are then skipped, on one Spark job, which
-    also gives the start of the hour of the earliest valid event (``earliest_hour_s``,
-    epoch seconds; null without one): the bound of the batch's MERGE into the 1-minute
+    also gives the minute of the earliest valid event (``earliest_minute_s``, epoch
+    seconds; null without one): the bound of the batch's MERGE into the 1-minute
     windows (``writes.merge``'s ``since``), and the schema ids of its Avro records that
     no known schema decodes (``unknown_schema_ids``).
     """
     valid = F.col("reason").isNull()
-    earliest = F.min(F.when(valid, F.col("event_time")))
     return parsed.agg(
         F.count_if(valid).alias("valid"),
         F.count_if(~valid).alias("invalid"),
         F.count_if(valid & F.col(EXTRA_FIELDS).isNotNull()).alias("drifted"),
-        (F.floor(F.unix_seconds(earliest) / 3600) * 3600).alias("earliest_hour_s"),
+        since_floor_s(F.when(valid, F.col("event_time"))).alias("earliest_minute_s"),
         F.collect_set(
             F.when(
                 F.col("reason") == reasons.UNKNOWN_SCHEMA_ID,

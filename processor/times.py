@@ -1,4 +1,4 @@
-"""Processing times stamped on a micro-batch, and durations between two times.
+"""Processing times stamped on a micro-batch, durations, and the bound of a batch's MERGE.
 
 A processing time is joined in as data (``with_time``), never written into the plan as a
 constant, so that a query's generated code is the same from one micro-batch to the next.
@@ -41,3 +41,20 @@ def with_time(rows: DataFrame, name: str, now: datetime | None = None) -> DataFr
         raise ValueError("the processing time must be timezone-aware")
     stamp = rows.sparkSession.createDataFrame([(when,)], f"`{name}` timestamp")
     return rows.crossJoin(F.broadcast(stamp))
+
+
+# A MERGE's time bound is its batch's earliest time floored to this many seconds.
+SINCE_GRANULE_S = 60
+
+
+def since_floor_s(column: Column) -> Column:
+    """An aggregate: ``column``'s earliest value floored to the minute, in epoch seconds.
+
+    The ``since`` bound of a batch's MERGE (``processor.writes.merge``): only stored rows
+    from then on are read. A table with a row per device and minute (a million devices:
+    ten million rows an hour) is read from the batch's own minutes, not from the start of
+    the hour (``bench/merge_bound.py``). The bound is a constant in the MERGE's plan, so
+    its generated code is compiled again when the bound moves: at most once a minute,
+    not once a micro-batch (see ``with_time``).
+    """
+    return F.floor(F.unix_seconds(F.min(column)) / SINCE_GRANULE_S) * SINCE_GRANULE_S

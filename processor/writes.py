@@ -23,8 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.util import inheritable_thread_target
 
 from common.file_lock import locked
@@ -131,15 +130,6 @@ def _session_settings_held(spark: SparkSession) -> Iterator[None]:
         yield
 
 
-def hour_floor_s(column: str) -> Column:
-    """An aggregate: the start of the hour of ``column``'s earliest value, in epoch seconds.
-
-    A MERGE's ``since`` bound (``merge``): it changes once an hour, so the MERGE's
-    generated code stays the same from batch to batch (see ``has_rows``).
-    """
-    return F.floor(F.unix_seconds(F.min(column)) / 3600) * 3600  # whatever the session's zone
-
-
 def merge(
     source: DataFrame,
     path: str,
@@ -162,7 +152,7 @@ def merge(
         keys: Columns that identify a row.
         since: ``(column, epoch seconds)``: a timestamp column that a stored row shares
             with its match (a key, or a time every copy of the row has) and a time at or
-            before its earliest value in ``source`` (``hour_floor_s``): only stored rows
+            before its earliest value in ``source`` (``times.since_floor_s``): only stored rows
             from then on can match, so older files need not be read. A None time: no bound.
         update: A matched row's new values, as SQL over ``t`` (stored) and ``s`` (new)
             (``gold.combine_device_minutes``); None replaces every column, unless

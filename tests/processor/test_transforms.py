@@ -257,14 +257,15 @@ def test_batch_contents_counts_valid_invalid_and_drifted_rows_and_unknown_ids_in
     )
     assertDataFrameEqual(
         parsing.batch_contents(batch),
-        # The earliest valid event is at 10:59:59 (the invalid one at 07:59:59 does not count).
+        # The earliest valid event is at 10:59:59 (the invalid one at 07:59:59 does not
+        # count): its minute is 10:59.
         [Row(valid=3, invalid=4, drifted=1,
-             earliest_hour_s=int(datetime(2026, 3, 1, 10, tzinfo=UTC).timestamp()),
+             earliest_minute_s=int(datetime(2026, 3, 1, 10, 59, tzinfo=UTC).timestamp()),
              unknown_schema_ids=[42])],
     )  # fmt: skip
     assertDataFrameEqual(
         parsing.batch_contents(batch.limit(0)),
-        [Row(valid=0, invalid=0, drifted=0, earliest_hour_s=None, unknown_schema_ids=[])],
+        [Row(valid=0, invalid=0, drifted=0, earliest_minute_s=None, unknown_schema_ids=[])],
     )
 
 

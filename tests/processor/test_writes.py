@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import Row
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from processor import gold, writes
 from processor.tables import TableChange, ensure_table
+from processor.times import since_floor_s
 from tests.delta_log import commits
 
 
@@ -172,28 +174,30 @@ def test_a_merge_without_a_txn_replaces_or_keeps_matched_rows_and_inserts_new_on
     spark.createDataFrame(
         [("a", t0, 1, 0.5), ("b", early, 2, 0.5)], "id string, at timestamp, v long, old double"
     ).write.format("delta").save(path)
+    later = t0 + timedelta(seconds=25)
     rows = spark.createDataFrame(
-        [("a", t0.replace(minute=30), 10), ("b", t0, 20), ("c", t0, 30)],
+        [("a", t0.replace(minute=30), 10), ("b", later, 20), ("c", later, 30)],
         "id string, at timestamp, v long",
     )
-    hour = int(t0.replace(minute=0, tzinfo=UTC).timestamp())  # the session's zone is UTC
-    assert rows.agg(writes.hour_floor_s("at")).collect()[0][0] == hour
+    # The earliest time, 05:10:25, floored to its minute: a's stored row at 05:10:00 can match.
+    minute = int(t0.replace(tzinfo=UTC).timestamp())  # the session's zone is UTC
+    assert rows.agg(since_floor_s(F.col("at"))).collect()[0][0] == minute
 
     def stored() -> list[tuple]:
         return sorted(tuple(r) for r in spark.read.format("delta").load(path).collect())
 
-    writes.merge(rows, path, ("id",), since=("at", hour), keep_existing=True)
-    # b's stored row is from 04:10, before the batch's hour: not matched, so inserted.
-    kept = [("a", t0, 1, 0.5), ("b", early, 2, 0.5), ("b", t0, 20, None), ("c", t0, 30, None)]
+    writes.merge(rows, path, ("id",), since=("at", minute), keep_existing=True)
+    # b's stored row is from 04:10, before the batch's minute: not matched, so inserted.
+    kept = [("a", t0, 1, 0.5), ("b", early, 2, 0.5), ("b", later, 20, None), ("c", later, 30, None)]
     assert stored() == kept
-    writes.merge(rows, path, ("id",), since=("at", hour))
-    writes.merge(rows, path, ("id",), since=("at", hour))  # the same again: no change
+    writes.merge(rows, path, ("id",), since=("at", minute))
+    writes.merge(rows, path, ("id",), since=("at", minute))  # the same again: no change
     replaced = [("a", t0.replace(minute=30), 10, None), ("b", early, 2, 0.5),
-                ("b", t0, 20, None), ("c", t0, 30, None)]  # fmt: skip
+                ("b", later, 20, None), ("c", later, 30, None)]  # fmt: skip
     assert stored() == replaced
     # A batch whose ``since`` is all null has no bound: it still merges.
     none = spark.createDataFrame([("d", None, 40)], "id string, at timestamp, v long")
-    since = none.agg(writes.hour_floor_s("at")).collect()[0][0]
+    since = none.agg(since_floor_s(F.col("at"))).collect()[0][0]
     writes.merge(none, path, ("id",), since=("at", since), keep_existing=True)
     assert stored() == [*replaced, ("d", None, 40, None)]
 
@@ -218,7 +222,7 @@ def _add_minutes(spark, batch, path: str, batch_id: int) -> None:
     writes.merge(
         gold.device_minute_aggregates(batch, "1 minute"), path,
         ("device_id", "window_start"), update=gold.combine_device_minutes(),
-        txn=("q", batch_id), since=("window_start", batch.agg(writes.hour_floor_s("event_time"))
+        txn=("q", batch_id), since=("window_start", batch.agg(since_floor_s(F.col("event_time")))
                                     .collect()[0][0]),
     )  # fmt: skip
 
