@@ -140,6 +140,7 @@ def make_source(settings: ProducerSettings, *, worker: int = 0, workers: int = 1
         deterministic_ids=settings.deterministic_ids,
         rollout_share=settings.rollout_share,
         wire=wire,
+        jitter_s=settings.report_jitter_s,
     )
 
 
@@ -185,6 +186,7 @@ def manifest_header(settings: ProducerSettings, **extra: Any) -> dict[str, Any]:
         "clock_rate": settings.clock_rate,
         "rate": settings.rate,
         "rate_profile": settings.rate_profile,
+        "report_jitter_s": settings.report_jitter_s,
         "count": settings.count,
         "duration_s": settings.duration_s,
         "transport": settings.transport,

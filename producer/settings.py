@@ -84,6 +84,13 @@ class ProducerSettings(FleetSettings):
         description="Seconds between two readings of one device (e.g. 300: every 5 minutes); "
         "sets the rate to fleet_size / report_every_s, instead of --rate",
     )
+    report_jitter_s: float = Field(
+        0.0,
+        ge=0,
+        description="Each reading is made up to this many seconds before its turn (drawn per "
+        "reading): a device's interval varies by as much, and readings arrive as much out of "
+        "event-time order; keep it below the processor's watermark",
+    )
     rate_profile: str = Field(
         "constant",
         description="constant | ramp:FROM:TO:SECONDS | step:RATE@T,RATE@T,... | "

@@ -6,10 +6,12 @@ status moves between online, degraded and offline. The state of the whole fleet
 lives in numpy arrays and a reading is one step of one device.
 
 Readings go round-robin over the fleet: event ``k`` comes from device ``k % n`` at
-``clock.micros(k)``. The random numbers of a round (one reading per device) are drawn
-from a seeded ``numpy.random.Generator`` in device order, ``ROUND_CHUNK`` devices at a
-time, so the same fleet, seed and clock give the same readings however the stream is
-cut into batches, and a large fleet holds a chunk's numbers rather than a round's.
+``clock.micros(k)``, or up to ``jitter_us`` before it (drawn per reading), so that a
+device's interval varies as a real one's does. The random numbers of a round (one
+reading per device) are drawn from a seeded ``numpy.random.Generator`` in device order,
+``ROUND_CHUNK`` devices at a time, so the same fleet, seed and clock give the same
+readings however the stream is cut into batches, and a large fleet holds a chunk's
+numbers rather than a round's.
 
 Events are built from ``common.contract.FIELDS``: each field's value comes from the
 simulation when it models the field, else from the device's profile attribute of the
@@ -298,6 +300,7 @@ class FleetSimulation:
         *,
         deterministic_ids: bool = False,
         versions: Sequence[int] | np.ndarray | None = None,
+        jitter_us: int = 0,
     ) -> None:
         """Draw every device's initial state.
 
@@ -309,6 +312,10 @@ class FleetSimulation:
                 (else from ``os.urandom``).
             versions: The schema version each device sends (``firmware_rollout``);
                 default: the contract's oldest for all.
+            jitter_us: Each reading is made up to this many microseconds before its
+                turn, drawn uniformly per reading from a generator of its own (the other
+                draws are those of no jitter): a device's interval varies by up to as
+                much, and the stream is that much out of event-time order.
 
         """
         if not len(fleet):
@@ -329,6 +336,10 @@ class FleetSimulation:
         self.metrics = contract.METRIC_NAMES
         self._rng = np.random.default_rng([seed, 0])
         self._id_rng = np.random.default_rng([seed, 1]) if deterministic_ids else None
+        if jitter_us < 0:
+            raise ValueError("jitter_us: a reading is made before its turn, not after")
+        self._jitter_us = jitter_us
+        self._jitter_rng = np.random.default_rng([seed, 2]) if jitter_us else None
         # Each type's parameters, a row per type: a device's are its type's row.
         self._type = fleet.type_code
         self._type_has, self._type_baseline, self._type_amplitude, self._type_noise = (
@@ -386,6 +397,7 @@ class FleetSimulation:
                     rng.uniform(0.0, BATTERY_DRAIN_MAX, size),
                     rng.normal(0.0, 1.0, (size, m)),
                     rng.normal(0.0, 1.0, (size, m)),
+                    *(() if self._jitter_rng is None else (self._jitter_rng.random(size),)),
                 )
         for c in [c for c in self._chunks if c < first]:
             del self._chunks[c]
@@ -398,9 +410,14 @@ class FleetSimulation:
         )
         return tuple(x[a - base : b - base] for x in joined)
 
-    def _step(self, a: int, b: int, us: np.ndarray) -> None:
-        """Advance devices ``a .. b - 1`` by one reading each, at times ``us``."""
-        u, drain, drift_step, walk_step = self._draws(a, b)
+    def _step(self, a: int, b: int, turns: np.ndarray) -> np.ndarray:
+        """Advance devices ``a .. b - 1`` by one reading each, in turns at times ``turns``.
+
+        Returns:
+            The readings' times: their turns, less each one's jitter.
+        """
+        u, drain, drift_step, walk_step, *jitter = self._draws(a, b)
+        us = turns - (jitter[0] * self._jitter_us).astype(np.int64) if jitter else turns
         self._seq[a:b] += 1
         status = self._status[a:b]
         new = status.copy()
@@ -428,29 +445,32 @@ class FleetSimulation:
         )
         values = self._values[a:b]
         self._values[a:b] = values + MEAN_REVERSION * (target - values) + walk_step * noise
+        return us
 
     def next(self, n: int) -> Readings:
         """Advance the simulation by ``n`` readings and return them."""
         size = len(self.fleet)
         ks = np.arange(self.k, self.k + n, dtype=np.int64)
-        us = self.clock.micros_at(ks)
+        turns = self.clock.micros_at(ks)
         dev = ks % size
         parts = []
         pos = 0
         while pos < n:
             a = int(dev[pos])
             b = min(size, a + n - pos)
-            self._step(a, b, us[pos : pos + b - a])
+            us = self._step(a, b, turns[pos : pos + b - a])
             seq, status = self._seq[a:b].copy(), self._status[a:b].copy()
             battery = np.where(self.battery_powered[a:b], np.round(self._battery[a:b], 3), np.nan)
             values = np.round(np.clip(self._values[a:b], self._low, self._high), 3)
             values[~self._type_has[self._type[a:b]]] = np.nan
-            parts.append((seq, status, battery, values))
+            parts.append((us, seq, status, battery, values))
             pos += b - a
         self.k += n
         if not parts:
-            parts.append((ks, ks.astype(np.int8), np.zeros(0), np.zeros((0, len(self.metrics)))))
-        seq, status, battery, values = (np.concatenate(c) for c in zip(*parts, strict=True))
+            parts.append(
+                (turns, ks, ks.astype(np.int8), np.zeros(0), np.zeros((0, len(self.metrics))))
+            )
+        us, seq, status, battery, values = (np.concatenate(c) for c in zip(*parts, strict=True))
         return Readings(ks, dev, seq, us, status, battery, values, self._ids(us))
 
     def _ids(self, us: np.ndarray) -> list[str]:

@@ -84,6 +84,7 @@ class SimulationSource:
         deterministic_ids: bool = False,
         rollout_share: float = 0.0,
         wire: WireFormat | None = None,
+        jitter_s: float = 0.0,
     ) -> None:
         """Set up one worker's simulation and injectors.
 
@@ -99,6 +100,7 @@ class SimulationSource:
             rollout_share: Share of the whole fleet that sends the contract's newest
                 schema version (``firmware_rollout``).
             wire: The payloads' format (default: JSON).
+            jitter_s: Each reading is made up to this many seconds before its turn.
 
         """
         devices = worker_slice(fleet, worker, workers)
@@ -111,6 +113,7 @@ class SimulationSource:
             own_clock,
             deterministic_ids=deterministic_ids,
             versions=worker_slice(versions, worker, workers),
+            jitter_us=round(jitter_s * 1_000_000),
         )
         self.events = EventBuilder(self.sim)
         self.anomalies = (

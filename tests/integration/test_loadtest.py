@@ -1,7 +1,7 @@
 """verify and loadtest on the real pipeline: producer -> broker -> processor -> Delta.
 
 1. A chaos-scenario run (duplicates, late and out-of-order readings, malformed
-   payloads, skewed clocks) sent as four shards, four producer processes with one
+   payloads, skewed clocks, readings jittered before their turns) sent as four shards, four producer processes with one
    start time into one topic, processed with ``available_now``: verify over the four
    manifests passes and accounts for every injected fault; then one bronze row
    deleted and one silver row doubled with delta-rs, and verify catches each.
@@ -20,9 +20,11 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import polars as pl
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from common.lake import Table
 from infra.broker import ensure_topic
 from infra.jars import ensure_jar_dir
 from loadtest.lake import read_lake, read_truth
@@ -64,6 +66,7 @@ def chaos_run(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
                 IOT_PRODUCER_SEED=str(SEED),
                 IOT_PRODUCER_START_TIME="2026-01-01T00:00:00Z",
                 IOT_PRODUCER_CLOCK_RATE="100",
+                IOT_PRODUCER_REPORT_JITTER_S="1",
                 IOT_PRODUCER_SHARD=f"{k}/{SHARDS}",
                 IOT_PRODUCER_START_AT=start_at,
                 IOT_PRODUCER_MANIFEST_PATH=str(manifests / f"manifest-{k}.jsonl"),
@@ -141,6 +144,17 @@ def test_verify_accounts_for_every_injected_fault(chaos_run: tuple[Path, Path]) 
     s = result.sequence
     assert s["ok"] and s["expected"] == s["actual"] > 0
     assert result.latency["stages"] == {}  # simulated clock
+    # The jitter (1 s against a device's 0.2 s turns) made readings before their turns:
+    # some device's later reading has the earlier time, which no fault does.
+    silver = pl.from_arrow(
+        DeltaTable(str(lake / Table.SILVER_EVENTS)).to_pyarrow_table(
+            columns=["device_id", "seq", "event_time"]
+        )
+    )
+    inverted = silver.sort("device_id", "seq").filter(
+        pl.col("event_time").diff().over("device_id").dt.total_microseconds() < 0
+    )
+    assert truth.header["run"]["report_jitter_s"] == 1.0 and inverted.height > 100
 
 
 def test_verify_catches_a_lost_and_a_duplicated_event(

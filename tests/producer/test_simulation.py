@@ -250,3 +250,41 @@ def test_index_at_is_the_first_event_at_or_after():
     assert clock.index_at(start_us + 250_001) == 2
     strided = StridedClock(clock, 2, 1)  # global events 1, 3, 5 ...
     assert strided.index_at(start_us + 250_001) == 1  # global 3 is the first at/after global 2
+
+
+def test_jitter_makes_each_reading_up_to_its_bound_before_its_turn_and_nothing_else_differs():
+    fleet, seed, jitter_us = build_fleet(10, 4), 4, 300_000
+    clock = simulated_clock(START, 10.0)  # each device's turn comes every second
+    plain = FleetSimulation(fleet, seed, clock, deterministic_ids=True).next(2000)
+    sim = FleetSimulation(fleet, seed, clock, deterministic_ids=True, jitter_us=jitter_us)
+    jittered = sim.next(2000)
+    # Each reading's own draw, in stream order (a round of 10 devices is one chunk).
+    early = (np.random.default_rng([seed, 2]).random(2000) * jitter_us).astype(np.int64)
+    np.testing.assert_array_equal(jittered.us, plain.us - early)
+    assert early.min() < 30_000 and early.max() > 270_000
+    np.testing.assert_array_equal(jittered.seq, plain.seq)
+    np.testing.assert_array_equal(jittered.status, plain.status)
+    # A device's interval now varies within its turn's second, plus or minus the jitter.
+    gaps = np.diff(jittered.us.reshape(200, 10), axis=0)
+    assert gaps.min() >= 700_000 and gaps.max() <= 1_300_000 and len(np.unique(gaps)) > 1000
+    # The event's time and its id's millisecond are the jittered time.
+    events = EventBuilder(sim).events(jittered)
+    assert [e["event_time"] for e in events[:3]] == time_texts(jittered.us[:3])
+    assert uuid.UUID(events[0]["event_id"]).int >> 80 == int(jittered.us[0]) // 1000
+
+
+@pytest.mark.parametrize("chunk", [3, 64])
+def test_a_jittered_stream_is_the_same_however_it_is_batched(monkeypatch, chunk):
+    monkeypatch.setattr(simulation, "ROUND_CHUNK", chunk)
+    fleet, clock = build_fleet(7, 5), simulated_clock(START, 50.0)
+    whole = _stream(fleet, 5, clock, (700,), 700, deterministic_ids=True, jitter_us=5_000_000)
+    parts = _stream(
+        fleet, 5, clock, (1, 5, 11, 3), 700, deterministic_ids=True, jitter_us=5_000_000
+    )
+    assert parts == whole
+    assert whole != _stream(fleet, 5, clock, (700,), 700, deterministic_ids=True)
+
+
+def test_a_negative_jitter_is_refused():
+    with pytest.raises(ValueError, match="jitter_us: a reading is made before its turn"):
+        FleetSimulation(build_fleet(2, 1), 1, simulated_clock(START, 1.0), jitter_us=-1)
