@@ -89,8 +89,8 @@ def site_windows(silver: DataFrame, s: ProcessorSettings) -> None:
     # Each window is replaced whole: a replayed batch needs no txn.
     writes.merge(
         touched,
-        at(Table.GOLD_SITE_TYPE_10M),
-        TABLES[Table.GOLD_SITE_TYPE_10M].key,
+        at(Table.GOLD_SITE_TYPE_WINDOWS),
+        TABLES[Table.GOLD_SITE_TYPE_WINDOWS].key,
         since=("window_start", since),
     )
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 from pyspark.sql import SparkSession
 
-from common.lake import TABLES, Query, Table, written_by
+from common.lake import RENAMED, TABLES, Query, Table, written_by
 from common.lake_settings import LakeSettings
 from processor.lake_files import LakeFiles
 from processor.tables import TableChange, delta_identifier, is_delta_table
@@ -66,6 +66,32 @@ def stateful_leftovers(lake: LakeSettings) -> dict[str, str]:
         for query in STATELESS
         if files.file_type(f"{lake.checkpoint(query)}/state") == "directory"
     }
+
+
+def renamed_leftovers(changes: Mapping[Table, TableChange], lake: LakeSettings) -> dict[str, str]:
+    """The queries whose table was just created under a new name beside its old one, with why.
+
+    A lake written by an earlier version holds the table under its old path
+    (``common.lake.RENAMED``): the query that writes it is rebuilt, so the new table
+    holds everything from silver on, as the old one did. The old folder stays (the
+    message says so): nothing reads or writes it any more.
+
+    Args:
+        changes: What ``ensure_table`` did, per table.
+        lake: Where the tables are.
+    """
+    files = LakeFiles(lake)
+    stale: dict[str, str] = {}
+    for old, table in RENAMED.items():
+        writer = TABLES[table].writer
+        if writer is None or not changes.get(table, TableChange()).created:
+            continue
+        if files.file_type(f"{lake.table(old)}/_delta_log") == "directory":
+            stale[writer] = (
+                f"{old} is now {table} and is written again from silver "
+                f"(delete {lake.table(old)} once nothing of yours reads it)"
+            )
+    return stale
 
 
 def stream_readers(query: Query | str) -> tuple[Query, ...]:

@@ -114,7 +114,7 @@ def table_frames(
         Table.SILVER_EVENTS: silver,
         Table.SILVER_QUARANTINE: quarantine_out(silver_all),
         Table.GOLD_DEVICE_1M: minutes,
-        Table.GOLD_SITE_TYPE_10M: gold.site_type_windows(
+        Table.GOLD_SITE_TYPE_WINDOWS: gold.site_type_windows(
             minutes, s.sliding_length, s.sliding_slide
         ),
         Table.GOLD_DEVICE_SESSIONS: gold.device_sessions(silver, "1 minute", s.session_gap),
@@ -171,8 +171,10 @@ def prepare_lake(
         settings: Processor settings.
         requested: Queries to reset as well (``python -m processor rebuild``).
     """
-    stale = evolution.stale_queries(ensure_tables(spark, settings))
+    changes = ensure_tables(spark, settings)
+    stale = evolution.stale_queries(changes)
     stale |= evolution.stateful_leftovers(settings.lake)
+    stale |= evolution.renamed_leftovers(changes, settings.lake)
     wanted = settings.query_names()
     for query in evolution.with_readers([*stale, *requested]):
         why = stale.get(query) or (

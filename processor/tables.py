@@ -46,10 +46,12 @@ class TableChange:
     Attributes:
         added: Columns the table gained (null in its rows so far).
         unwritten: Columns the table has and the query no longer writes (null in new rows).
+        created: The table did not exist: it was created, empty.
     """
 
     added: tuple[str, ...] = ()
     unwritten: tuple[str, ...] = ()
+    created: bool = False
 
 
 def ensure_table(
@@ -83,7 +85,7 @@ def ensure_table(
         empty.limit(0).write.format("delta").mode("ignore").options(**READER_TABLE_PROPERTIES).save(
             path
         )
-        return TableChange()
+        return TableChange(created=True)
     check_readable(path, storage_options)
     have = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema.fields}
     if retyped := [

@@ -35,7 +35,7 @@ def sliding_over_silver(silver: DataFrame, length: str, slide: str) -> DataFrame
 def background_gold(silver: DataFrame, settings: ProcessorSettings) -> dict[Table, DataFrame]:
     """device_status's three tables (status, fleet summary, sliding windows) over ``silver``."""
     return {
-        Table.GOLD_SITE_TYPE_10M: sliding_over_silver(
+        Table.GOLD_SITE_TYPE_WINDOWS: sliding_over_silver(
             silver, settings.sliding_length, settings.sliding_slide
         ),
         Table.GOLD_FLEET_SUMMARY: silver.groupBy("device_type").agg(

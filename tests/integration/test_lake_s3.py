@@ -122,7 +122,7 @@ def test_processor_writes_the_lake_on_s3_and_verify_and_dashboard_read_it(
         assert sum(summary["events"].to_pylist()) == COUNT
         assert sum(summary["devices"].to_pylist()) == FLEET
         windows = open_delta_table(
-            settings.table(Table.GOLD_SITE_TYPE_10M), settings.storage_options()
+            settings.table(Table.GOLD_SITE_TYPE_WINDOWS), settings.storage_options()
         ).to_pyarrow_table()
         assert sum(windows["events"].to_pylist()) == 2 * COUNT  # each minute in two windows
 

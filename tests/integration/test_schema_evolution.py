@@ -61,7 +61,7 @@ def _rows(lake: Path, table: Table) -> list[dict]:
 
 
 def _sliding(silver: list[dict], metrics: list[str], slide: timedelta = SLIDE) -> dict[tuple, dict]:
-    """site_type_10m recomputed: every 10-minute window sliding by ``slide`` with a reading."""
+    """site_type_windows recomputed: every 10-minute window sliding by ``slide`` with a reading."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     for row in silver:
@@ -82,10 +82,10 @@ def _sliding(silver: list[dict], metrics: list[str], slide: timedelta = SLIDE) -
 
 
 def _assert_windows_equal(lake: Path, expected: dict[tuple, dict]) -> None:
-    """gold/site_type_10m holds exactly ``expected``'s windows, with its values."""
+    """gold/site_type_windows holds exactly ``expected``'s windows, with its values."""
     got = {
         (r["window_start"].replace(tzinfo=UTC), r["site"], r["device_type"]): r
-        for r in _rows(lake, Table.GOLD_SITE_TYPE_10M)
+        for r in _rows(lake, Table.GOLD_SITE_TYPE_WINDOWS)
     }
     assert set(got) == set(expected)
     for key, agg in expected.items():
@@ -121,7 +121,7 @@ def test_a_field_and_a_metric_added_to_a_lake_in_use(
     process_available_now(v2_env, lake, log, FLEET, SEED)
     said = log.read_text()
     assert "silver/events: added the columns `site_zone` string, `signal_dbm` double" in said
-    assert "site_type_10m: added the columns `signal_dbm_avg` double" in said
+    assert "site_type_windows: added the columns `signal_dbm_avg` double" in said
     # Nothing is rebuilt: the sliding windows are rolled up from device_1m, with no state.
     assert "rebuilding" not in said
 

@@ -261,7 +261,7 @@ def _check_gold_beyond_device_1m(
             r["events"], r["devices"], r["temperature_c_avg"]
         )
         for r in read(
-            at(Table.GOLD_SITE_TYPE_10M),
+            at(Table.GOLD_SITE_TYPE_WINDOWS),
             ["site", "device_type", "window_start", "events", "devices", "temperature_c_avg"],
         )
     }  # fmt: skip

@@ -6,6 +6,7 @@ from common.lake import Query, Table, written_by
 from common.lake_settings import LakeSettings
 from processor.evolution import (
     REBUILDABLE,
+    renamed_leftovers,
     stale_queries,
     stateful_leftovers,
     stream_readers,
@@ -18,7 +19,7 @@ def test_only_queries_with_per_column_state_are_stale_and_each_says_why():
     changes = {
         Table.SILVER_EVENTS: TableChange(added=("signal_dbm",)),
         Table.GOLD_DEVICE_1M: TableChange(added=("signal_dbm_min", "signal_dbm_avg")),
-        Table.GOLD_SITE_TYPE_10M: TableChange(
+        Table.GOLD_SITE_TYPE_WINDOWS: TableChange(
             added=("signal_dbm_avg",), unwritten=("co2_ppm_avg",)
         ),
         Table.GOLD_FLEET_SUMMARY: TableChange(),
@@ -26,7 +27,7 @@ def test_only_queries_with_per_column_state_are_stale_and_each_says_why():
     # The sliding windows keep no state: device_status recomputes them from device_1m
     # (and empties them when it is rebuilt, so windows of an old slide do not linger).
     assert stale_queries(changes) == {}
-    assert Table.GOLD_SITE_TYPE_10M in written_by(Query.DEVICE_STATUS)
+    assert Table.GOLD_SITE_TYPE_WINDOWS in written_by(Query.DEVICE_STATUS)
     assert stale_queries({Table.GOLD_DEVICE_SESSIONS: TableChange(unwritten=("x",))}) == {
         Query.GOLD_DEVICE_SESSIONS: "its state keeps one aggregate per column of "
         "gold/device_sessions (column x no longer written)"
@@ -57,7 +58,7 @@ def test_a_rebuilt_query_brings_the_queries_that_stream_from_its_tables():
 def test_a_rebuild_empties_exactly_the_tables_its_query_writes():
     assert {q: written_by(q) for q in REBUILDABLE} == {
         Query.DEVICE_STATUS: (
-            Table.GOLD_SITE_TYPE_10M, Table.GOLD_DEVICE_STATUS, Table.GOLD_FLEET_SUMMARY,
+            Table.GOLD_SITE_TYPE_WINDOWS, Table.GOLD_DEVICE_STATUS, Table.GOLD_FLEET_SUMMARY,
         ),
         Query.GOLD_DEVICE_SESSIONS: (Table.GOLD_DEVICE_SESSIONS,),
         Query.ALERTS: (Table.GOLD_ALERTS, Table.GOLD_ALERT_CLEARS, Table.STATE_ALERT_DETECTOR),
@@ -75,3 +76,16 @@ def test_an_alerts_checkpoint_with_an_earlier_versions_state_is_rebuilt(tmp_path
         Query.ALERTS: "its checkpoint holds an earlier version's detector state (now a table)"
     }
     assert Query.ALERTS in REBUILDABLE
+
+
+def test_a_table_created_beside_its_old_name_rebuilds_its_writer(tmp_path):
+    lake = LakeSettings(root=str(tmp_path))
+    created = {Table.GOLD_SITE_TYPE_WINDOWS: TableChange(created=True)}
+    assert renamed_leftovers(created, lake) == {}  # a new lake: no old table
+    (tmp_path / "gold" / "site_type_10m" / "_delta_log").mkdir(parents=True)
+    assert renamed_leftovers(created, lake) == {
+        Query.DEVICE_STATUS: "gold/site_type_10m is now gold/site_type_windows and is written "
+        f"again from silver (delete {tmp_path}/gold/site_type_10m once nothing of yours reads it)"
+    }
+    # Found, not created: the table was rebuilt at an earlier start.
+    assert renamed_leftovers({Table.GOLD_SITE_TYPE_WINDOWS: TableChange()}, lake) == {}

@@ -8,7 +8,7 @@ import polars as pl
 from deltalake import DeltaTable, write_deltalake
 
 from common.fleet import build_fleet, fleet_identity
-from common.lake import Table
+from common.lake import Query, Table
 from processor import lake_setup
 from processor.schema import DEVICE_SCHEMA
 from processor.settings import ProcessorSettings
@@ -59,3 +59,25 @@ def test_the_dimension_is_the_fleet_built_in_tasks_and_rewritten_for_another_fle
     # OPTIMIZE did compact: its commit is the upkeep the check skipped.
     operations = [c["operation"] for c in DeltaTable(path).history()]
     assert "OPTIMIZE" in operations and "OPTIMIZE" in lake_setup.UPKEEP
+
+
+def test_a_lake_with_a_table_under_its_old_name_rebuilds_its_writer_once(spark, tmp_path, capsys):
+    s = _settings(tmp_path, 20)
+    old = Path(s.lake.table("gold/site_type_10m"))
+    write_deltalake(str(old), pl.DataFrame({"site": ["Oslo"]}).to_arrow())
+    status = Path(s.lake.checkpoint(Query.DEVICE_STATUS))
+    (status / "offsets").mkdir(parents=True)
+    lake_setup.prepare_lake(spark, s)
+    said = capsys.readouterr().err
+    assert (
+        "rebuilding device_status from its input: gold/site_type_10m is now "
+        f"gold/site_type_windows and is written again from silver (delete {old} once "
+        "nothing of yours reads it)"
+    ) in said
+    assert not status.exists()  # the query starts over, from all of silver
+    assert DeltaTable(s.lake.table(Table.GOLD_SITE_TYPE_WINDOWS)).version() == 0
+    assert pl.read_delta(str(old)).height == 1  # the old table is left as it was
+    # The next start finds the table under its new name: nothing to rebuild.
+    (status / "offsets").mkdir(parents=True)
+    lake_setup.prepare_lake(spark, s)
+    assert "rebuilding" not in capsys.readouterr().err and status.exists()
