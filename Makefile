@@ -90,8 +90,8 @@ test-compose: setup
 test-fast: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# ruff on the whole checkout, then mypy, strict on common/ and processor/ (pyproject.toml's
-# [tool.mypy] names them).
+# ruff on the whole checkout, then mypy, strict on the packages pyproject.toml's
+# [tool.mypy] names.
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

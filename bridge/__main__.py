@@ -7,7 +7,7 @@ from bridge.settings import BridgeSettings
 from common import cli
 from common.kafka import KafkaConnectionError
 from common.mqtt import MqttConnectionError
-from common.settings import add_settings_arguments, load_settings
+from common.settings import load_settings, service_parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,13 +18,11 @@ def main(argv: list[str] | None = None) -> int:
         unacknowledged; 2 on invalid settings.
 
     """
-    parser = cli.ArgumentParser(
-        prog="python -m bridge",
-        description="Forward device telemetry from an MQTT broker to Kafka / Event Hubs.",
-    )
-    parser.add_argument("--config", help="TOML settings file ([bridge], [mqtt], [kafka] tables)")
-    add_settings_arguments(parser, BridgeSettings)
-    args = parser.parse_args(argv)
+    args = service_parser(
+        BridgeSettings,
+        "python -m bridge",
+        "Forward device telemetry from an MQTT broker to Kafka / Event Hubs.",
+    ).parse_args(argv)
     try:
         settings = load_settings(BridgeSettings, args)
     except (ValueError, FileNotFoundError) as exc:

@@ -120,7 +120,8 @@ class MqttInbox:
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
-        props = Properties(PacketTypes.CONNECT)
+        # paho's Properties is not annotated.
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         props.SessionExpiryInterval = self.session_expiry_s
         props.ReceiveMaximum = self.receive_maximum
         return props

@@ -42,6 +42,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from common.cli import ArgumentParser
+
 CONFIG_FILE_ENV = "IOT_CONFIG_FILE"
 
 _config_file: ContextVar[Path | None] = ContextVar("_config_file", default=None)
@@ -392,6 +394,34 @@ def nested_settings(cls: type[Settings]) -> list[type[Settings]]:
         for info in cls.model_fields.values()
         if (nested := _nested_settings(info.annotation)) is not None
     ]
+
+
+def config_sections(cls: type[Settings]) -> list[str]:
+    """The TOML tables a settings file may hold for ``cls``: its own, then its sections'."""
+    out = [cls.config_section]
+    for info in cls.model_fields.values():
+        nested = _nested_settings(info.annotation)
+        if nested is not None:
+            out += [s for s in config_sections(nested) if s not in out]
+    return out
+
+
+def service_parser(
+    cls: type[Settings], prog: str, description: str, epilog: str | None = None
+) -> ArgumentParser:
+    """A service's command line: ``--config FILE`` and one flag per setting of ``cls``.
+
+    Args:
+        cls: The service's settings.
+        prog: The command, e.g. ``python -m bridge``.
+        description: One line for ``--help``.
+        epilog: Text after the options in ``--help``.
+    """
+    parser = ArgumentParser(prog=prog, description=description, epilog=epilog)
+    tables = ", ".join(f"[{s}]" for s in config_sections(cls))
+    parser.add_argument("--config", help=f"TOML settings file ({tables} tables)")
+    add_settings_arguments(parser, cls)
+    return parser
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[Settings]) -> None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import os
 import re
 import secrets
@@ -48,7 +47,7 @@ from common import cli
 from common.file_lock import locked
 from common.kafka import EVENTHUBS_USERNAME, LIBRDKAFKA_LOG
 from common.kafka_settings import KafkaSettings
-from infra import daemons
+from infra import daemon_cli, daemons
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import state_dir
 from infra.tls import TlsFiles, ensure_tls
@@ -282,7 +281,7 @@ def ensure_topic(
     """
     admin = _admin_client(bootstrap, client_config)
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.cimpl import NewTopic  # what confluent_kafka.admin re-exports
 
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor)],
@@ -576,9 +575,10 @@ def _admin_client(bootstrap: str, extra: Mapping[str, Any] | None = None) -> Any
         ) from exc
     # log_level 0 keeps librdkafka from printing connection errors while we poll; what
     # it logs still goes to the log file (LIBRDKAFKA_LOG), not the terminal.
-    return AdminClient(
-        {"bootstrap.servers": bootstrap, "log_level": 0, "logger": LIBRDKAFKA_LOG, **(extra or {})}
-    )
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, "log_level": 0, "logger": LIBRDKAFKA_LOG, **(extra or {})
+    }  # fmt: skip
+    return AdminClient(config)
 
 
 def _wait_for_leaders(admin: Any, name: str, timeout: float) -> None:
@@ -719,16 +719,24 @@ def export_line(info: BrokerInfo) -> str:
     return "  export " + " ".join(f"{k}={v}" for k, v in info.env.items())
 
 
+def _cli_daemon() -> daemon_cli.Daemon[BrokerInfo]:
+    """This daemon for the shared commands (built per call: tests replace ``status``)."""
+    return daemon_cli.Daemon(
+        prog="python -m infra.broker",
+        description="Run the local Kafka broker.",
+        default_dir=default_data_dir,
+        dir_help="broker data dir (default: <state dir>/broker)",
+        name="the broker",
+        status=status,
+        stop=stop,
+        describe=describe,
+        errors=(BrokerError,),
+    )
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.ArgumentParser(
-        prog="python -m infra.broker", description="Run the local Kafka broker."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--data-dir", type=Path, default=None, help="broker data dir (default: <state dir>/broker)"
-    )
-    start_p = sub.add_parser("start", parents=[common], help="start the broker")
+    p = daemon_cli.parsers(_cli_daemon())
+    start_p = p.start
     start_p.add_argument(
         "--foreground", action="store_true", help="stay attached; Ctrl+C stops the broker"
     )
@@ -737,18 +745,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     start_p.add_argument("--sasl-ssl-port", type=int, help=f"SASL_SSL listener ({remembered})")
     start_p.add_argument("--controller-port", type=int, help=f"KRaft controller ({remembered})")
     start_p.add_argument("--quiet", action="store_true", help="no progress lines")
-    stop_p = sub.add_parser("stop", parents=[common], help="stop the broker")
-    stop_p.add_argument(
+    p.stop.add_argument(
         "--all", action="store_true",
         help="stop every broker under the state dir (the demo's, rehearsals', load tests'); "
         "not with --data-dir",
     )  # fmt: skip
-    status_p = sub.add_parser("status", parents=[common], help="is the broker running?")
-    status_p.add_argument("--json", action="store_true", help="print the status as JSON")
-    topic_p = sub.add_parser("topic", parents=[common], help="create a topic unless it exists")
+    topic_p = p.commands.add_parser(
+        "topic", parents=[p.folder], help="create a topic unless it exists"
+    )
     topic_p.add_argument("name")
     topic_p.add_argument("--partitions", type=int, default=3, help="partitions (default 3)")
-    return parser.parse_args(argv)
+    return p.root.parse_args(argv)
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
@@ -787,20 +794,6 @@ def _stay_attached(info: BrokerInfo) -> int:
     return 1
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
-    info = status(args.data_dir)
-    if args.json:
-        payload = {"running": info is not None}
-        if info is not None:
-            payload |= {k: str(v) if isinstance(v, Path) else v for k, v in asdict(info).items()}
-        print(json.dumps(payload, indent=2))
-    elif info is None:
-        print(f"stopped (data dir {_Layout(args.data_dir or default_data_dir()).root})")
-    else:
-        print(describe(info))
-    return 0 if info is not None else 3
-
-
 def _cmd_topic(args: argparse.Namespace) -> int:
     info = status(args.data_dir)
     if info is None:
@@ -831,17 +824,9 @@ def main(argv: list[str] | None = None) -> int:
         0 on success; 1 on errors; 3 for ``status`` when the broker is stopped.
     """
     args = _parse_args(argv)
-    handlers = {
-        "start": _cmd_start,
-        "stop": _cmd_stop,
-        "status": _cmd_status,
-        "topic": _cmd_topic,
-    }
-    try:
-        return handlers[args.command](args)
-    except BrokerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return daemon_cli.run(
+        _cli_daemon(), args, {"start": _cmd_start, "stop": _cmd_stop, "topic": _cmd_topic}
+    )
 
 
 if __name__ == "__main__":

@@ -145,17 +145,30 @@ def running_state(state_file: Path) -> dict[str, Any] | None:
     return state
 
 
+class DaemonError(RuntimeError):
+    """A daemon could not be stopped."""
+
+
 def stop_folder(folder: Path, timeout: float) -> bool:
     """Stop the daemon whose state file is ``folder/state.json``, under the folder's lock.
 
     Returns:
-        True if none is left running (also when the folder does not exist: none ran there).
+        True if a running daemon was stopped; False if none was running (also when the
+        folder does not exist: none ran there).
+
+    Raises:
+        DaemonError: It survived SIGKILL.
     """
     if not folder.is_dir():
-        return True
+        return False
     with locked(folder / ".lock"):
         state = running_state(folder / "state.json")
-        return True if state is None else terminate_group(int(state["pid"]), timeout)
+        if state is None:
+            return False
+        pid = int(state["pid"])
+        if not terminate_group(pid, timeout):
+            raise DaemonError(f"process {pid} survived SIGKILL; check it with 'ps -p {pid}'")
+        return True
 
 
 def remembered_port(state_file: Path, host: str, port: int | None = None) -> int:

@@ -12,18 +12,18 @@ broker killed with SIGKILL loses what came in since the last save.
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import cli
 from common.file_lock import locked
 from common.mqtt_settings import MqttSettings
-from infra import daemons
+from infra import daemon_cli, daemons
 from infra.paths import state_dir
 
 READY_TIMEOUT_S = 10.0
@@ -117,7 +117,7 @@ def config_text(
     )
 
 
-def _wait_listening(proc: subprocess.Popen, port: int, log: Path, timeout: float) -> None:
+def _wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: float) -> None:
     """Wait until ``proc`` (Mosquitto) listens on ``port``; raise if it exits or time is up."""
     deadline = time.monotonic() + timeout
     while not (daemons.accepts_connections("127.0.0.1", port, timeout=0.5) and proc.poll() is None):
@@ -235,38 +235,50 @@ def start(
 
 
 def stop(folder: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bool:
-    """Stop the broker on ``folder`` (it saves its database first); True if none is left."""
+    """Stop the broker on ``folder`` (it saves its database first); True if one was running."""
     return daemons.stop_folder((folder or default_state_dir()).resolve(), timeout)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m infra.mqtt_broker start|stop|status [--dir DIR] [--port PORT]``."""
-    parser = cli.ArgumentParser(
-        prog="python -m infra.mqtt_broker", description="A local Mosquitto MQTT broker."
+def describe(info: MqttBrokerInfo) -> str:
+    """Where a running broker listens, its ``export`` line for a shell, and its files."""
+    return "\n".join(
+        [
+            f"mosquitto running: pid {info.pid}, mqtt://{info.host}:{info.port}",
+            "  export " + " ".join(f"{k}={v}" for k, v in info.env.items()),
+            f"  state folder {info.state_dir}, log {info.log_file}",
+        ]
     )
-    parser.add_argument("command", choices=["start", "stop", "status"])
-    parser.add_argument("--dir", type=Path, help=f"state folder (default: {default_state_dir()})")
-    parser.add_argument("--port", type=int, help="listener port (default: a free one)")
-    args = parser.parse_args(argv)
-    if args.command == "start":
-        try:
-            info = start(args.dir, port=args.port)
-        except MqttBrokerError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(f"mosquitto running: pid {info.pid}, mqtt://{info.host}:{info.port}")
-        print("  export " + " ".join(f"{k}={v}" for k, v in info.env.items()))
-        print(f"  state folder {info.state_dir}, log {info.log_file}")
+
+
+def _cli_daemon() -> daemon_cli.Daemon[MqttBrokerInfo]:
+    """This daemon for the shared commands (built per call: tests replace ``status``)."""
+    return daemon_cli.Daemon(
+        prog="python -m infra.mqtt_broker",
+        description="A local Mosquitto MQTT broker.",
+        default_dir=default_state_dir,
+        dir_help="state folder (default: <state dir>/mqtt-broker)",
+        name="the broker",
+        status=status,
+        stop=stop,
+        describe=describe,
+        errors=(
+            MqttBrokerError,
+            daemons.DaemonError,
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m infra.mqtt_broker start|stop|status [--data-dir DIR] [--port PORT]``."""
+    p = daemon_cli.parsers(_cli_daemon())
+    p.start.add_argument("--port", type=int, help="listener port (default: a free one)")
+
+    def _start(args: argparse.Namespace) -> int:
+        print(describe(start(args.data_dir, port=args.port)))
         return 0
-    if args.command == "stop":
-        return 0 if stop(args.dir) else 1
-    info = status(args.dir)
-    if info is None:
-        print("mosquitto is not running")
-        return 1
-    print(f"mosquitto running: {asdict(info)}")
-    return 0
+
+    return daemon_cli.run(_cli_daemon(), p.root.parse_args(argv), {"start": _start})
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli.run(main, "mqtt-broker")

@@ -13,25 +13,25 @@ schema again on first use (``IOT_SCHEMA_REGISTRY_AUTO_REGISTER``).
 
 Command line::
 
-    python -m infra.schema_registry start [--dir DIR] [--port PORT]
-    python -m infra.schema_registry status|stop [--dir DIR]
+    python -m infra.schema_registry start [--data-dir DIR] [--port PORT]
+    python -m infra.schema_registry status|stop [--data-dir DIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import cli
 from common.file_lock import locked
 from common.registry_settings import CCOMPAT_PATH, RegistrySettings
-from infra import daemons
+from infra import daemon_cli, daemons
 from infra.jars import JarResolutionError, bundle_dir, ensure_jars
 from infra.paths import state_dir
 
@@ -192,39 +192,47 @@ def start(
 
 
 def stop(folder: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bool:
-    """Stop the registry on ``folder``; True if none is left."""
+    """Stop the registry on ``folder``; True if one was running."""
     return daemons.stop_folder((folder or default_state_dir()).resolve(), timeout)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m infra.schema_registry start|stop|status [--dir DIR] [--port PORT]``."""
-    parser = cli.ArgumentParser(
+def describe(info: RegistryInfo) -> str:
+    """Where a running registry answers, its ``export`` line for a shell, and its files."""
+    return "\n".join(
+        [
+            f"schema registry running: pid {info.pid}, {info.url} ({COMPATIBILITY})",
+            "  export " + " ".join(f"{k}={v}" for k, v in info.env.items()),
+            f"  state folder {info.state_dir}, log {info.log_file}",
+        ]
+    )
+
+
+def _cli_daemon() -> daemon_cli.Daemon[RegistryInfo]:
+    """This daemon for the shared commands (built per call: tests replace ``status``)."""
+    return daemon_cli.Daemon(
         prog="python -m infra.schema_registry",
         description="A local schema registry (Apicurio Registry, Confluent-compatible API).",
+        default_dir=default_state_dir,
+        dir_help="state folder (default: <state dir>/schema-registry)",
+        name="the registry",
+        status=status,
+        stop=stop,
+        describe=describe,
+        errors=(RegistryError, daemons.DaemonError, urllib.error.URLError),
     )
-    parser.add_argument("command", choices=["start", "stop", "status"])
-    parser.add_argument("--dir", type=Path, help=f"state folder (default: {default_state_dir()})")
-    parser.add_argument("--port", type=int, help="HTTP port (default: a free one)")
-    args = parser.parse_args(argv)
-    if args.command == "start":
-        try:
-            info = start(args.dir, port=args.port)
-        except (RegistryError, urllib.error.URLError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(f"schema registry running: pid {info.pid}, {info.url} ({COMPATIBILITY})")
-        print("  export " + " ".join(f"{k}={v}" for k, v in info.env.items()))
-        print(f"  state folder {info.state_dir}, log {info.log_file}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m infra.schema_registry start|stop|status [--data-dir DIR] [--port PORT]``."""
+    p = daemon_cli.parsers(_cli_daemon())
+    p.start.add_argument("--port", type=int, help="HTTP port (default: a free one)")
+
+    def _start(args: argparse.Namespace) -> int:
+        print(describe(start(args.data_dir, port=args.port)))
         return 0
-    if args.command == "stop":
-        return 0 if stop(args.dir) else 1
-    info = status(args.dir)
-    if info is None:
-        print("the schema registry is not running")
-        return 1
-    print(f"schema registry running: {asdict(info)}")
-    return 0
+
+    return daemon_cli.run(_cli_daemon(), p.root.parse_args(argv), {"start": _start})
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli.run(main, "schema-registry")

@@ -45,7 +45,7 @@ from typing import Any
 from common import cli
 from common.file_lock import locked
 from common.lake_settings import LakeSettings
-from infra import daemons
+from infra import daemon_cli, daemons
 from infra.paths import PROJECT_ROOT, state_dir
 
 DIR_ENV = "IOT_SPARK_CLUSTER_DIR"
@@ -178,7 +178,8 @@ def start(
             state = {"master": asdict(master), "workers": {}}
             daemons.write_state(layout.state_file, state)
             say(f"master starting on spark://{HOST}:{master.port} (pid {master.pid})")
-        known = state.get("workers") if isinstance(state.get("workers"), dict) else {}
+        recorded = state.get("workers")
+        known: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
         running: dict[int, Daemon] = {}
         for number in range(1, workers + 1):
             daemon = _daemon(known.get(str(number)), WORKER_CLASS, layout)
@@ -423,7 +424,8 @@ def _last_error(log: Path) -> str:
 
 def _stop_workers(layout: _Layout, state: dict[str, Any], timeout: float) -> bool:
     """Stop the workers recorded in ``state`` that still run; whether there were any."""
-    known = state.get("workers") if isinstance(state.get("workers"), dict) else {}
+    recorded = state.get("workers")
+    known: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     stopped = False
     for number, raw in sorted(known.items()):
         daemon = _daemon(raw, WORKER_CLASS, layout)
@@ -453,7 +455,8 @@ def _info(layout: _Layout) -> ClusterInfo | None:
     master = _daemon(state.get("master"), MASTER_CLASS, layout)
     if master is None:
         return None
-    known = state.get("workers") if isinstance(state.get("workers"), dict) else {}
+    recorded = state.get("workers")
+    known: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     workers = {int(n): _daemon(raw, WORKER_CLASS, layout) for n, raw in known.items()}
     view = _master_json(master) or {}
     alive = _alive_worker_ports(view)
@@ -510,41 +513,45 @@ def describe(info: ClusterInfo) -> str:
     return "\n".join(lines)
 
 
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.ArgumentParser(
+def _cli_daemon() -> daemon_cli.Daemon[ClusterInfo]:
+    """This daemon for the shared commands (built per call: tests replace ``status``)."""
+    return daemon_cli.Daemon(
         prog="python -m infra.spark_cluster",
         description="Run a local Spark standalone cluster (a master and workers).",
+        default_dir=default_data_dir,
+        dir_help=f"the cluster's data dir (default: ${DIR_ENV}, else <state dir>/spark-cluster)",
+        name="the cluster",
+        status=status,
+        stop=stop,
+        describe=describe,
+        errors=(ClusterError,),
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--data-dir", type=Path, default=None,
-        help=f"the cluster's data dir (default: ${DIR_ENV}, else <state dir>/spark-cluster)",
-    )  # fmt: skip
-    start_p = sub.add_parser("start", parents=[common], help="start what is not running")
-    start_p.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="workers (2)")
-    start_p.add_argument(
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = daemon_cli.parsers(_cli_daemon())
+    p.start.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="workers (2)")
+    p.start.add_argument(
         "--worker-cores", type=int, default=DEFAULT_CORES, help="cores per worker (1)"
     )
-    start_p.add_argument(
+    p.start.add_argument(
         "--worker-memory", default=DEFAULT_MEMORY, help="executor memory per worker (1g)"
     )
-    start_p.add_argument("--quiet", action="store_true", help="no progress lines")
-    sub.add_parser("stop", parents=[common], help="stop the workers and the master")
-    status_p = sub.add_parser("status", parents=[common], help="is the cluster running?")
-    status_p.add_argument("--json", action="store_true", help="print the status as JSON")
-    sub.add_parser("url", parents=[common], help="print the master URL (spark://...)")
-    sub.add_parser(
+    p.start.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.commands.add_parser("url", parents=[p.folder], help="print the master URL (spark://...)")
+    p.commands.add_parser(
         "jars",
         help="print the connector jars, comma-separated, for --jars (with S3A when "
         f"{LakeSettings.env_name('root')} is on S3)",
     )
-    package_p = sub.add_parser("package", parents=[common], help="zip the code for --py-files")
+    package_p = p.commands.add_parser(
+        "package", parents=[p.folder], help="zip the code for --py-files"
+    )
     package_p.add_argument(
         "--out", type=Path, default=None,
         help=f"the zip, or a folder for {APP_ZIP} (default: <data dir>/{APP_ZIP})",
     )  # fmt: skip
-    return parser.parse_args(argv)
+    return p.root.parse_args(argv)
 
 
 def _require(data_dir: Path | None) -> ClusterInfo:
@@ -565,20 +572,6 @@ def _cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
-    info = status(args.data_dir)
-    if args.json:
-        payload: dict[str, Any] = {"running": info is not None}
-        if info is not None:
-            payload |= json.loads(json.dumps(asdict(info), default=str))
-        print(json.dumps(payload, indent=2))
-    elif info is None:
-        print(f"stopped (data dir {_Layout(args.data_dir or default_data_dir()).root})")
-    else:
-        print(describe(info))
-    return 0 if info is not None else 3
-
-
 def _cmd_url(args: argparse.Namespace) -> int:
     print(_require(args.data_dir).url)
     return 0
@@ -596,31 +589,14 @@ def _cmd_package(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_stop(args: argparse.Namespace) -> int:
-    print("stopped" if stop(args.data_dir) else "not running")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m infra.spark_cluster``.
 
     Returns:
         0 on success; 1 on errors; 3 for ``status`` when the cluster is stopped.
     """
-    args = _parse_args(argv)
-    handlers = {
-        "start": _cmd_start,
-        "stop": _cmd_stop,
-        "status": _cmd_status,
-        "url": _cmd_url,
-        "jars": _cmd_jars,
-        "package": _cmd_package,
-    }
-    try:
-        return handlers[args.command](args)
-    except ClusterError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    handlers = {"start": _cmd_start, "url": _cmd_url, "jars": _cmd_jars, "package": _cmd_package}
+    return daemon_cli.run(_cli_daemon(), _parse_args(argv), handlers)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from common import cli
 from common.kafka import KafkaConnectionError, check_connection, librdkafka_config
-from common.settings import SettingsError, add_settings_arguments, load_settings
+from common.settings import SettingsError, load_settings, service_parser
 from common.stop_signals import StopFlag, stopped_by_signals
 from notifier.deadletter import DeadLetterError
 from notifier.destinations import DestinationsError
@@ -29,13 +29,11 @@ log = logging.getLogger(__name__)
 
 def main(argv: list[str] | None = None) -> int:
     """Run the notifier; returns the exit code."""
-    parser = cli.ArgumentParser(
-        prog="python -m notifier",
-        description="Deliver the real-time alerts topic to webhook, Teams and Slack destinations.",
-    )
-    parser.add_argument("--config", help="TOML settings file ([notifier] and [kafka] tables)")
-    add_settings_arguments(parser, NotifierSettings)
-    args = parser.parse_args(argv)
+    args = service_parser(
+        NotifierSettings,
+        "python -m notifier",
+        "Deliver the real-time alerts topic to webhook, Teams and Slack destinations.",
+    ).parse_args(argv)
     try:
         settings = load_settings(NotifierSettings, args)
         destinations = settings.destination_list()

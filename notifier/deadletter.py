@@ -26,7 +26,7 @@ class DeadLetterError(RuntimeError):
 class Producer(Protocol):
     """The part of ``confluent_kafka.Producer`` dead letters use."""
 
-    def produce(self, topic: str, value: bytes, key: bytes, on_delivery: Any) -> None:
+    def produce(self, topic: str, *, value: bytes, key: bytes, on_delivery: Any) -> None:
         """Queue one record."""
         ...
 

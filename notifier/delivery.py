@@ -82,7 +82,7 @@ def classify(status: int, reason: str, retry_after: str | None = None) -> Answer
 
 def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
     """The wait after failed attempt ``attempt`` (1-based): base, 2x, 4x ... up to cap."""
-    return min(cap_s, base_s * 2 ** (attempt - 1))
+    return float(min(cap_s, base_s * 2 ** (attempt - 1)))
 
 
 def scrub(text: str, fragments: Sequence[str]) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -40,7 +41,7 @@ class Pending:
     destination: str
     key: str
     body: bytes
-    records: list[dict]
+    records: list[dict[str, Any]]
     alert_ids: list[str]
 
 
@@ -102,7 +103,12 @@ class Ledger:
         )
 
     def begin(
-        self, destination: str, key: str, body: bytes, records: Sequence[dict], ids: Sequence[str]
+        self,
+        destination: str,
+        key: str,
+        body: bytes,
+        records: Sequence[dict[str, Any]],
+        ids: Sequence[str],
     ) -> None:
         """Put a message in the outbox before it is POSTed."""
         now = _now()

@@ -13,7 +13,7 @@ from common import cli
 from common.jars import ConnectorJarsMissingError
 from common.lake import Query, Table
 from common.registry_settings import subject_of
-from common.settings import add_settings_arguments, load_settings
+from common.settings import load_settings, service_parser
 from processor import health, realtime_app, writer_schemas
 from processor.checkpoints import CheckpointSourcesError
 from processor.evolution import REBUILDABLE
@@ -310,9 +310,10 @@ def _close(spark: SparkSession, queries: list[StreamingQuery], listener: Metrics
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, check what the run needs, and run the pipeline or a maintenance command."""
-    parser = cli.ArgumentParser(
-        prog="python -m processor",
-        description="Kafka -> bronze -> silver -> gold on Delta.",
+    parser = service_parser(
+        ProcessorSettings,
+        "python -m processor",
+        "Kafka -> bronze -> silver -> gold on Delta.",
         epilog=EPILOG,
     )
     parser.add_argument(
@@ -328,10 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         "targets", nargs="*", metavar="QUERY",
         help=f"with rebuild: the queries to rebuild ({', '.join(REBUILDABLE)})",
     )  # fmt: skip
-    parser.add_argument("--config", help="TOML settings file ([processor], [kafka], [lake])")
     # Started by a run as its real-time app: stopped by the run's SIGTERM, not by Ctrl-C.
     parser.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
-    add_settings_arguments(parser, ProcessorSettings)
     args = parser.parse_args(argv)
     if (args.command == "rebuild") != bool(args.targets):
         parser.error("name the queries to rebuild after rebuild, and only then")

@@ -12,7 +12,7 @@ from common import cli
 from common.kafka import KafkaConnectionError, TokenCredential, check_connection, redact
 from common.mqtt import MqttConnectionError
 from common.mqtt_settings import MqttSettings
-from common.settings import add_settings_arguments, load_settings
+from common.settings import load_settings, service_parser
 from producer.launch import (
     kafka_config,
     make_wire,
@@ -38,12 +38,9 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
         connection errors; 2 on invalid settings.
 
     """
-    parser = cli.ArgumentParser(
-        prog="python -m producer", description="Simulate a device fleet and publish telemetry."
-    )
-    parser.add_argument("--config", help="TOML settings file ([producer] and [kafka] tables)")
-    add_settings_arguments(parser, ProducerSettings)
-    args = parser.parse_args(argv)
+    args = service_parser(
+        ProducerSettings, "python -m producer", "Simulate a device fleet and publish telemetry."
+    ).parse_args(argv)
     try:
         settings = load_settings(ProducerSettings, args)
     except (ValidationError, ValueError, FileNotFoundError) as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from typing import Any
+from typing import Any, cast
 
 from common.kafka import KafkaConnectionError, TokenCredential
 from producer.settings import ProducerSettings
@@ -54,7 +54,7 @@ def make_credential(spec: str) -> TokenCredential:
             obj = obj()
         if not hasattr(obj, "get_token"):
             raise ValueError(f"{spec!r} is not a credential: it has no get_token(scope)")
-        return obj
+        return cast(TokenCredential, obj)
     import azure.identity
 
     name = ALIASES.get(spec.lower(), spec)
@@ -64,7 +64,7 @@ def make_credential(spec: str) -> TokenCredential:
             f"unknown Entra ID credential {spec!r}: use one of {', '.join(ALIASES)}, an "
             "azure.identity class name, or module:factory"
         )
-    return cls()
+    return cast(TokenCredential, cls())
 
 
 def check_token(credential: TokenCredential, scope: str, *, timeout_s: float = 12.0) -> None:

@@ -128,7 +128,10 @@ class Manifest:
                 return text[j * _ID_LEN : (j + 1) * _ID_LEN]
         else:
             flat = list(self._ids())
-            id_at = flat.__getitem__
+
+            def id_at(j: int) -> str:
+                return flat[j]
+
         seq = self._seq
         for i, device_id in enumerate(self.device_ids):
             ids = [id_at(j) for j in rows[i]]
@@ -157,7 +160,9 @@ class Manifest:
             out.append(rec)
         return out
 
-    def totals(self, faults: Sequence[dict[str, Any]], anomalies: Sequence[dict[str, Any]]) -> dict:
+    def totals(
+        self, faults: Sequence[dict[str, Any]], anomalies: Sequence[dict[str, Any]]
+    ) -> dict[str, Any]:
         """Counts for the header."""
         acked_events = len(self._seq) - sum(  # fmt: skip
             1 for eid in self._failed_first if not self._acked(eid)

@@ -39,7 +39,8 @@ def merge_reports(parts: Sequence[dict[str, Any]]) -> ProducerReport:
 
     def until_last(key: str) -> float:
         """Seconds from the first start to the last part's end of ``key`` seconds."""
-        return round(max(t + p[key] for t, p in zip(starts, parts, strict=True)) - min(starts), 3)
+        ends = [t + float(p[key]) for t, p in zip(starts, parts, strict=True)]
+        return round(max(ends) - min(starts), 3)
 
     duration, sending = until_last("duration_s"), until_last("send_s")
     sent = sum(p["sent"] for p in parts)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import numpy as np
 
@@ -100,19 +100,19 @@ def time_texts(us: np.ndarray) -> list[str]:
 class Clock(Protocol):
     """Event time of the ``k``-th event of a stream (``k`` from 0)."""
 
-    def __call__(self, k: int) -> datetime:
+    def __call__(self, k: int, /) -> datetime:
         """The event time as an aware datetime."""
         ...
 
-    def micros(self, k: int) -> int:
+    def micros(self, k: int, /) -> int:
         """The event time in microseconds since the Unix epoch (UTC)."""
         ...
 
-    def micros_at(self, ks: np.ndarray) -> np.ndarray:
+    def micros_at(self, ks: np.ndarray, /) -> np.ndarray:
         """The event times of the events ``ks``, in epoch microseconds."""
         ...
 
-    def index_at(self, us: int) -> int | None:
+    def index_at(self, us: int, /) -> int | None:
         """The first event index whose time is at or after ``us`` (None: not known)."""
         ...
 
@@ -453,7 +453,7 @@ class FleetSimulation:
         ks = np.arange(self.k, self.k + n, dtype=np.int64)
         turns = self.clock.micros_at(ks)
         dev = ks % size
-        parts = []
+        parts: list[tuple[np.ndarray, ...]] = []
         pos = 0
         while pos < n:
             a = int(dev[pos])
@@ -539,17 +539,17 @@ class EventBuilder:
         if name == "device_id":
             return sim.fleet.device_ids(r.dev)
         if name == "seq":
-            return r.seq.tolist()
+            return cast(list[Any], r.seq.tolist())
         if name == "event_time":
             return times
         if name == "schema_version":
-            return sim.versions[r.dev].tolist()
+            return cast(list[Any], sim.versions[r.dev].tolist())
         if name == "status":
-            return self._statuses[r.status].tolist()
+            return cast(list[Any], self._statuses[r.status].tolist())
         if name == "battery_pct":
-            return r.battery.tolist()
+            return cast(list[Any], r.battery.tolist())
         if name in sim.metrics:
-            return r.values[:, sim.metrics.index(name)].tolist()
+            return cast(list[Any], r.values[:, sim.metrics.index(name)].tolist())
         return _generic_column(f, sim.fleet, r, times)
 
     def event_dicts(self, r: Readings) -> Iterator[dict[str, Any]]:
@@ -564,7 +564,9 @@ class EventBuilder:
         return list(self.event_dicts(r))
 
 
-def _dict_constructor(every: Sequence[str], keys: Mapping[str, str]) -> Callable[..., dict]:
+def _dict_constructor(
+    every: Sequence[str], keys: Mapping[str, str]
+) -> Callable[..., dict[str, Any]]:
     """A function of one value per field in ``every`` that returns the dict of ``keys``.
 
     Args:
@@ -573,7 +575,8 @@ def _dict_constructor(every: Sequence[str], keys: Mapping[str, str]) -> Callable
     """
     params = ", ".join(f"v{i}" for i in range(len(every)))
     items = ", ".join(f"{keys[name]!r}: v{i}" for i, name in enumerate(every) if name in keys)
-    return eval(f"lambda {params}: {{{items}}}")  # keys are repr()s: no name is code
+    made: Callable[..., dict[str, Any]] = eval(f"lambda {params}: {{{items}}}")  # keys: repr()s
+    return made
 
 
 def firmware_rollout(fleet_size: int, seed: int, share: float) -> np.ndarray:

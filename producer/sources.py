@@ -32,8 +32,11 @@ S = TypeVar("S", Fleet, np.ndarray, list[Any])
 class Source(Protocol):
     """Batches of messages to send."""
 
-    device_ids: Sequence[str]
     generated: int
+
+    @property
+    def device_ids(self) -> Sequence[str]:
+        """The devices whose readings it sends."""
 
     def prepare(self) -> None:
         """Load what making the first batch needs, before the send loop's clock starts."""

@@ -168,7 +168,12 @@ class AvroFormat:
                 if registry.auto_register:
                     self.schema_ids[number] = client.register_schema(self.subject, schema)
                 else:
-                    self.schema_ids[number] = client.lookup_schema(self.subject, schema).schema_id
+                    found = client.lookup_schema(self.subject, schema).schema_id
+                    if found is None:
+                        raise WireFormatError(
+                            f"the schema registry gave no id for {self.subject} version {number}"
+                        )
+                    self.schema_ids[number] = found
             except SchemaRegistryError as exc:
                 raise WireFormatError(_refusal(client, self.subject, number, exc)) from None
             except Exception as exc:  # the HTTP client's own errors: unreachable, TLS, timeout

@@ -48,10 +48,10 @@ class _SharedStop(StopFlag):
     def is_set(self) -> bool:
         if self._stop.is_set() and self.reason is None:
             self.reason = "stop"
-        return self._stop.is_set()
+        return bool(self._stop.is_set())
 
     @property
-    def count(self) -> int:  # type: ignore[override]
+    def count(self) -> int:
         return 2 if self._hurry.is_set() else (1 if self._stop.is_set() else 0)
 
     @count.setter

@@ -117,7 +117,8 @@ def read_assembly(tarball: Path) -> dict[str, Any]:
         member = tar.extractfile("package/.jsii")
         if member is None:
             raise ValueError(f"{tarball} has no package/.jsii")
-        return json.load(member)
+        schema: dict[str, Any] = json.load(member)
+        return schema
 
 
 def main(argv: list[str] | None = None) -> int:

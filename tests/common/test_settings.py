@@ -418,3 +418,23 @@ def test_a_setting_the_auth_mode_does_not_use_is_refused_naming_both(
     done = run_cli("producer", "--count", "10", home=clean_env / "home", cwd=clean_env, env=env)
     assert (done.code, done.err) == (2, f"error: invalid settings: [kafka] {message}\n")
     assert "c2VjcmV0" not in done.err + done.out
+
+
+def test_each_services_config_help_names_every_table_its_settings_read():
+    from bridge.settings import BridgeSettings
+    from common.settings import config_sections, service_parser
+    from notifier.settings import NotifierSettings
+    from processor.settings import ProcessorSettings
+    from producer.settings import ProducerSettings
+
+    assert [config_sections(c) for c in (ProcessorSettings, ProducerSettings)] == [
+        ["processor", "kafka", "lake", "schema_registry"],
+        ["producer", "kafka", "mqtt", "schema_registry"],
+    ]
+    assert config_sections(BridgeSettings) == ["bridge", "mqtt", "kafka"]
+    assert config_sections(NotifierSettings) == ["notifier", "kafka"]
+    parser = service_parser(ProducerSettings, "python -m producer", "Simulate.")
+    help_text = " ".join(parser.format_help().split())
+    assert "TOML settings file ([producer], [kafka], [mqtt], [schema_registry] tables)" in help_text
+    args = parser.parse_args(["--config", "x.toml", "--rate", "5"])
+    assert args.config == "x.toml" and getattr(args, "producer.rate") == "5"

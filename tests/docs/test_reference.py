@@ -94,11 +94,17 @@ def test_the_help_texts_are_the_same_whatever_the_callers_environment(monkeypatc
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setenv("IOT_LAKE_ROOT", str(tmp_path / "lake"))
     helps = ref.command_helps(["infra.mqtt_broker"])
-    assert list(helps) == ["python -m infra.mqtt_broker"]
-    text = helps["python -m infra.mqtt_broker"]
-    assert "--dir DIR            state folder (default: <state dir>/mqtt-broker)\n" in text
+    assert list(helps) == [
+        "python -m infra.mqtt_broker",
+        *(f"python -m infra.mqtt_broker {c}" for c in ("start", "stop", "status")),
+    ]
+    text = helps["python -m infra.mqtt_broker start"]
+    assert (
+        "  --data-dir DIR, --dir DIR\n                        state folder (default: <state dir>/mqtt-broker)\n"
+        in text
+    )
     assert max(len(line) for line in text.splitlines()) <= ref.HELP_COLUMNS
-    block = f"## `python -m infra.mqtt_broker`\n\n```text\n{text.rstrip()}\n```\n"
+    block = f"### `python -m infra.mqtt_broker start`\n\n```text\n{text.rstrip()}\n```\n"
     assert block in _committed(ref.COMMANDS_PAGE)
 
 

@@ -96,7 +96,7 @@ def test_stopping_a_folder_that_never_held_a_daemon_stops_nothing_and_creates_no
     tmp_path,
 ) -> None:
     folder = tmp_path / "never-started"
-    assert daemons.stop_folder(folder, 1.0) is True
+    assert daemons.stop_folder(folder, 1.0) is False
     assert not folder.exists()
     folder.mkdir()
-    assert daemons.stop_folder(folder, 1.0) is True  # a folder without a state file
+    assert daemons.stop_folder(folder, 1.0) is False  # a folder without a state file
