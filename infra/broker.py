@@ -708,17 +708,6 @@ def describe(info: BrokerInfo) -> str:
     )
 
 
-def export_line(info: BrokerInfo) -> str:
-    """``  export IOT_KAFKA_BOOTSTRAP_SERVERS=host:port``: ``start``'s line for a shell.
-
-    The same form as ``infra.mqtt_broker``'s and ``infra.schema_registry``'s lines.
-
-    Args:
-        info: The running broker.
-    """
-    return "  export " + " ".join(f"{k}={v}" for k, v in info.env.items())
-
-
 def _cli_daemon() -> daemon_cli.Daemon[BrokerInfo]:
     """This daemon for the shared commands (built per call: tests replace ``status``)."""
     return daemon_cli.Daemon(
@@ -768,7 +757,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
     )
     print(describe(info), flush=True)
     # One line a shell can take: eval "$(python -m infra.broker start | grep '^  export ')".
-    print(export_line(info), flush=True)
+    print(daemon_cli.export_line(info.env), flush=True)
     if args.foreground:
         return _stay_attached(info)
     return 0

@@ -75,6 +75,15 @@ class Parsers:
     stop: cli.ArgumentParser
 
 
+def export_line(env: Mapping[str, str]) -> str:
+    """``  export NAME=value ...``: the line of ``start``'s output a shell takes.
+
+    ``eval "$(python -m infra.<daemon> start | grep '^  export ')"`` sets the variables
+    that point the services at the daemon.
+    """
+    return "  export " + " ".join(f"{k}={v}" for k, v in env.items())
+
+
 def parsers(daemon: Daemon[Any]) -> Parsers:
     """The command's parser with ``start``, ``stop`` and ``status``.
 

@@ -244,7 +244,7 @@ def describe(info: MqttBrokerInfo) -> str:
     return "\n".join(
         [
             f"mosquitto running: pid {info.pid}, mqtt://{info.host}:{info.port}",
-            "  export " + " ".join(f"{k}={v}" for k, v in info.env.items()),
+            daemon_cli.export_line(info.env),
             f"  state folder {info.state_dir}, log {info.log_file}",
         ]
     )
@@ -261,10 +261,7 @@ def _cli_daemon() -> daemon_cli.Daemon[MqttBrokerInfo]:
         status=status,
         stop=stop,
         describe=describe,
-        errors=(
-            MqttBrokerError,
-            daemons.DaemonError,
-        ),
+        errors=(MqttBrokerError, daemons.DaemonError),
     )
 
 

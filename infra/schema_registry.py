@@ -201,7 +201,7 @@ def describe(info: RegistryInfo) -> str:
     return "\n".join(
         [
             f"schema registry running: pid {info.pid}, {info.url} ({COMPATIBILITY})",
-            "  export " + " ".join(f"{k}={v}" for k, v in info.env.items()),
+            daemon_cli.export_line(info.env),
             f"  state folder {info.state_dir}, log {info.log_file}",
         ]
     )
