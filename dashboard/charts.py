@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import altair as alt
 import polars as pl
 
@@ -29,21 +31,23 @@ def utc_x(field: str, *, minutes: bool = False) -> alt.X:
 
     With ``minutes``, each value stands for its whole UTC minute (bars span it).
     """
-    extra = {"timeUnit": "utcyearmonthdatehoursminutes"} if minutes else {}
     return alt.X(
         f"{field}:T",
         title=TIME_TITLE,
         scale=alt.Scale(type="utc"),
         # At least a second between ticks: no tick lands on a fraction of a second.
         axis=alt.Axis(format=_UTC_LABELS, labelOverlap=True, tickMinStep=1000),
-        **extra,
+        timeUnit="utcyearmonthdatehoursminutes" if minutes else alt.Undefined,
     )
 
 
 def utc_tooltip(field: str, title: str, *, seconds: bool = False) -> alt.Tooltip:
     """A tooltip of a time as UTC ``HH:MM`` (``HH:MM:SS`` with ``seconds``)."""
-    unit = "utchoursminutesseconds" if seconds else "utchoursminutes"
-    return alt.Tooltip(f"{field}:T", timeUnit=unit, title=f"{title} (UTC)")
+    return alt.Tooltip(
+        f"{field}:T",
+        timeUnit="utchoursminutesseconds" if seconds else "utchoursminutes",
+        title=f"{title} (UTC)",
+    )
 
 
 def legend_below(title: str) -> alt.Legend:
@@ -74,24 +78,27 @@ def lines(
     axis = alt.Axis(format=y_format, tickMinStep=1) if y_format else alt.Axis()
     # Points only while few enough to read (and cheap to draw).
     points = alt.OverlayMarkDef(size=36, filled=False) if frame.height <= 240 else False
-    return (
-        alt.Chart(frame, title=title)
-        .mark_line(point=points, strokeWidth=2)
-        .encode(
-            x=utc_x(x),
-            y=alt.Y(f"{y}:Q", title=y_title, axis=axis),
-            color=alt.Color(f"{color}:N", legend=legend),
-            strokeDash=alt.StrokeDash(f"{color}:N", legend=legend),
-            shape=alt.Shape(f"{color}:N", legend=legend),
-            tooltip=[
-                utc_tooltip(x, "time", seconds=True),
-                alt.Tooltip(f"{color}:N", title=color.replace("_", " ")),
-                alt.Tooltip(f"{y}:Q", title=y_title, format=y_format or ",.2f"),
-            ],
-        )
-        # Room above the title: fitted to its height with the legend below, the
-        # chart's title was drawn partly above its frame.
-        .properties(height=HEIGHT, padding={"top": 12, "left": 5, "right": 5, "bottom": 5})
+    return cast(
+        alt.Chart,
+        (
+            alt.Chart(frame, title=title)
+            .mark_line(point=points, strokeWidth=2)
+            .encode(
+                x=utc_x(x),
+                y=alt.Y(f"{y}:Q", title=y_title, axis=axis),
+                color=alt.Color(f"{color}:N", legend=legend),
+                strokeDash=alt.StrokeDash(f"{color}:N", legend=legend),
+                shape=alt.Shape(f"{color}:N", legend=legend),
+                tooltip=[
+                    utc_tooltip(x, "time", seconds=True),
+                    alt.Tooltip(f"{color}:N", title=color.replace("_", " ")),
+                    alt.Tooltip(f"{y}:Q", title=y_title, format=y_format or ",.2f"),
+                ],
+            )
+            # Room above the title: fitted to its height with the legend below, the
+            # chart's title was drawn partly above its frame.
+            .properties(height=HEIGHT, padding={"top": 12, "left": 5, "right": 5, "bottom": 5})
+        ),
     )
 
 
@@ -102,7 +109,7 @@ def device_grid(grid: pl.DataFrame) -> alt.FacetChart:
     ``link`` column: clicking a device opens that URL (its Device page).
     """
     # Cells shrink as sites grow so that four sites fit side by side (26 px up to 7 a row).
-    per_row = int(grid["col"].max() or 0) + 1  # type: ignore[operator]
+    per_row = int(cast("int | None", grid["col"].max()) or 0) + 1
     cell = max(8, min(26, 200 // per_row))
     status_scale = alt.Scale(domain=list(STATUS_COLORS), range=list(STATUS_COLORS.values()))
     shape_scale = alt.Scale(domain=list(STATUS_SHAPES), range=list(STATUS_SHAPES.values()))
@@ -127,11 +134,12 @@ def device_grid(grid: pl.DataFrame) -> alt.FacetChart:
         )
         .properties(width=alt.Step(cell), height=alt.Step(cell))
     )
-    return cells.facet(
+    facets = cells.facet(
         facet=alt.Facet("site:N", title=None, header=alt.Header(labelFontSize=13)),
         columns=4,
         title="Devices by site (click one to open it)",
     )
+    return cast(alt.FacetChart, facets)
 
 
 def metric_band(
@@ -161,26 +169,29 @@ def metric_band(
             .mark_rule(color="#c62828", strokeDash=[6, 4])
             .encode(y="value:Q", tooltip=["threshold:N", "value:Q"])
         )
-    return alt.layer(*layers, title=title).properties(height=220)
+    return cast(alt.LayerChart, alt.layer(*layers, title=title).properties(height=220))
 
 
 def sessions_timeline(sessions: pl.DataFrame) -> alt.Chart:
     """Connectivity sessions as bars from start to end."""
-    return (
-        alt.Chart(sessions)
-        .mark_bar(height=18)
-        .encode(
-            x=utc_x("session_start"),
-            x2="session_end:T",
-            y=alt.Y("device_id:N", title=None),
-            tooltip=[
-                utc_tooltip("session_start", "start", seconds=True),
-                utc_tooltip("session_end", "end", seconds=True),
-                "events:Q",
-                alt.Tooltip("duration_s:Q", format=".0f"),
-            ],
-        )
-        .properties(height=110)
+    return cast(
+        alt.Chart,
+        (
+            alt.Chart(sessions)
+            .mark_bar(height=18)
+            .encode(
+                x=utc_x("session_start"),
+                x2="session_end:T",
+                y=alt.Y("device_id:N", title=None),
+                tooltip=[
+                    utc_tooltip("session_start", "start", seconds=True),
+                    utc_tooltip("session_end", "end", seconds=True),
+                    "events:Q",
+                    alt.Tooltip("duration_s:Q", format=".0f"),
+                ],
+            )
+            .properties(height=110)
+        ),
     )
 
 
@@ -210,7 +221,7 @@ def bars(frame: pl.DataFrame, x: str, y: str, *, title: str, color: str | None =
     if color is not None:
         name = color.split(":")[0]
         encoding["color"] = alt.Color(color, legend=legend_below(name.replace("_", " ")))
-    return chart.encode(**encoding).properties(height=height)
+    return cast(alt.Chart, chart.encode(**encoding).properties(height=height))
 
 
 def send_rate(per_second: pl.DataFrame) -> alt.LayerChart:
@@ -222,6 +233,5 @@ def send_rate(per_second: pl.DataFrame) -> alt.LayerChart:
         y=alt.Y("sent:Q", title="events / s"), tooltip=["second", "sent"]
     )
     target = base.mark_line(color="#c62828", strokeDash=[6, 4]).encode(y="target:Q")
-    return alt.layer(sent, target, title="Sent per second (dashed: target)").properties(
-        height=HEIGHT
-    )
+    layered = alt.layer(sent, target, title="Sent per second (dashed: target)")
+    return cast(alt.LayerChart, layered.properties(height=HEIGHT))

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import cast
 from urllib.parse import quote_plus, urlencode
 
 import numpy as np
@@ -109,12 +110,12 @@ class GoldParts:
 
 CUBE_KEYS = ("window_start", "device_type", "site")
 DEVICE_KEYS = ("device_id", "device_type", "site")
-_EMPTY_GOLD_SCHEMA = {
+_EMPTY_GOLD_SCHEMA: dict[str, pl.DataType] = {
     "window_start": pl.Datetime("us", "UTC"),
-    "device_id": pl.String,
-    "device_type": pl.String,
-    "site": pl.String,
-    "events": pl.Int64,
+    "device_id": pl.String(),
+    "device_type": pl.String(),
+    "site": pl.String(),
+    "events": pl.Int64(),
     "last_event_time": pl.Datetime("us", "UTC"),
 }
 
@@ -240,9 +241,7 @@ def overview_kpis(parts: GoldParts, now: datetime, active_minutes: int) -> Overv
         latest_window=cube["window_start"].max(),  # type: ignore[arg-type]
         # A device clock slightly ahead of the dashboard's reads as fresh, not negative.
         freshness_s=(
-            max(0.0, (now - newest).total_seconds())  # type: ignore[operator]
-            if newest is not None
-            else None
+            max(0.0, (now - cast(datetime, newest)).total_seconds()) if newest is not None else None
         ),
         metric_averages=averages,
     )

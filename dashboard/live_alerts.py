@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import polars as pl
 from confluent_kafka import (
@@ -218,6 +218,15 @@ class AlertConsumer(Protocol):
 ConsumerFactory = Callable[[dict[str, Any]], AlertConsumer]
 
 
+def kafka_consumer(config: dict[str, Any]) -> AlertConsumer:
+    """A ``confluent_kafka.Consumer``: the feed's default ``ConsumerFactory``.
+
+    The cast: confluent-kafka's stubs type the methods more narrowly than the protocol
+    states what the feed uses (the metadata and records it reads are ``Any`` there).
+    """
+    return cast(AlertConsumer, Consumer(config))
+
+
 class LiveFeed:
     """Follows the alerts topic on a daemon thread into an ``AlertBuffer``.
 
@@ -229,7 +238,7 @@ class LiveFeed:
         kafka: KafkaSettings,
         keep: int,
         *,
-        consumer_factory: ConsumerFactory = Consumer,
+        consumer_factory: ConsumerFactory = kafka_consumer,
         retry_s: float = 2.0,
         recheck_s: float = 10.0,
         timeout_s: float = 2.0,

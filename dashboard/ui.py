@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import polars as pl
 import streamlit as st
@@ -70,7 +70,7 @@ def alert_column_config() -> dict[str, object]:
     }
 
 
-def table(frame: pl.DataFrame, column_config: Mapping[str, object] | None = None) -> None:
+def table(frame: pl.DataFrame, column_config: Mapping[str, Any] | None = None) -> None:
     """A table as every page shows one: no index, a missing value as a blank cell."""
     st.dataframe(frame, hide_index=True, column_config=dict(column_config or {}), placeholder="")
 
@@ -400,12 +400,13 @@ def initial(key: str, fallback: T, valid: Callable[[T], bool] | None = None) -> 
     never written, so the frontend's default and the server's value always agree.
     """
     if key in st.session_state:
-        return st.session_state[key]
+        return cast(T, st.session_state[key])
     values = _param_values(key)
-    candidate: object = values if isinstance(fallback, list) else (values[-1] if values else None)
-    if candidate and (valid is None or valid(candidate)):  # type: ignore[arg-type]
-        return candidate  # type: ignore[return-value]
-    return st.session_state.get(_KEPT + key, fallback)
+    # The URL's text, taken as the widget's type once ``valid`` accepts it.
+    candidate = cast(T, values if isinstance(fallback, list) else (values[-1] if values else None))
+    if candidate and (valid is None or valid(candidate)):
+        return candidate
+    return cast(T, st.session_state.get(_KEPT + key, fallback))
 
 
 def publish(key: str, value: object, default: object) -> None:
@@ -461,7 +462,7 @@ def _scope_options(settings: DashboardSettings) -> tuple[list[str], list[str]]:
     """
     for name in (Table.DIM_DEVICES, Table.GOLD_DEVICE_STATUS):
         loaded = load(settings, name, ("site", "device_type"))
-        if loaded.ready and loaded.version is not None:
+        if loaded.ready and loaded.version is not None and loaded.frame is not None:
             uri = settings.lake.table(name)
             sites, types = _distinct_scopes(name, uri, loaded.version, loaded.frame)
             return sorted(sites), sorted(types)
@@ -486,7 +487,7 @@ def device_index(view: View, now: datetime) -> pl.DataFrame | None:
     settings = view.settings
     for name in (Table.DIM_DEVICES, Table.GOLD_DEVICE_STATUS):
         loaded = load(settings, name, data.INDEX_COLUMNS)
-        if loaded.ready and loaded.version is not None:
+        if loaded.ready and loaded.version is not None and loaded.frame is not None:
             uri = settings.lake.table(name)
             return _device_index_version(name, uri, loaded.version, loaded.frame)
     gold = load_gold_parts(
@@ -564,7 +565,7 @@ def current_view() -> View:
     view = st.session_state.get(VIEW_KEY)
     if view is None:  # the page runs without the entry point (should not happen)
         return sidebar(dashboard_settings())
-    return view
+    return cast(View, view)
 
 
 def live(view: View, render: Callable[[datetime], None]) -> None:

@@ -48,9 +48,11 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[tupl
                 raise TimeoutError(f"{topic}: no record within {timeout_s:g} s before its end")
             if msg.error():
                 continue
-            out.append((msg.value(), msg.timestamp()[1]))
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                done.add(msg.partition())
+            value, offset, partition = msg.value(), msg.offset(), msg.partition()
+            if value is not None:
+                out.append((value, msg.timestamp()[1]))
+            if offset is not None and partition is not None and offset + 1 >= ends[partition]:
+                done.add(partition)
         return out
     finally:
         consumer.close()

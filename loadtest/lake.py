@@ -16,7 +16,7 @@ from common.lake import CHECKPOINTS, Query, Table, table_location
 from loadtest.truth import Truth, read_truth_files
 from loadtest.verify import LakeFrames
 
-COLUMNS = {
+COLUMNS: dict[str, list[str]] = {
     Table.BRONZE_EVENTS: ["value", "partition", "offset", "kafka_timestamp", "ingest_time"],
     Table.SILVER_EVENTS: [
         "event_id", "device_id", "seq", "event_time", "partition", "offset",

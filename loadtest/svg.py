@@ -13,7 +13,7 @@ COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 def _nice_max(value: float) -> float:
     if value <= 0:
         return 1.0
-    exp = 10 ** len(str(int(value))) / 10
+    exp = 10.0 ** (len(str(int(value))) - 1)
     for step in (1, 2, 2.5, 5, 10):
         if step * exp >= value:
             return step * exp

@@ -121,10 +121,11 @@ def truth_from_manifest(manifest: dict[str, Any]) -> Truth:
 
 
 CHUNK_EVENTS = 1_000_000  # readings per Parquet row group while a manifest is converted
-_ARROW_SCHEMA = pa.schema(
-    [("event_id", pa.large_string()), ("device_id", pa.large_string()), ("seq", pa.int64()),
-     ("pos", pa.int64())]
-)  # fmt: skip
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    "event_id": pa.large_string(), "device_id": pa.large_string(), "seq": pa.int64(),
+    "pos": pa.int64(),
+}  # fmt: skip
+_ARROW_SCHEMA = pa.schema(_ARROW_TYPES)
 
 
 def read_truth_files(paths: Sequence[Path], folder: Path | None = None) -> Truth:

@@ -52,7 +52,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -343,8 +343,8 @@ def _slack(cfg: VerifyConfig, metrics: pl.DataFrame) -> float:
     silver = metrics.filter(pl.col("query_name") == Query.SILVER).sort("timestamp")
     if silver.height < 2:
         return DEFAULT_SLACK_S
-    gap = silver["timestamp"].diff().dt.total_microseconds().max()
-    return max(DEFAULT_SLACK_S, 2 * float(gap or 0) / 1e6)
+    gap = cast("int | None", silver["timestamp"].diff().dt.total_microseconds().max())
+    return max(DEFAULT_SLACK_S, 2 * (gap or 0) / 1e6)
 
 
 def silver_frontier(
@@ -605,12 +605,13 @@ def check_latency(
 
 _EXPECTED_SCHEMA = pl.Schema(EVENTS_SCHEMA)
 _PARSED_SCHEMA = pl.Schema(
-    {"partition": pl.Int64, "offset": pl.Int64, "kafka_timestamp": UTC_US, "ingest_time": UTC_US,
-     "event_id": pl.String, "event_time": UTC_US, "value_hash": pl.UInt64}
+    {"partition": pl.Int64(), "offset": pl.Int64(), "kafka_timestamp": UTC_US,
+     "ingest_time": UTC_US, "event_id": pl.String(), "event_time": UTC_US,
+     "value_hash": pl.UInt64()}
 )  # fmt: skip
 _SILVER_SCHEMA = pl.Schema(
-    {"event_id": pl.String, "device_id": pl.String, "seq": pl.Int64, "event_time": UTC_US,
-     "partition": pl.Int64, "offset": pl.Int64, "kafka_timestamp": UTC_US,
+    {"event_id": pl.String(), "device_id": pl.String(), "seq": pl.Int64(), "event_time": UTC_US,
+     "partition": pl.Int64(), "offset": pl.Int64(), "kafka_timestamp": UTC_US,
      "ingest_time": UTC_US, "processed_time": UTC_US}
 )  # fmt: skip
 _SENT_SCHEMA = pl.Schema({"device_id": pl.String, "seq": pl.Int64, "pos": pl.Int64})
@@ -748,7 +749,8 @@ def _judge_bucket(
     tally.listed("pending", absent.filter(pl.col("pending")))
     kept = first.join(silver_ids, on="event_id", how="semi")
     tally.add("kept_beyond", kept.filter(lat > j.wm + j.slack).height)
-    tally.max_lateness_kept = max(tally.max_lateness_kept, float(kept["lateness_s"].max() or 0.0))
+    most = cast("float | None", kept["lateness_s"].max())
+    tally.max_lateness_kept = max(tally.max_lateness_kept, most or 0.0)
     tally.add("late_injected", int(expected["event_id"].is_in(j.late_ids).sum()))
     tally.add("late_over_wm", int(expected["event_id"].is_in(j.late_over_wm).sum()))
     latency = (
@@ -874,7 +876,7 @@ def verify(
             .collect(engine="streaming")["event_id"]
             .to_list()
         )
-        latency = check_latency(
+        latency_result = check_latency(
             truth,
             pl.scan_parquet(tmp / "latency" / "*.parquet", schema=_LATENCY_SCHEMA),
             cfg.latency_from,
@@ -886,7 +888,7 @@ def verify(
         truth, quarantine.select("reason", "raw", "event_id").collect(engine="streaming"), accepted
     )
     return _result(truth, cfg, judging, tally, sizes, devices, metrics, sequence,
-                   quarantine_result, latency)  # fmt: skip
+                   quarantine_result, latency_result)  # fmt: skip
 
 
 def _result(

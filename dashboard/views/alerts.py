@@ -77,12 +77,12 @@ st.caption(HISTORY_WHAT)
 left, middle, right = st.columns(3)
 metrics = left.multiselect(
     "Metrics", METRIC_NAMES, format_func=data.metric_label, key="alert_metric",
-    default=ui.initial("alert_metric", [], lambda v: all(m in METRIC_NAMES for m in v)),
+    default=ui.initial("alert_metric", list[str](), lambda v: all(m in METRIC_NAMES for m in v)),
     placeholder="All metrics",
 )  # fmt: skip
 kinds = middle.multiselect(
     "Kinds", KINDS, key="kind", placeholder="All kinds",
-    default=ui.initial("kind", [], lambda v: all(k in KINDS for k in v)),
+    default=ui.initial("kind", list[str](), lambda v: all(k in KINDS for k in v)),
 )  # fmt: skip
 state = (
     right.segmented_control(

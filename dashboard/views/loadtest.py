@@ -121,9 +121,9 @@ def render(now: datetime) -> None:
             "payloads the broker must refuse): expected, not errors."
         )
         ui.table(injected)
-    verdict = loadtest_part(report)
-    if verdict is not None:
-        render_verdict(verdict)
+    part = loadtest_part(report)
+    if part is not None:
+        render_verdict(part)
 
 
 ui.live(view, render)

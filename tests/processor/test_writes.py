@@ -362,9 +362,11 @@ def _hold(events, session_id: str, hold_s: float) -> None:  # a foreachBatch pro
     from types import SimpleNamespace
 
     with writes._session_settings_held(SimpleNamespace(session_id=session_id)):
-        events.put("in")
+        # Stamped inside the hold: a queue's feeder thread may deliver "out" after the next
+        # holder's "in", but the clock (one for every process) orders them as they held.
+        events.put(("in", time.monotonic()))
         time.sleep(hold_s)
-        events.put("out")
+        events.put(("out", time.monotonic()))
 
 
 @pytest.mark.parametrize(("sessions", "expected"), [
@@ -384,7 +386,8 @@ def test_merges_on_one_connect_session_hold_its_settings_one_at_a_time(sessions,
         proc.start()
     for proc in procs:
         proc.join(60)
-    assert [events.get(timeout=10) for _ in range(4)] == expected
+    stamped = sorted((events.get(timeout=10) for _ in range(4)), key=lambda e: e[1])
+    assert [what for what, _ in stamped] == expected
 
 
 @pytest.mark.timeout(30)
