@@ -56,7 +56,7 @@ def test_a_new_table_is_one_commit_of_nullable_columns_with_the_readers_properti
         "CAST(NULL AS STRING) AS note",
     )
     assert not empty.schema["id"].nullable and not empty.schema["s"].nullable
-    assert ensure_table(spark, path, empty) == TableChange()
+    assert ensure_table(spark, path, empty) == TableChange(created=True)
 
     log = sorted((tmp_path / "t" / "_delta_log").glob("*.json"))
     assert [p.name for p in log] == ["00000000000000000000.json"]
