@@ -21,6 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pydantic import SecretStr
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_result,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 USER_AGENT = "iot-pulse-notifier"
 RETRY_AFTER_MAX_S = 60.0
@@ -78,11 +85,6 @@ def classify(status: int, reason: str, retry_after: str | None = None) -> Answer
     if retry_after is not None and retry_after.strip().isdigit():
         after = min(float(retry_after.strip()), RETRY_AFTER_MAX_S)
     return Answer(status, text, retry, after)
-
-
-def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
-    """The wait after failed attempt ``attempt`` (1-based): base, 2x, 4x ... up to cap."""
-    return float(min(cap_s, base_s * 2 ** (attempt - 1)))
 
 
 def scrub(text: str, fragments: Sequence[str]) -> str:
@@ -148,6 +150,10 @@ def post(url: SecretStr, body: bytes, key: str, timeout_s: float) -> Answer:
         return _network_error(exc, timeout_s)
 
 
+class _StoppingError(Exception):
+    """The notifier is stopping: no further attempt."""
+
+
 def deliver(
     send: Callable[[], Answer],
     *,
@@ -160,8 +166,10 @@ def deliver(
 ) -> Outcome:
     """Send until the destination takes the message, says no for good, or attempts run out.
 
-    A stop asked while waiting to retry ends it at once with ``Outcome.stopped``, so a
-    destination that keeps failing cannot hold a stopping notifier for its whole backoff.
+    The wait after failed attempt ``n`` is ``base_s * 2 ** (n - 1)``, at most ``cap_s``,
+    and at least the answer's ``Retry-After`` (also at most ``cap_s``). A stop asked while
+    waiting to retry ends it at once with ``Outcome.stopped``, so a destination that keeps
+    failing cannot hold a stopping notifier for its whole backoff.
 
     Args:
         send: One attempt.
@@ -173,17 +181,39 @@ def deliver(
         on_retry: Told ``(attempt, answer, wait)`` before each wait.
         stopped: Whether the notifier is stopping; checked after each wait.
     """
-    answer = Answer(None, "not sent")
-    for attempt in range(1, max_attempts + 1):
-        answer = send()
-        if answer.ok:
-            return Outcome(True, attempt, status=answer.status)
-        if not answer.retry or attempt == max_attempts:
-            return Outcome(False, attempt, answer.error, answer.status)
-        wait = max(backoff_s(attempt, base_s, cap_s), min(answer.retry_after_s or 0.0, cap_s))
-        if on_retry is not None:
-            on_retry(attempt, answer, wait)
-        sleep(wait)
-        if stopped():
-            return Outcome(False, attempt, answer.error, answer.status, stopped=True)
-    return Outcome(False, max_attempts, answer.error, answer.status)
+    backoff = wait_exponential(multiplier=base_s, min=base_s, max=cap_s)
+    answers: list[Answer] = []
+
+    def attempt() -> Answer:
+        if answers and stopped():
+            raise _StoppingError
+        answers.append(send())
+        return answers[-1]
+
+    def wait(state: RetryCallState) -> float:
+        after = answers[-1].retry_after_s or 0.0
+        return max(backoff(state), min(after, cap_s))
+
+    def before_sleep(state: RetryCallState) -> None:
+        if on_retry is not None and state.next_action is not None:
+            on_retry(state.attempt_number, answers[-1], state.next_action.sleep)
+
+    def pause(seconds: float) -> None:
+        sleep(seconds)
+
+    retrying = Retrying(
+        stop=stop_after_attempt(max_attempts),
+        wait=wait,
+        sleep=pause,
+        retry=retry_if_result(lambda answer: not answer.ok and answer.retry),
+        before_sleep=before_sleep,
+        retry_error_callback=lambda state: answers[-1],  # attempts ran out: the last answer
+    )
+    try:
+        answer: Answer = retrying(attempt)
+    except _StoppingError:
+        last = answers[-1]
+        return Outcome(False, len(answers), last.error, last.status, stopped=True)
+    if answer.ok:
+        return Outcome(True, len(answers), status=answer.status)
+    return Outcome(False, len(answers), answer.error, answer.status)

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from pyspark.errors import PySparkException
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 T = TypeVar("T")
 
@@ -71,19 +77,25 @@ def retry_conflicts(
     Returns:
         What the successful try of ``write`` returned.
     """
-    for attempt in range(1, attempts + 1):  # the last try returns or raises
-        try:
-            return write()
-        except Exception as exc:
-            if attempt == attempts or not is_conflict(exc):
-                raise
-            if on_conflict is not None:
-                on_conflict(exc)
-            print(
-                f"[processor] {what}: a concurrent commit won ({error_condition(exc)}); "
-                f"writing again (try {attempt + 1} of {attempts})",
-                file=sys.stderr,
-                flush=True,
-            )
-            time.sleep(backoff_s * 2 ** (attempt - 1))
-    raise ValueError("retry_conflicts needs at least one attempt")
+
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if exc is None:
+            return
+        if on_conflict is not None:
+            on_conflict(exc)
+        print(
+            f"[processor] {what}: a concurrent commit won ({error_condition(exc)}); "
+            f"writing again (try {state.attempt_number + 1} of {attempts})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    retrying = Retrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=backoff_s, min=backoff_s),
+        retry=retry_if_exception(is_conflict),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    return retrying(write)

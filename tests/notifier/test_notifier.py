@@ -316,7 +316,16 @@ def test_timeouts_and_refused_connections_are_retried_429_after_its_retry_after(
     )
     assert outcome == delivery.Outcome(True, 2, status=200)
     assert waits == [3.0]
-    assert [delivery.backoff_s(n, 0.5, 3.0) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    failing = delivery.Answer(503, "HTTP 503", True)
+    waits.clear()
+    told: list[tuple[int, float]] = []
+    outcome = delivery.deliver(
+        lambda: failing, max_attempts=6, base_s=0.5, cap_s=3.0, sleep=waits.append,
+        on_retry=lambda n, answer, wait: told.append((n, wait)),
+    )  # fmt: skip
+    assert outcome == delivery.Outcome(False, 6, "HTTP 503", 503)
+    assert waits == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert told == [(1, 0.5), (2, 1.0), (3, 2.0), (4, 3.0), (5, 3.0)]
 
 
 # ---------------------------------------------------------------- grouping and filters

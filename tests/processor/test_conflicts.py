@@ -104,6 +104,56 @@ def test_retry_conflicts_raises_any_other_error_at_once(spark, tmp_path):
     assert not conflicts.is_conflict(ValueError("DELTA_CONCURRENT_APPEND"))
 
 
+class _RefusedError(Exception):
+    """An error that names Delta's condition for a lost commit, as delta-spark's do."""
+
+
+def test_retry_conflicts_tries_again_after_a_doubling_wait_and_raises_the_last_conflict(
+    monkeypatch, capsys
+):
+    import time
+
+    waits: list[float] = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    tries: list[int] = []
+
+    def lose_twice() -> str:
+        tries.append(1)
+        if len(tries) <= 2:
+            raise _RefusedError(f"[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] lost {len(tries)}")
+        return "written"
+
+    seen: list[BaseException] = []
+    assert conflicts.retry_conflicts(lose_twice, "t", backoff_s=0.25, on_conflict=seen.append) == (
+        "written"
+    )
+    assert (len(tries), waits, [str(e) for e in seen]) == (
+        3,
+        [0.25, 0.5],
+        [
+            "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] lost 1",
+            "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] lost 2",
+        ],
+    )
+    assert capsys.readouterr().err.splitlines() == [
+        "[processor] t: a concurrent commit won (DELTA_CONCURRENT_APPEND.WITHOUT_HINT); "
+        "writing again (try 2 of 5)",
+        "[processor] t: a concurrent commit won (DELTA_CONCURRENT_APPEND.WITHOUT_HINT); "
+        "writing again (try 3 of 5)",
+    ]
+
+    tries.clear()
+    waits.clear()
+
+    def always_lose() -> None:
+        tries.append(1)
+        raise _RefusedError(f"[DELTA_CONCURRENT_WRITE] lost {len(tries)}")
+
+    with pytest.raises(_RefusedError, match=r"lost 3$"):
+        conflicts.retry_conflicts(always_lose, "t", attempts=3, backoff_s=1.0)
+    assert (len(tries), waits) == (3, [1.0, 2.0])
+
+
 def test_maintain_compacts_each_table_and_keeps_its_rows(spark, tmp_path, capsys):
     from processor.maintenance import maintain
     from processor.settings import ProcessorSettings
