@@ -31,11 +31,10 @@ from confluent_kafka import KafkaError
 from bridge.kafka_side import Done, is_permanent, stop_reason
 from bridge.mqtt_side import Inbound
 from common.kafka import KafkaConnectionError
+from common.latency import LatencyHistogram
 from common.mqtt import device_id_from_topic
-from common.stats import percentiles
 
 BATCH = 1000  # most messages taken from the inbox per step
-LATENCY_SAMPLES = 100_000  # latencies kept for the percentiles (the newest ones)
 RETRY_FIRST_S = 0.1  # wait before a message's first retry; doubled for each further one
 RETRY_MAX_S = 10.0  # longest wait between two retries of a message
 RETRY_SAY_EVERY_S = 5.0  # at most one retry line this often (the metrics count them all)
@@ -82,7 +81,8 @@ class Metrics:
         retried: Retries scheduled after a delivery error that may pass.
         redelivered: Messages the broker marked as possibly sent before (DUP).
         acks_dropped: Acknowledgements owed on a connection that had dropped.
-        latencies_s: Receive-to-Kafka-acknowledgement times (the newest ``LATENCY_SAMPLES``).
+        latency: Receive-to-Kafka-acknowledgement times (a histogram: bounded, whatever the
+            count).
     """
 
     received: int = 0
@@ -91,16 +91,12 @@ class Metrics:
     retried: int = 0
     redelivered: int = 0
     acks_dropped: int = 0
-    latencies_s: list[float] = field(default_factory=list)
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
     def line(self, in_flight: int, queued: int) -> str:
         """One metrics line (``in flight``: at Kafka; ``queued``: received, not yet produced)."""
-        pct = percentiles(self.latencies_s[-LATENCY_SAMPLES:])
-        lat = (
-            f"latency p50 {pct['p50'] * 1000:.1f} ms p99 {pct['p99'] * 1000:.1f} ms"
-            if self.latencies_s
-            else "latency -"
-        )
+        pct = self.latency.percentiles_ms((50, 99))
+        lat = f"latency p50 {pct['p50']:.1f} ms p99 {pct['p99']:.1f} ms" if pct else "latency -"
         failed = sum(self.failed.values())
         kinds = f" ({', '.join(f'{k} {v}' for k, v in sorted(self.failed.items()))})"
         return (
@@ -111,7 +107,6 @@ class Metrics:
 
     def as_dict(self, in_flight: int, queued: int) -> dict[str, Any]:
         """The figures as a JSON-able dict (latencies as p50/p99 in ms)."""
-        pct = percentiles(self.latencies_s[-LATENCY_SAMPLES:]) if self.latencies_s else {}
         return {
             "received": self.received,
             "forwarded": self.forwarded,
@@ -121,7 +116,7 @@ class Metrics:
             "acks_dropped": self.acks_dropped,
             "in_flight": in_flight,
             "queued": queued,
-            "latency_ms": {k: round(v * 1000, 3) for k, v in pct.items()},
+            "latency_ms": self.latency.percentiles_ms(),
         }
 
 
@@ -205,9 +200,7 @@ class Forwarder:
         m, msg = self.metrics, pending.msg
         if error is None:
             m.forwarded += 1
-            m.latencies_s.append(self.clock() - msg.received)
-            if len(m.latencies_s) > 2 * LATENCY_SAMPLES:
-                del m.latencies_s[:LATENCY_SAMPLES]
+            m.latency.record(self.clock() - msg.received)
             self._settle(pending)
             return
         if is_permanent(error):

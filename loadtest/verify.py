@@ -44,7 +44,6 @@ verify in a few gigabytes; the bronze payloads are read once, to parse them, and
 
 from __future__ import annotations
 
-import math
 import re
 import tempfile
 from collections import Counter
@@ -57,6 +56,7 @@ from typing import Any, cast
 import polars as pl
 
 from common.lake import Query
+from common.stats import percentiles
 from loadtest.buckets import ROWS_PER_BUCKET, Buckets, bucket_count, bucket_of
 from loadtest.truth import DELAYED_KINDS, EVENTS_SCHEMA, NOT_DELIVERABLE_REASON, Truth
 
@@ -328,12 +328,6 @@ def _examples(df: pl.DataFrame, cols: list[str]) -> list[dict[str, Any]]:
     return df.select(cols).head(EXAMPLES).to_dicts()
 
 
-def _nearest_rank(ordered: pl.Series, q: float) -> float:
-    """The nearest-rank ``q``-th percentile of an ascending, null-free series."""
-    n = ordered.len()
-    return float(ordered[max(1, min(n, math.ceil(q * n / 100))) - 1])
-
-
 # --------------------------------------------------------------------------- checks
 
 
@@ -502,11 +496,11 @@ def check_quarantine(
 
 
 def latency_summary(values: pl.Series) -> dict[str, float]:
-    """Nearest-rank percentiles (as ``common.stats.percentiles``) plus max and count."""
+    """Nearest-rank percentiles (``common.stats.percentiles``) plus max and count."""
     v = values.drop_nulls().sort()
     if v.is_empty():
         return {"count": 0}
-    ranked = {f"p{q:g}": round(_nearest_rank(v, q), 3) for q in (50, 95, 99)}
+    ranked = {k: round(float(x), 3) for k, x in percentiles(v.to_list()).items()}
     return {"count": v.len(), **ranked, "max": round(float(v[-1]), 3)}
 
 
