@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from typing import Any
 
 from bridge.forward import Forwarder
 from bridge.kafka_side import KafkaOutbox
 from bridge.mqtt_side import MqttInbox
 from bridge.settings import BridgeSettings
+from common.cli import console
 from common.kafka import check_connection, librdkafka_config, redact
 from common.stop_signals import StopFlag, stopped_by_signals
 
@@ -28,9 +28,8 @@ READY_LINE = "[bridge] forwarding"
 
 
 def say(line: str) -> None:
-    """Print a line on stderr (and log it)."""
-    log.info("%s", line)
-    print(line, file=sys.stderr, flush=True)
+    """Say a line on the console (and so in the log)."""
+    console.info("%s", line)
 
 
 def kafka_config(settings: BridgeSettings) -> dict[str, Any]:

@@ -1,9 +1,13 @@
-"""How every command line fails: one line on stderr, the whole story in a log file.
+"""How every command line talks and fails: lines on stderr, the whole story in a log file.
+
+Everything a command says goes through ``logging``. The ``console`` logger's lines
+(progress, warnings, ``error: ...``) are printed on stderr as they are, and land in the
+log file too; every other logger writes to the log file only, never to the terminal.
 
 ``run(main, service)`` calls a CLI's ``main`` and exits with its code. A ``CliError``
 (an expected failure the user can fix) prints ``error: <its message>``; anything else
 prints one line naming the log file, ``<state dir>/logs/<service>.log``, which holds
-the full traceback. Python's ``logging`` goes to that file too, never to the terminal.
+the full traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from urllib.parse import urlparse
 from common.paths import state_dir
 
 log = logging.getLogger("iot_pulse")
+# What a command says to its user: each record's message is one line on stderr.
+console = logging.getLogger("iot_pulse.console")
 
 LOG_DIR_ENV = "IOT_LOG_DIR"
 BAD_INPUT = 2  # settings, flags or input files the user must fix
@@ -33,6 +39,30 @@ _MAX_LINE = 500
 # Colour and cursor codes (ESC [ ... letter), as delta-rs puts in its error chains.
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _log_file: Path | None = None  # set by open_log
+
+
+class _ConsoleHandler(logging.Handler):
+    """Writes each record's message to ``sys.stderr``, flushed at once.
+
+    It looks ``sys.stderr`` up at each record, so that a redirect (or pytest's capture)
+    made after it was set up is followed.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(record.getMessage() + "\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)
+
+
+def _not_console(record: logging.LogRecord) -> bool:
+    """Whether a record is not the console's own (which it has printed already)."""
+    return not record.name.startswith(console.name)
+
+
+console.addHandler(_ConsoleHandler())
+console.setLevel(logging.INFO)
 
 
 class CliError(Exception):
@@ -53,11 +83,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print ``error: <prog>: <message>`` and exit with ``BAD_INPUT``."""
-        print(
-            f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)",
-            file=sys.stderr,
-            flush=True,
-        )
+        console.error("error: %s: %s (see %s --help)", self.prog, one_line(message), self.prog)
         raise SystemExit(BAD_INPUT)
 
 
@@ -132,6 +158,7 @@ def open_log(service: str) -> Path | None:
     except OSError:
         path, handler = None, logging.StreamHandler(sys.stderr)
         handler.setLevel(logging.WARNING)
+        handler.addFilter(_not_console)
     global _log_file
     _log_file = path
     formatter = logging.Formatter(
@@ -160,10 +187,8 @@ def full_trace_hint() -> str:
 
 
 def error(message: str, exit_code: int = FAILED) -> int:
-    """Print ``error: <message>`` as one line on stderr, log it, and return ``exit_code``."""
-    if _log_file is not None:
-        log.error("%s", message)
-    print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
+    """Say ``error: <message>`` in one line on the console (so in the log); return the code."""
+    console.error("error: %s", one_line(message))
     return exit_code
 
 
@@ -216,17 +241,12 @@ def run(main: Callable[[], int], service: str) -> NoReturn:
     except CliError as exc:
         code = fail(exc)
     except KeyboardInterrupt:
-        log.info("interrupted")
-        print("interrupted", file=sys.stderr, flush=True)
+        console.info("interrupted")
         code = INTERRUPTED
     except Exception as exc:
         log.exception("unexpected error")
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(
-            f"error: {type(exc).__name__}: {one_line(first)} ({full_trace_hint()})",
-            file=sys.stderr,
-            flush=True,
-        )
+        console.error("error: %s: %s (%s)", type(exc).__name__, one_line(first), full_trace_hint())
         code = FAILED
     log.info("exit %d", code)
     logging.shutdown()

@@ -68,7 +68,7 @@ class _StartInterrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt, n
 
 
 def _say(msg: str) -> None:
-    print(f"[demo] {msg}", flush=True)
+    cli.console.info("[demo] %s", msg)
 
 
 def _spawn(name: str, args: list[str], env: dict[str, str], logs: Path) -> Child:

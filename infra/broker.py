@@ -35,7 +35,6 @@ import re
 import secrets
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -674,7 +673,7 @@ def _tail_text(lines: list[str]) -> str:
 
 
 def _say(message: str) -> None:
-    print(message, flush=True)
+    cli.console.info("%s", message)
 
 
 def _silent(message: str) -> None:
@@ -770,16 +769,16 @@ def _stay_attached(info: BrokerInfo) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _on_term)
-    print("broker running in the foreground; press Ctrl+C to stop it", flush=True)
+    cli.console.info("broker running in the foreground; press Ctrl+C to stop it")
     try:
         while _is_our_broker(info.pid, _Layout(info.data_dir)):
             time.sleep(0.5)
     except KeyboardInterrupt:
-        print("stopping the broker ...", flush=True)
+        cli.console.info("stopping the broker ...")
         stop(info.data_dir)
         print("stopped", flush=True)
         return 0
-    print(f"the broker exited on its own; see {info.log_file}", file=sys.stderr)
+    cli.console.error("the broker exited on its own; see %s", info.log_file)
     return 1
 
 

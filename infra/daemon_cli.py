@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -122,8 +121,7 @@ def run(daemon: Daemon[Info], args: argparse.Namespace, handlers: Mapping[str, H
     try:
         return {**shared, **handlers}[args.command](args)
     except daemon.errors as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return cli.error(str(exc))
 
 
 def _status(daemon: Daemon[Info], args: argparse.Namespace) -> int:

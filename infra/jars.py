@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from common import cli
@@ -128,7 +127,7 @@ def ensure_jars(bundle: str, *, quiet: bool = False) -> list[Path]:
             "Maven ('mvn') is not on PATH; install it (apt-get install maven) to fetch the jars"
         )
     if not quiet:
-        print(f"resolving the {bundle} jars from Maven Central into {dest} ...", flush=True)
+        cli.console.info("resolving the %s jars from Maven Central into %s ...", bundle, dest)
     staging = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     cmd = [
@@ -157,7 +156,7 @@ def ensure_jars(bundle: str, *, quiet: bool = False) -> list[Path]:
     jars = sorted(dest.glob("*.jar"))
     if not quiet:
         ready = "unpacked" if bundle in UNPACKED_BUNDLES else f"{len(jars)} jars ready"
-        print(f"  {ready} in {dest}", flush=True)
+        cli.console.info("  %s in %s", ready, dest)
     return jars
 
 
@@ -197,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             ensure_jars(name)
     except JarResolutionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return cli.error(str(exc))
     return 0
 
 

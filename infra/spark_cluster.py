@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -482,7 +481,7 @@ def _terminate_group(pid: int, timeout: float, name: str) -> None:
 
 
 def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    cli.console.info("%s", message)
 
 
 def _silent(message: str) -> None:

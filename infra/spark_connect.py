@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 
+from common.cli import console
 from common.jars import connector_jars
 from infra import daemons
 from infra.jars import ensure_jar_dir
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="gRPC port")
     parser.add_argument("--master", default="local[2]", help="the server's Spark master")
     args = parser.parse_args(argv)
-    print(f"Spark Connect on sc://{HOST}:{args.port} (Ctrl-C stops it)", file=sys.stderr)
+    console.info("Spark Connect on sc://%s:%s (Ctrl-C stops it)", HOST, args.port)
     try:
         settings = ProcessorSettings(master=args.master)
         return subprocess.call(server_command(args.port, settings), env=server_env())

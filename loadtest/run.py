@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -36,6 +35,7 @@ import polars as pl
 from deltalake.exceptions import TableNotFoundError
 
 from common.child import Child
+from common.cli import console
 from common.delta_table import open_delta_table
 from common.kafka_settings import KafkaSettings
 from common.lake import Query, Table, checkpoint_location, table_location
@@ -256,7 +256,7 @@ def run_loadtest(
     """
     from infra import broker
 
-    say = say or (lambda msg: print(f"[loadtest] {msg}", file=sys.stderr, flush=True))
+    say = say or (lambda msg: console.info("[loadtest] %s", msg))
     started = datetime.now(UTC)
     layout = _Layout(started, settings.out_dir)
     layout.logs.mkdir(parents=True, exist_ok=True)

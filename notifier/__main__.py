@@ -63,11 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()
     notifier = Notifier(settings, destinations, consumer, producer, ledger, stop=stop)
     names = ", ".join(f"{d.name} ({d.format})" for d in destinations)
-    print(
-        f"notifier: following '{kafka.alerts_topic}' at {kafka.bootstrap_servers} for {names}; "
-        f"dead letters to '{settings.dead_letters}'",
-        flush=True,
-    )
+    cli.console.info(
+        "notifier: following '%s' at %s for %s; dead letters to '%s'",
+        kafka.alerts_topic, kafka.bootstrap_servers, names, settings.dead_letters,
+    )  # fmt: skip
     try:
         with stopped_by_signals(stop):
             notifier.start()
@@ -82,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             log.warning("closing the consumer: %s", cli.one_line(str(exc)))
         producer.flush(10)
         ledger.close()
-    print(f"notifier: stopped ({notifier.delivered} delivered, {notifier.failed} failed)")
+    cli.console.info(
+        "notifier: stopped (%d delivered, %d failed)", notifier.delivered, notifier.failed
+    )
     return 0
 
 

@@ -8,7 +8,6 @@ here is idempotent (``processor.writes``), so the refused write runs again from 
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -20,6 +19,8 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential,
 )
+
+from common.cli import console
 
 T = TypeVar("T")
 
@@ -84,12 +85,10 @@ def retry_conflicts(
             return
         if on_conflict is not None:
             on_conflict(exc)
-        print(
-            f"[processor] {what}: a concurrent commit won ({error_condition(exc)}); "
-            f"writing again (try {state.attempt_number + 1} of {attempts})",
-            file=sys.stderr,
-            flush=True,
-        )
+        console.info(
+            "[processor] %s: a concurrent commit won (%s); writing again (try %d of %d)",
+            what, error_condition(exc), state.attempt_number + 1, attempts,
+        )  # fmt: skip
 
     retrying = Retrying(
         stop=stop_after_attempt(attempts),

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from common.cli import console
+
 # A log4j console event (LOG4J2_CONFIG's console pattern): time, level, logger.
 _EVENT = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
 
@@ -68,11 +70,7 @@ class JvmStderr:
                 try:
                     self._log = self._log_file.open("ab")
                 except OSError as exc:
-                    print(
-                        f"[processor] the JVM's stderr stays the console: {exc}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    console.warning("[processor] the JVM's stderr stays the console: %s", exc)
                     return
             self._quiet = True
 

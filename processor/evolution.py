@@ -13,11 +13,11 @@ QUERY`` does the same on request (after a change of window length, for example).
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Iterable, Mapping
 
 from pyspark.sql import SparkSession
 
+from common.cli import console
 from common.lake import RENAMED, TABLES, Query, Table, written_by
 from common.lake_settings import LakeSettings
 from processor.lake_files import LakeFiles
@@ -153,5 +153,5 @@ def reset_query(spark: SparkSession, query: Query | str, lake: LakeSettings) -> 
 
 
 def say(message: str) -> None:
-    """One progress line on stderr."""
-    print(f"[processor] {message}", file=sys.stderr, flush=True)
+    """One progress line on the console."""
+    console.info("[processor] %s", message)

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from common.cli import local_path
+from common.cli import console, local_path
 from common.lake import Query, checkpoint_location
 from common.lake_settings import LakeSettings
 from common.paths import state_dir
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     root = LakeSettings().root
     folder = local_path(root)
     if folder is None:
-        print(f"unsupported: the lake at {root} is not on local disk", file=sys.stderr)
+        console.info("unsupported: the lake at %s is not on local disk", root)
         return UNSUPPORTED
     marker = started_marker()
     since = marker.stat().st_mtime if marker.is_file() else None

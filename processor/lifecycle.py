@@ -21,8 +21,8 @@ CHILD_STOP_TIMEOUT_S = 30.0
 
 
 def say(msg: str, who: str = "processor") -> None:
-    """Print one progress line on stderr, e.g. ``[processor] running ...``."""
-    print(f"[{who}] {msg}", file=sys.stderr, flush=True)
+    """Say one progress line on the console, e.g. ``[processor] running ...``."""
+    cli.console.info("[%s] %s", who, msg)
 
 
 class StartInterrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt, not an error)

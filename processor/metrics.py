@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -19,7 +18,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from common.cli import first_line, full_trace_hint
+from common.cli import console, first_line, full_trace_hint
 from common.lake import READER_TABLE_PROPERTIES
 from processor.lifecycle import say
 from processor.session import BACKGROUND_POOL, is_remote
@@ -174,7 +173,7 @@ class MetricsListener(StreamingQueryListener):
         """Queue one progress (its JSON) as a row, and print its line if asked to."""
         progress = json.loads(progress_json)
         if self._log and progress.get("numInputRows"):
-            print(progress_line(progress), file=sys.stderr, flush=True)
+            console.info("%s", progress_line(progress))
         row = progress_row(progress)
         with self._lock:
             self._rows.append(row)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from common.cli import local_path
+from common.cli import console, local_path
 from common.lake import READER_TABLE_PROPERTIES
 from processor.readers import check_readable
 
@@ -102,7 +101,7 @@ def ensure_table(
     if added:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
         spark.sql(f"ALTER TABLE {delta_identifier(path)} ADD COLUMNS ({columns})")
-        print(f"[processor] {path}: added the columns {columns}", file=sys.stderr, flush=True)
+        console.info("[processor] %s: added the columns %s", path, columns)
     return TableChange(
         added=tuple(f.name for f in added),
         unwritten=tuple(name for name in have if name not in empty.columns),

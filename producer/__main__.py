@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
 from datetime import UTC, datetime
 
@@ -44,11 +43,9 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
     try:
         settings = load_settings(ProducerSettings, args)
     except (ValidationError, ValueError, FileNotFoundError) as exc:
-        print(f"error: invalid settings: {exc}", file=sys.stderr)
-        return 2
+        return cli.settings_error(exc)
     if credential is not None and settings.workers > 1:
-        print("error: a credential object can only be used with workers=1", file=sys.stderr)
-        return 2
+        return cli.error("a credential object can only be used with workers=1", cli.BAD_INPUT)
     conf = None
     try:
         if settings.replay is not None and not settings.replay.is_file():
@@ -71,13 +68,13 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
                 settings.kafka.topic,
                 timeout_s=15.0 if settings.kafka.auth == "entra" else 20.0,
             )
-            print(f"[producer] connected: {redact(conf)['bootstrap.servers']}", file=sys.stderr)
+            cli.console.info("[producer] connected: %s", redact(conf)["bootstrap.servers"])
         if settings.transport == "mqtt":
             check_mqtt(settings.mqtt)
-            print(f"[producer] connected: mqtt://{settings.mqtt.where}", file=sys.stderr)
+            cli.console.info("[producer] connected: mqtt://%s", settings.mqtt.where)
         if isinstance(wire := make_wire(settings), AvroFormat):
             ids = ", ".join(f"v{n}: id {i}" for n, i in wire.schema_ids.items())
-            print(f"[producer] Avro under {wire.subject} ({ids})", file=sys.stderr)
+            cli.console.info("[producer] Avro under %s (%s)", wire.subject, ids)
     except (
         KafkaConnectionError,
         MqttConnectionError,
@@ -85,11 +82,10 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
         ValueError,
         FileNotFoundError,
     ) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return cli.error(str(exc))
     warnings = [w for w in (throughput_warning(settings),) if w]
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        cli.console.warning("warning: %s", warning)
     if settings.workers == 1:
         report = run_one(settings, manifest_path=settings.manifest_path, conf=conf)
     else:
@@ -103,13 +99,12 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
                 progress_s=settings.progress_s,
             )
         except RuntimeError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+            return cli.error(str(exc))
     report.warnings = warnings
     report.workers = settings.workers
     shard = settings.fleet_shard()
     report.shard = str(shard) if shard.count > 1 else None
-    print(report.summary(), file=sys.stderr)
+    cli.console.info("%s", report.summary())
     if settings.report_path is not None:
         report.write(settings.report_path)
     return 0 if report.ok else 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from common.cli import console
 from common.report import RUNNING, ProducerReport
 from common.stop_signals import StopFlag, stopped_by_signals
 from producer.manifest import Manifest
@@ -99,8 +99,8 @@ class Progress:
 
 
 def say_on_stderr(line: str) -> None:
-    """Print one progress line on stderr, at once."""
-    print(line, file=sys.stderr, flush=True)
+    """Say one progress line on the console, at once."""
+    console.info("%s", line)
 
 
 @dataclass

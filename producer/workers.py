@@ -21,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from common.cli import console
 from common.report import RUNNING, ProducerReport
 from common.stop_signals import StopFlag
 from producer.launch import run_one
@@ -234,12 +235,10 @@ def run_workers(
                 values = list(stats)
                 sent = sum(values[1::_STATS])
                 elapsed = time.monotonic() - t0
-                print(
+                console.info(
                     f"[producer] {elapsed:6.1f}s sent {sent:,} acked {sum(values[2::_STATS]):,} "
                     f"rate {sent / max(elapsed, 1e-9):,.0f}/s errors {sum(values[3::_STATS])} "
-                    f"({workers} workers)",
-                    file=sys.stderr,
-                    flush=True,
+                    f"({workers} workers)"
                 )
         parts, failed = [], []
         for w, p in enumerate(procs):

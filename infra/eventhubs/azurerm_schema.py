@@ -18,10 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
+
+from common.cli import console
 
 HERE = Path(__file__).resolve().parent
 SCHEMA_FILE = HERE / "azurerm-schema.json"
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     schema = extract(read_assembly(args.tarball))
     args.out.write_text(json.dumps(schema, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {args.out} (azurerm {schema['provider_version']})", file=sys.stderr)
+    console.info("wrote %s (azurerm %s)", args.out, schema["provider_version"])
     return 0
 
 

@@ -55,7 +55,7 @@ def test_verify_with_a_missing_manifest(run, tmp_path):
     assert err.startswith(f"error: no manifest at {manifest}: run the producer with")
     assert_quiet_failure(err, elapsed)
     log = (tmp_path / "home" / "logs" / "loadtest.log").read_text()
-    assert f"ERROR iot_pulse: no manifest at {manifest}" in log
+    assert f"ERROR iot_pulse.console: error: no manifest at {manifest}" in log
     assert "exit 2" in log
 
 
@@ -187,7 +187,7 @@ def test_an_expected_error_keeps_its_exit_code_and_logs_its_cause(run, tmp_path)
     assert (code, out, err) == (2, "", "error: no broker: start one\n")
     log = (home / "logs" / "demo.log").read_text()
     assert "KeyError: 'broker'" in log
-    assert "ERROR iot_pulse: no broker: start one" in log
+    assert "ERROR iot_pulse.console: error: no broker: start one" in log
 
 
 def test_a_log_file_that_cannot_be_written_leaves_the_trace_on_stderr(run, tmp_path):
@@ -200,6 +200,57 @@ def test_a_log_file_that_cannot_be_written_leaves_the_trace_on_stderr(run, tmp_p
     assert err.splitlines()[-1] == (
         "error: ZeroDivisionError: integer division or modulo by zero (the full trace is above)"
     )
+    assert err.count("error: ZeroDivisionError") == 1  # the console's line, not again by the log
+
+
+def test_what_a_command_says_is_on_stderr_once_and_in_its_log(run, tmp_path):
+    home = tmp_path / "home"
+
+    def main() -> int:
+        cli.console.info("[x] step %d of %d", 1, 2)
+        cli.console.warning("warning: %s", "nearly full")
+        print("the result")
+        return 0
+
+    code, out, err, _ = run(main, home=home, service="demo")
+    assert (code, out, err) == (0, "the result\n", "[x] step 1 of 2\nwarning: nearly full\n")
+    said = [
+        line.split(" ", 1)[1]
+        for line in (home / "logs" / "demo.log").read_text().splitlines()
+        if "iot_pulse.console" in line
+    ]
+    assert said == [
+        "INFO iot_pulse.console: [x] step 1 of 2",
+        "WARNING iot_pulse.console: warning: nearly full",
+    ]
+
+
+SERVICE_PACKAGES = (
+    "common", "processor", "producer", "bridge", "notifier", "loadtest", "dashboard", "infra",
+    "demo",
+)  # fmt: skip
+
+
+def test_the_services_talk_on_stderr_only_through_the_console_logger():
+    """No ``print(..., file=sys.stderr)`` or ``sys.stderr.write`` outside ``common.cli``."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for package in SERVICE_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            if path == root / "common" / "cli.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(node, ast.Call):
+                    continue
+                text = ast.unparse(node.func)
+                to_stderr = text == "print" and any(
+                    k.arg == "file" and ast.unparse(k.value) == "sys.stderr" for k in node.keywords
+                )
+                if to_stderr or text == "sys.stderr.write":
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []
 
 
 def test_a_lowercase_log_level_is_refused_with_the_allowed_values(monkeypatch, capsys):

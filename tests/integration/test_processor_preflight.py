@@ -50,7 +50,7 @@ def assert_fails_in_one_line(result: tuple[int, str, str, float], pattern: str, 
     assert "Traceback" not in err and "\tat " not in err
     assert re.fullmatch(pattern, err.rstrip("\n")), err
     message = err.removeprefix("error: ").rstrip("\n")
-    assert f"ERROR iot_pulse: {message}\n" in (home / "logs" / "processor.log").read_text()
+    assert f"ERROR iot_pulse.console: {err}" in (home / "logs" / "processor.log").read_text()
     return message
 
 
