@@ -7,6 +7,11 @@ Every service has one settings object. Values come from, lowest precedence first
 3. environment variables (``<prefix><FIELD>``, e.g. ``IOT_KAFKA_BOOTSTRAP_SERVERS``);
 4. command-line flags (``--bootstrap-servers``, ``--kafka-topic`` ...).
 
+The file, ``.env`` and the environment are pydantic-settings' own sources. The flags are
+argparse's, one per field (``add_settings_arguments``): pydantic-settings' CLI source
+names a prefixed class's flags ``--kafka.topic``, and the flags users have are
+``--kafka-topic``.
+
 Each environment variable name is derived once, from the class's ``env_prefix``
 and the field name (``Settings.env_name``). Secrets are ``SecretStr``: never printed,
 not in ``--help``, and not in any validation error (``load_settings`` turns those into
@@ -18,12 +23,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import tomllib
 import types
 import typing
 from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import Enum
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, cast
 
@@ -40,6 +45,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    TomlConfigSettingsSource,
 )
 
 from common.cli import ArgumentParser
@@ -49,28 +55,27 @@ CONFIG_FILE_ENV = "IOT_CONFIG_FILE"
 _config_file: ContextVar[Path | None] = ContextVar("_config_file", default=None)
 
 
-class _TomlSectionSource(PydanticBaseSettingsSource):
-    """Reads the settings class's own table from the TOML config file."""
+class _TomlSectionSource(TomlConfigSettingsSource):
+    """pydantic-settings' TOML source, reading the settings class's own table of the file.
 
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # unused: __call__ returns the whole table
+    Every service's classes share one file (``--config`` or ``IOT_CONFIG_FILE``); each
+    reads its ``config_section`` table (``[kafka]``, ``[producer]`` ...), and a file
+    without that table gives it nothing.
+    """
 
-    def __call__(self) -> dict[str, Any]:
+    def __init__(self, settings_cls: type[Settings]) -> None:
+        self._section = settings_cls.config_section
         path = _config_file.get() or (
             Path(os.environ[CONFIG_FILE_ENV]) if os.environ.get(CONFIG_FILE_ENV) else None
         )
-        if path is None:
-            return {}
-        if not path.is_file():
+        if path is not None and not path.is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-        # pydantic types the class as BaseSettings; only Settings.settings_customise_sources
-        # makes this source, with its own class.
-        name = cast("type[Settings]", self.settings_cls).config_section
-        section = data.get(name, {})
+        super().__init__(settings_cls, toml_file=path)
+
+    def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
+        section = super()._read_file(file_path).get(self._section, {})
         if not isinstance(section, dict):
-            raise ValueError(f"[{name}] in {path} must be a table")
+            raise ValueError(f"[{self._section}] in {file_path} must be a table")
         return section
 
 
@@ -211,7 +216,9 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Order the sources: init (CLI) > environment > .env > TOML file."""
-        return (init_settings, env_settings, dotenv_settings, _TomlSectionSource(settings_cls))
+        # pydantic types the class as BaseSettings; only Settings subclasses come here.
+        toml = _TomlSectionSource(cast("type[Settings]", settings_cls))
+        return (init_settings, env_settings, dotenv_settings, toml)
 
     @classmethod
     def env_name(cls, field: str) -> str:

@@ -49,6 +49,20 @@ def test_each_source_overrides_the_one_below(clean_env, monkeypatch):
     assert (s.kafka.topic, s.kafka.bootstrap_servers) == ("from-env", "cli:9")
 
 
+def test_the_config_file_gives_each_class_its_own_table_and_names_a_bad_one(clean_env, monkeypatch):
+    config = clean_env / "settings.toml"
+    config.write_text('[kafka]\ntopic = "from-file"\n')  # no [producer] table: its defaults
+    monkeypatch.setenv("IOT_CONFIG_FILE", str(config))
+    s = load_settings(ProducerSettings)
+    assert (s.kafka.topic, s.rate) == ("from-file", ProducerSettings.model_fields["rate"].default)
+    config.write_text('kafka = "not a table"\n')
+    with pytest.raises(ValueError, match=rf"^\[kafka\] in {config} must be a table$"):
+        load_settings(ProducerSettings)
+    monkeypatch.setenv("IOT_CONFIG_FILE", str(clean_env / "gone.toml"))
+    with pytest.raises(FileNotFoundError, match=r"gone\.toml does not exist$"):
+        load_settings(ProducerSettings)
+
+
 def test_event_hubs_bootstrap_comes_from_the_connection_string(clean_env, monkeypatch):
     monkeypatch.setenv("IOT_KAFKA_AUTH", "connection_string")
     monkeypatch.setenv("IOT_KAFKA_CONNECTION_STRING", CS)
