@@ -1,8 +1,25 @@
-"""How a service is asked to stop: SIGINT/SIGTERM or code, checked between steps of its loop."""
+"""How a run is asked to stop: SIGINT/SIGTERM or code, checked between steps of its loop.
+
+Every service, the demo and the processor hold one ``StopFlag``. A signal sets it;
+the run's loop checks it (``is_set``, ``wait``) and ends its work cleanly. Two things
+a run may add:
+
+- **A start-up that a signal cuts short.** Inside ``starting()`` there is nothing to
+  stop cleanly yet (the broker check, the JVM's start, a child being launched): a
+  signal raises ``StartInterrupted`` at once, wherever the start-up waits.
+  ``unbroken()`` marks a step inside it that a signal must not cut in two (a child
+  process launched and put on the list of those to stop).
+- **A second signal that aborts** (``announce_as``): the first says
+  ``[<name>] stopping (SIGTERM); again to abort``, the second raises
+  ``KeyboardInterrupt``.
+
+How the processor's Spark queries stop once asked is ``processor.stopping``.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -10,23 +27,58 @@ from types import FrameType
 from typing import Any
 
 
+class StartInterrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt, not an error)
+    """A stop asked for while the run was starting: the start-up is given up at once.
+
+    A BaseException, so that no ``except Exception`` on the way (py4j's, PySpark's)
+    turns it into an error of its own.
+    """
+
+
 class StopFlag:
-    """Set by SIGINT/SIGTERM (or by code); the loop checks it between batches.
+    """Set by SIGINT/SIGTERM (or by code); the loop checks it between steps.
+
+    The flag is a plain attribute, not a ``threading.Event``: the signal handler sets
+    it, and an event's lock taken in a handler can deadlock the thread it interrupted.
 
     Attributes:
         reason: Name of the signal (or reason) that asked to stop, else None.
-        count: How many times stop was asked; a second Ctrl-C skips the wait for acks.
-
+        count: How many times stop was asked; a second Ctrl-C hurries the stop.
+        announce_as: With a name, a signal says so on stderr and a second one aborts.
+        ignore_sigint: ``install`` leaves SIGINT ignored.
     """
 
-    def __init__(self) -> None:
-        """Not set."""
+    def __init__(self, announce_as: str | None = None, ignore_sigint: bool = False) -> None:
+        """Not set.
+
+        Args:
+            announce_as: The run's name in the line a signal prints (e.g. ``processor``);
+                with it, a second signal raises ``KeyboardInterrupt``. None: signals
+                only set the flag.
+            ignore_sigint: For a child process its parent stops with SIGTERM: a
+                terminal's Ctrl-C reaches the whole process group, and the parent's
+                SIGTERM would then be a second signal.
+        """
         self.reason: str | None = None
         self.count = 0
+        self.announce_as = announce_as
+        self.ignore_sigint = ignore_sigint
+        self._starting = False
 
     def __call__(self, signum: int, _frame: FrameType | None) -> None:
         """Signal handler."""
-        self.set(signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if self.announce_as is not None and self.is_set():
+            raise KeyboardInterrupt
+        self.set(name)
+        if self.announce_as is not None:
+            # Straight to the file descriptor: the signal may arrive while the main
+            # thread is writing to sys.stderr, whose buffer a second writer would break.
+            line = f"[{self.announce_as}] stopping ({name}); again to abort\n"
+            os.write(2, line.encode())
+        if self._starting:
+            self._starting = False  # raised once: the handlers on the way out may run freely
+            raise StartInterrupted
 
     def set(self, reason: str) -> None:
         """Ask the loop to stop."""
@@ -39,10 +91,6 @@ class StopFlag:
 
     def wait(self, timeout_s: float) -> bool:
         """Sleep up to ``timeout_s`` seconds, waking within 50 ms once stop is asked.
-
-        A short sleep in a loop rather than a ``threading.Event``: the signal handler
-        sets the flag, and an event's lock taken in a handler can deadlock the thread
-        it interrupted.
 
         Args:
             timeout_s: The longest sleep.
@@ -57,6 +105,46 @@ class StopFlag:
                 return False
             time.sleep(min(left, 0.05))
         return True
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """Within this block a signal raises ``StartInterrupted`` (at once if asked already).
+
+        Raises:
+            StartInterrupted: A stop was asked for before or during the block.
+        """
+        if self.is_set():
+            raise StartInterrupted
+        self._starting = True
+        try:
+            yield
+        finally:
+            self._starting = False
+
+    @contextlib.contextmanager
+    def unbroken(self) -> Iterator[None]:
+        """A step of ``starting()`` that a signal does not cut: its stop comes at the end.
+
+        Raises:
+            StartInterrupted: A stop was asked for during the step.
+        """
+        was, self._starting = self._starting, False
+        try:
+            yield
+        finally:
+            self._starting = was
+        if was and self.is_set():
+            self._starting = False
+            raise StartInterrupted
+
+    def install(self) -> None:
+        """Handle SIGTERM, and SIGINT unless ``ignore_sigint``, from now on (main thread).
+
+        Call it again once a SparkContext exists: PySpark installs its own SIGINT
+        handler (cancel every job, raise KeyboardInterrupt anywhere).
+        """
+        signal.signal(signal.SIGINT, signal.SIG_IGN if self.ignore_sigint else self)
+        signal.signal(signal.SIGTERM, self)
 
 
 @contextlib.contextmanager

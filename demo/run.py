@@ -22,19 +22,17 @@ import argparse
 import math
 import os
 import shutil
-import signal
-import threading
 import typing
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import FrameType
 
 from bridge.service import READY_LINE as BRIDGE_READY_LINE
 from common import cli
 from common.child import Child
 from common.kafka_settings import KafkaSettings
 from common.lake_settings import LakeSettings
+from common.stop_signals import StartInterrupted, StopFlag
 from infra import broker, mqtt_broker, schema_registry
 from infra.jars import JarResolutionError, ensure_jar_dir, ensure_jars
 from infra.paths import PROJECT_ROOT, state_dir
@@ -63,10 +61,6 @@ ROLLOUT_SHARE = 0.25  # a quarter of the fleet sends the contract's newest schem
 ALERTS_TOPIC = str(KafkaSettings.model_fields["alerts_topic"].default)
 
 
-class _StartInterrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt, not an error)
-    """Ctrl-C or SIGTERM while the demo starts: what started so far is stopped at once."""
-
-
 def _say(msg: str) -> None:
     cli.console.info("[demo] %s", msg)
 
@@ -85,7 +79,7 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _wait_for_line(child: Child, line: str, stop: threading.Event) -> bool:
+def _wait_for_line(child: Child, line: str, stop: StopFlag) -> bool:
     """Wait until ``child``'s log holds ``line``; False if it exits, stop is set, or time is up."""
     deadline = BRIDGE_READY_TIMEOUT_S
     while deadline > 0 and child.proc.poll() is None:
@@ -217,84 +211,104 @@ def clean(root: Path) -> None:
     _say(f"deleted {root}")
 
 
+def _start(args: argparse.Namespace, root: Path, children: list[Child], stop: StopFlag) -> bool:
+    """Start the daemons, then each service, listing each child as it starts.
+
+    Returns:
+        False when the bridge did not start forwarding (said on the console).
+
+    Raises:
+        StartInterrupted: A stop was asked for (``stop.starting``): the start-up is left
+            at once, and what is on ``children`` is stopped by the caller.
+    """
+    logs = root / "logs"
+    spark_jar_dir = ensure_jar_dir("spark")
+    ensure_jars("kafka")
+    info = broker.start(root / "broker")
+    broker.ensure_topic(info.plaintext, args.topic, partitions=3)
+    broker.ensure_topic(info.plaintext, ALERTS_TOPIC, partitions=1)
+    env = os.environ | demo_env(args, root, info.plaintext, spark_jar_dir)
+    services: list[tuple[str, list[str]]] = [("processor", ["-m", "processor", "run"])]
+    if args.ingress == "mqtt":
+        env |= mqtt_broker.start(root / "mqtt-broker").env
+        env |= ProducerSettings.env_vars(transport="mqtt")
+        services.append(("bridge", ["-m", "bridge"]))
+    if args.format == "avro":
+        registry = schema_registry.start(root / "schema-registry")
+        _say(f"schema registry: {registry.url}")
+        env |= registry.env | ProducerSettings.env_vars(format="avro")
+    dashboard = [
+        "-m", "streamlit", "run", str(PROJECT_ROOT / "dashboard" / "app.py"),
+        "--server.port", str(args.port), "--server.headless", "true",
+        "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+    ]  # fmt: skip
+    services += [("producer", ["-m", "producer"]), ("dashboard", dashboard)]
+    for name, child_args in services:
+        with stop.unbroken():  # a child being started is on the list before the start-up is left
+            children.append(_spawn(name, child_args, env, logs))
+        if name == "bridge" and not _wait_for_line(children[-1], BRIDGE_READY_LINE, stop):
+            if stop.is_set():
+                raise StartInterrupted
+            _say(f"the bridge did not start forwarding:\n{children[-1].tail()}")
+            return False
+    return True
+
+
+def _watch(children: list[Child], port: int, stop: StopFlag) -> bool:
+    """Wait until a stop is asked for or a service exits; say when the dashboard answers.
+
+    Returns:
+        Whether a service exited (a failure of the demo).
+    """
+    url = f"http://localhost:{port}"
+    announced = False
+    while not stop.wait(1.0):
+        for child in children:
+            if child.proc.poll() is not None:
+                _say(f"{child.name} exited with code {child.proc.returncode}:\n{child.tail()}")
+                stop.set("a service failed")
+                return True
+        if not announced and _http_ok(url):
+            announced = True
+            _say(f"dashboard ready: {url}  (Ctrl-C stops everything)")
+    return False
+
+
+def _stop_all(root: Path, children: list[Child], stop: StopFlag) -> None:
+    """Stop the services (all at once, newest first), then the daemons."""
+    if children or (root / "broker").exists():
+        _say(f"stopping ({stop.reason or 'a service failed'}) ...")
+    for child in reversed(children):  # all at once: each stops while the others do
+        child.ask_to_stop()
+    for child in reversed(children):
+        child.stop(STOP_TIMEOUT_S, _say)
+    broker.stop(root / "broker")
+    if (root / "mqtt-broker").exists():
+        mqtt_broker.stop(root / "mqtt-broker")
+    if (root / "schema-registry").exists():
+        schema_registry.stop(root / "schema-registry")
+    _say("stopped")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the demo until Ctrl-C; return non-zero if a service failed."""
     args = _parse(argv)
     if args.clean:
         clean(state_dir() / "demo")
         return 0
-    stop = threading.Event()
-    reason: list[str] = []
     # Until every service is started, a signal leaves the start-up at once (the jars,
     # the broker's start, a service's), rather than once it is done; then it ends the watch.
-    starting = [True]
-    spawning = [False]  # a child being started is on the list before the start-up is left
-
-    def _on_signal(signum: int, _frame: FrameType | None) -> None:
-        reason.append(signal.Signals(signum).name)
-        stop.set()
-        if starting[0] and not spawning[0]:
-            starting[0] = False
-            raise _StartInterrupted
-
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
-
+    stop = StopFlag()
+    stop.install()
     root = state_dir() / "demo"
-    logs = root / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    broker_dir = root / "broker"
-    mqtt_dir = root / "mqtt-broker"
-    registry_dir = root / "schema-registry"
+    (root / "logs").mkdir(parents=True, exist_ok=True)
     children: list[Child] = []
-    failed = False
     try:
-        spark_jar_dir = ensure_jar_dir("spark")
-        ensure_jars("kafka")
-        info = broker.start(broker_dir)
-        broker.ensure_topic(info.plaintext, args.topic, partitions=3)
-        broker.ensure_topic(info.plaintext, ALERTS_TOPIC, partitions=1)
-        env = os.environ | demo_env(args, root, info.plaintext, spark_jar_dir)
-        services: list[tuple[str, list[str]]] = [("processor", ["-m", "processor", "run"])]
-        if args.ingress == "mqtt":
-            env |= mqtt_broker.start(mqtt_dir).env | ProducerSettings.env_vars(transport="mqtt")
-            services.append(("bridge", ["-m", "bridge"]))
-        if args.format == "avro":
-            registry = schema_registry.start(registry_dir)
-            _say(f"schema registry: {registry.url}")
-            env |= registry.env | ProducerSettings.env_vars(format="avro")
-        dashboard = [
-            "-m", "streamlit", "run", str(PROJECT_ROOT / "dashboard" / "app.py"),
-            "--server.port", str(args.port), "--server.headless", "true",
-            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-        ]  # fmt: skip
-        services += [("producer", ["-m", "producer"]), ("dashboard", dashboard)]
-        for name, child_args in services:
-            spawning[0] = True
-            children.append(_spawn(name, child_args, env, logs))
-            spawning[0] = False
-            if stop.is_set():  # asked while it was being started
-                raise _StartInterrupted
-            if name == "bridge" and not _wait_for_line(children[-1], BRIDGE_READY_LINE, stop):
-                if stop.is_set():
-                    raise _StartInterrupted
-                _say(f"the bridge did not start forwarding:\n{children[-1].tail()}")
-                failed = True
+        with stop.starting():
+            if not _start(args, root, children, stop):
                 return 1
-        starting[0] = False
-        url = f"http://localhost:{args.port}"
-        announced = False
-        while not stop.wait(1.0):
-            for child in children:
-                if child.proc.poll() is not None:
-                    _say(f"{child.name} exited with code {child.proc.returncode}:\n{child.tail()}")
-                    failed = True
-                    stop.set()
-            if not announced and _http_ok(url):
-                announced = True
-                _say(f"dashboard ready: {url}  (Ctrl-C stops everything)")
-        return 1 if failed else 0
-    except _StartInterrupted:
+        return 1 if _watch(children, args.port, stop) else 0
+    except StartInterrupted:
         return 0
     except (
         broker.BrokerError,
@@ -305,16 +319,4 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"error: {exc}")
         return 1
     finally:
-        starting[0] = False
-        if children or broker_dir.exists():
-            _say(f"stopping ({reason[0] if reason else 'a service failed'}) ...")
-        for child in reversed(children):  # all at once: each stops while the others do
-            child.ask_to_stop()
-        for child in reversed(children):
-            child.stop(STOP_TIMEOUT_S, _say)
-        broker.stop(broker_dir)
-        if mqtt_dir.exists():
-            mqtt_broker.stop(mqtt_dir)
-        if registry_dir.exists():
-            schema_registry.stop(registry_dir)
-        _say("stopped")
+        _stop_all(root, children, stop)

@@ -14,6 +14,7 @@ from common.jars import ConnectorJarsMissingError
 from common.lake import Query, Table
 from common.registry_settings import subject_of
 from common.settings import load_settings, service_parser
+from common.stop_signals import StartInterrupted, StopFlag
 from processor import health, realtime_app, writer_schemas
 from processor.checkpoints import CheckpointSourcesError
 from processor.evolution import REBUILDABLE
@@ -21,8 +22,6 @@ from processor.hot_path import bronze_tier, silver_reads_bronze
 from processor.lake_setup import prepare_lake, write_devices
 from processor.lifecycle import (
     ChildApp,
-    StartInterrupted,
-    StopSignal,
     say,
     wait_for_release,
     wait_for_stop,
@@ -198,7 +197,7 @@ def _session(settings: ProcessorSettings) -> SparkSession:
     return spark
 
 
-def _run(settings: ProcessorSettings, stop: StopSignal, child: list[str], partitions: int) -> int:
+def _run(settings: ProcessorSettings, stop: StopFlag, child: list[str], partitions: int) -> int:
     """Run the main application, and the real-time alerts beside it if wanted.
 
     Args:
@@ -221,7 +220,7 @@ def _run(settings: ProcessorSettings, stop: StopSignal, child: list[str], partit
             realtime.stop()
 
 
-def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp | None) -> int:
+def _run_main(settings: ProcessorSettings, stop: StopFlag, realtime: ChildApp | None) -> int:
     with stop.starting():  # nothing runs yet: a stop gives the JVM's start and the tables up
         spark = _session(settings)
         stop.install()  # again: the SparkContext replaced the SIGINT handler
@@ -234,17 +233,17 @@ def _run_main(settings: ProcessorSettings, stop: StopSignal, realtime: ChildApp 
     )
     spark.streams.addListener(listener)
     if settings.trigger == "available_now":
-        finished = run_available_now(spark, settings, should_stop=stop.requested.is_set)
+        finished = run_available_now(spark, settings, should_stop=stop.is_set)
         _close(spark, [], listener)
         if not finished:
             say("stopped before all available data was processed")
             return cli.INTERRUPTED
         say("all available data processed")
         return 0
-    queries = start_all(spark, settings, should_stop=stop.requested.is_set, prepare=False)
+    queries = start_all(spark, settings, should_stop=stop.is_set, prepare=False)
     if realtime is not None:
         realtime.release()
-    if not stop.requested.is_set():
+    if not stop.is_set():
         bronze_every = tier_interval(settings, bronze_tier(settings))
         say(
             f"running {', '.join(q.name for q in queries)}: hot path every "
@@ -277,10 +276,10 @@ def _restart_for_new_schemas(
     return False
 
 
-def _rebuild(settings: ProcessorSettings, queries: list[str], stop: StopSignal) -> int:
+def _rebuild(settings: ProcessorSettings, queries: list[str], stop: StopFlag) -> int:
     spark = _session(settings)
     stop.install()
-    finished = rebuild(spark, settings, queries, should_stop=stop.requested.is_set)
+    finished = rebuild(spark, settings, queries, should_stop=stop.is_set)
     quiet_console(spark)
     spark.stop()
     if not finished:
@@ -337,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := sorted(set(args.targets) - set(REBUILDABLE)):
         parser.error(f"cannot rebuild {', '.join(unknown)}; choose from {', '.join(REBUILDABLE)}")
     who = realtime_app.WHO if args.command == "realtime" else "processor"
-    stop = StopSignal(who, supervised=args.supervised)
+    stop = StopFlag(announce_as=who, ignore_sigint=args.supervised)
     try:
         settings = load_settings(ProcessorSettings, args)
     except (ValueError, FileNotFoundError) as exc:
@@ -369,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except StartInterrupted:
         # Nothing had started: the JVM ends with this process (its stdin closes).
-        say("stopped before the start-up finished", stop.who)
+        say("stopped before the start-up finished", who)
         return 0
     except cli.CliError as exc:
         return cli.fail(exc)

@@ -1,20 +1,21 @@
-"""Starting and stopping a processor run: the stop signal, failed queries, a child app."""
+"""A processor run's watch: its failed queries, the child app beside it, the wait for a stop.
+
+How the run is asked to stop is ``common.stop_signals``; how its queries stop is
+``processor.stopping``.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator, Sequence
-from types import FrameType
+from collections.abc import Sequence
 
 from pyspark.sql.streaming import StreamingQuery
 
 from common import cli
+from common.stop_signals import StopFlag
 
 log = logging.getLogger("iot_pulse.processor")
 CHILD_STOP_TIMEOUT_S = 30.0
@@ -23,68 +24,6 @@ CHILD_STOP_TIMEOUT_S = 30.0
 def say(msg: str, who: str = "processor") -> None:
     """Say one progress line on the console, e.g. ``[processor] running ...``."""
     cli.console.info("[%s] %s", who, msg)
-
-
-class StartInterrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt, not an error)
-    """A stop asked for while the run was starting: the start-up is given up at once.
-
-    A BaseException, so that no ``except Exception`` on the way (py4j's, PySpark's)
-    turns it into an error of its own.
-    """
-
-
-class StopSignal:
-    """Ctrl-C and SIGTERM ask the run to stop; the queries stop at the next check.
-
-    During start-up (``starting``) there is nothing to stop cleanly yet: a signal
-    gives the start-up up at once (``StartInterrupted``), whatever it waits on (the
-    broker check, the JVM's start, the tables' creation), instead of finishing it first.
-
-    PySpark's SparkContext installs its own SIGINT handler (cancel every job, raise
-    KeyboardInterrupt anywhere), which fails the queries mid-batch: install this one
-    again once the session exists. A second signal interrupts at once.
-
-    A supervised run (a child app, which its parent stops with SIGTERM) ignores SIGINT:
-    a terminal's Ctrl-C reaches the whole process group, and the parent's SIGTERM
-    would then be a second signal.
-    """
-
-    def __init__(self, who: str = "processor", *, supervised: bool = False) -> None:
-        self.requested = threading.Event()
-        self.who = who
-        self.supervised = supervised
-        self._starting = False
-
-    @contextlib.contextmanager
-    def starting(self) -> Iterator[None]:
-        """Within this block a stop raises ``StartInterrupted`` (at once if asked already).
-
-        Raises:
-            StartInterrupted: A stop was asked for before or during the block.
-        """
-        if self.requested.is_set():
-            raise StartInterrupted
-        self._starting = True
-        try:
-            yield
-        finally:
-            self._starting = False
-
-    def install(self) -> None:
-        """Handle SIGINT (unless supervised) and SIGTERM from now on."""
-        signal.signal(signal.SIGINT, signal.SIG_IGN if self.supervised else self._handle)
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.requested.is_set():
-            raise KeyboardInterrupt
-        self.requested.set()
-        # Unbuffered: the signal may arrive while the main thread is printing.
-        line = f"[{self.who}] stopping ({signal.Signals(signum).name}); again to abort\n"
-        os.write(sys.stderr.fileno(), line.encode())
-        if self._starting:
-            self._starting = False  # raised once: the handlers on the way out may run freely
-            raise StartInterrupted
 
 
 def first_stopped(queries: Sequence[StreamingQuery]) -> str | None:
@@ -120,7 +59,7 @@ class ChildApp:
         Args:
             name: What to call it in messages.
             argv: The interpreter's arguments, e.g. ``["-m", "processor", "realtime"]``;
-                the child must stop on SIGTERM, ignore SIGINT (``StopSignal``) and
+                the child must stop on SIGTERM, ignore SIGINT (``StopFlag.install``) and
                 call ``wait_for_release`` before its work.
         """
         self.name = name
@@ -172,13 +111,13 @@ class ChildApp:
 def wait_for_release() -> bool:
     """In a ``ChildApp``: wait until the parent releases it; False if the parent never will.
 
-    Call inside ``StopSignal.starting``: the parent's SIGTERM ends the wait at once.
+    Call inside ``StopFlag.starting``: the parent's SIGTERM ends the wait at once.
     """
     return sys.stdin.buffer.readline() == RELEASE_LINE
 
 
 def wait_for_stop(
-    queries: Sequence[StreamingQuery], stop: StopSignal, child: ChildApp | None = None
+    queries: Sequence[StreamingQuery], stop: StopFlag, child: ChildApp | None = None
 ) -> str | None:
     """Block until a stop is asked for, or a query (or ``child``) stops by itself or fails.
 
@@ -193,6 +132,6 @@ def wait_for_stop(
     failure = None
     # A stop asked for wins: a query that ends while the run is being stopped (a signal
     # may reach more than this process) is no failure of the run.
-    while failure is None and not stop.requested.wait(1.0):
+    while failure is None and not stop.wait(1.0):
         failure = first_stopped(queries) or (child.failure() if child else None)
     return failure

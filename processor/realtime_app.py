@@ -23,11 +23,12 @@ from common import cli
 from common.kafka import spark_kafka_options
 from common.lake import Query
 from common.registry_settings import subject_of
+from common.stop_signals import StopFlag
 from processor import bronze, realtime, sources, writer_schemas
 from processor.checkpoints import clear_unlogged_first_batch
 from processor.lake_files import LakeFiles
 from processor.lake_setup import devices_frame
-from processor.lifecycle import StopSignal, say, wait_for_stop
+from processor.lifecycle import say, wait_for_stop
 from processor.session import build_session, quiet_console
 from processor.settings import ProcessorSettings
 from processor.stopping import stop_queries
@@ -92,7 +93,7 @@ def start_realtime_alerts(
     return query
 
 
-def run(settings: ProcessorSettings, partitions: int, stop: StopSignal) -> int:
+def run(settings: ProcessorSettings, partitions: int, stop: StopFlag) -> int:
     """Run the real-time alert query until stopped or failed.
 
     Args:

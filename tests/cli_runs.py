@@ -24,7 +24,7 @@ import pytest
 from common import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-# The handlers a CLI may install (processor.__main__.StopSignal): put back after a run.
+# The handlers a CLI may install (common.stop_signals.StopFlag.install): put back after a run.
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.lifecycle import ChildApp, StartInterrupted, StopSignal, wait_for_stop
+from common.stop_signals import StartInterrupted, StopFlag
+from processor.lifecycle import ChildApp, wait_for_stop
 
 
 @dataclass
@@ -34,28 +35,28 @@ class _Child:
 
 
 def test_a_requested_stop_is_no_failure() -> None:
-    stop = StopSignal()
-    stop.requested.set()
+    stop = StopFlag("processor")
+    stop.set("test")
     assert wait_for_stop([_Query("silver")], stop) is None
 
 
 def test_a_query_that_ends_by_itself_ends_the_wait() -> None:
     queries = [_Query("bronze"), _Query("silver", isActive=False)]
-    assert wait_for_stop(queries, StopSignal()) == "query silver stopped by itself"
+    assert wait_for_stop(queries, StopFlag("processor")) == "query silver stopped by itself"
 
 
 def test_a_failed_query_is_one_line() -> None:
     failed = _Query("alerts", isActive=False, error=RuntimeError("boom\n\tat Spark.java:1"))
-    failure = wait_for_stop([_Query("bronze"), failed], StopSignal())
+    failure = wait_for_stop([_Query("bronze"), failed], StopFlag("processor"))
     assert failure is not None and failure.startswith("query alerts failed: boom (")
     assert "\n" not in failure
 
 
 def test_the_child_apps_end_ends_the_wait_and_a_stop_comes_through_later() -> None:
     child = _Child("realtime alerts exited with code 1 (its error is above)")
-    assert wait_for_stop([_Query("silver")], StopSignal(), child) == child.failure()
-    stop = StopSignal()
-    threading.Timer(1.5, stop.requested.set).start()
+    assert wait_for_stop([_Query("silver")], StopFlag("processor"), child) == child.failure()
+    stop = StopFlag("processor")
+    threading.Timer(1.5, stop.set, ["test"]).start()
     assert wait_for_stop([_Query("silver")], stop, _Child(None)) is None
 
 
@@ -69,24 +70,24 @@ def restore_handlers():
 
 
 def test_a_signal_during_start_up_gives_it_up_at_once(restore_handlers, capfd) -> None:
-    stop = StopSignal()
+    stop = StopFlag("processor")
     stop.install()
     with pytest.raises(StartInterrupted), stop.starting():
         os.kill(os.getpid(), signal.SIGTERM)
         threading.Event().wait(5)  # a wait the start-up would not finish (the JVM's start)
-    assert stop.requested.is_set()
+    assert stop.is_set()
     assert capfd.readouterr().err == "[processor] stopping (SIGTERM); again to abort\n"
     with pytest.raises(StartInterrupted), stop.starting():  # asked already: not entered
         raise AssertionError("the block ran")
 
 
 def test_after_start_up_a_signal_only_asks_the_run_to_stop(restore_handlers) -> None:
-    stop = StopSignal()
+    stop = StopFlag("processor")
     stop.install()
     with stop.starting():
         pass
     os.kill(os.getpid(), signal.SIGTERM)
-    assert stop.requested.wait(5)  # no exception: the queries stop at the next check
+    assert stop.wait(5)  # no exception: the queries stop at the next check
 
 
 def test_a_child_app_is_asked_to_stop_once(tmp_path) -> None:

@@ -1,0 +1,69 @@
+"""How a run is asked to stop (common.stop_signals): real signals to this process."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from common.stop_signals import StartInterrupted, StopFlag, stopped_by_signals
+
+
+@pytest.fixture
+def restore_handlers():
+    """The test's own SIGINT and SIGTERM handlers back after it."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+def test_a_step_a_signal_must_not_cut_ends_first_then_the_start_up_is_given_up(
+    restore_handlers,
+) -> None:
+    stop = StopFlag()
+    stop.install()
+    steps: list[str] = []
+    with pytest.raises(StartInterrupted), stop.starting():
+        with stop.unbroken():
+            os.kill(os.getpid(), signal.SIGTERM)
+            steps.append("launched")  # reached: the signal did not cut the step
+            steps.append("listed")
+        steps.append("next step")  # not reached: the stop came at the step's end
+    assert (steps, stop.reason, stop.count) == (["launched", "listed"], "SIGTERM", 1)
+
+
+def test_an_unbroken_step_outside_a_start_up_raises_nothing(restore_handlers) -> None:
+    stop = StopFlag()
+    stop.install()
+    with stop.unbroken():
+        os.kill(os.getpid(), signal.SIGINT)
+    assert (stop.is_set(), stop.reason) == (True, "SIGINT")
+
+
+def test_a_second_signal_aborts_an_announced_run_and_only_counts_for_a_quiet_one(
+    restore_handlers, capfd
+) -> None:
+    announced = StopFlag("processor")
+    announced.install()
+    os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+    assert capfd.readouterr().err == "[processor] stopping (SIGTERM); again to abort\n"
+    quiet = StopFlag()
+    with stopped_by_signals(quiet):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert (quiet.reason, quiet.count) == ("SIGINT", 2)
+    assert capfd.readouterr().err == ""
+
+
+def test_a_supervised_child_ignores_ctrl_c_but_not_its_parents_sigterm(restore_handlers) -> None:
+    stop = StopFlag("realtime", ignore_sigint=True)
+    stop.install()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGINT)
+    assert not stop.is_set()
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.reason == "SIGTERM"
