@@ -120,8 +120,7 @@ class MqttInbox:
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
-        # paho's Properties is not annotated.
-        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho's Properties is not annotated
         props.SessionExpiryInterval = self.session_expiry_s
         props.ReceiveMaximum = self.receive_maximum
         return props

@@ -238,7 +238,7 @@ def overview_kpis(parts: GoldParts, now: datetime, active_minutes: int) -> Overv
         active_devices=distinct_count(active["device_id"]),
         events=int(cube["events"].sum()),
         events_per_min=float(complete["events"].sum()) / minutes if minutes else None,
-        latest_window=cube["window_start"].max(),  # type: ignore[arg-type]
+        latest_window=cube["window_start"].max(),  # type: ignore[arg-type]  # polars types a max as any Python value; of a datetime column it is a datetime
         # A device clock slightly ahead of the dashboard's reads as fresh, not negative.
         freshness_s=(
             max(0.0, (now - cast(datetime, newest)).total_seconds()) if newest is not None else None
@@ -323,8 +323,8 @@ def latency(silver: pl.DataFrame) -> Latency | None:
     if values.len() == 0:
         return None
     return Latency(
-        p50_s=float(values.quantile(0.5, "linear")),  # type: ignore[arg-type]
-        p95_s=float(values.quantile(0.95, "linear")),  # type: ignore[arg-type]
+        p50_s=float(values.quantile(0.5, "linear")),  # type: ignore[arg-type]  # None only for no values, returned above
+        p95_s=float(values.quantile(0.95, "linear")),  # type: ignore[arg-type]  # None only for no values, returned above
         events=values.len(),
     )
 
@@ -370,7 +370,7 @@ def device_grid(status: pl.DataFrame) -> pl.DataFrame:
     """
     if status.height == 0:
         return status.with_columns(col=pl.lit(0), row=pl.lit(0))
-    largest = int(status.group_by("site").len()["len"].max())  # type: ignore[arg-type]
+    largest = int(status.group_by("site").len()["len"].max())  # type: ignore[arg-type]  # polars types a max as any Python value; of a count it is an int
     per_row = max(1, math.ceil(math.sqrt(largest)))
     ordered = status.with_columns(
         _severity=pl.col("status").replace_strict(_SEVERITY, default=len(_SEVERITY))
@@ -565,8 +565,8 @@ def alert_summary(alerts: pl.DataFrame) -> AlertSummary:
         total=alerts.height,
         open=alerts.height - recovered,
         recovered=recovered,
-        median_ttr_s=float(ttr.quantile(0.5, "linear")) if ttr.len() else None,  # type: ignore[arg-type]
-        p95_ttr_s=float(ttr.quantile(0.95, "linear")) if ttr.len() else None,  # type: ignore[arg-type]
+        median_ttr_s=float(ttr.quantile(0.5, "linear")) if ttr.len() else None,  # type: ignore[arg-type]  # None only for no values
+        p95_ttr_s=float(ttr.quantile(0.95, "linear")) if ttr.len() else None,  # type: ignore[arg-type]  # None only for no values
     )
 
 
@@ -592,7 +592,7 @@ def thresholds(profile: dict[str, object] | None) -> dict[str, tuple[float | Non
     for metric in METRIC_NAMES:
         low, high = profile.get(f"{metric}_low"), profile.get(f"{metric}_high")
         if low is not None or high is not None:
-            out[metric] = (low, high)  # type: ignore[assignment]
+            out[metric] = (low, high)  # type: ignore[assignment]  # a dim/devices row's thresholds are doubles or null
     return out
 
 
@@ -637,7 +637,7 @@ def session_summary(sessions: pl.DataFrame) -> SessionSummary:
     return SessionSummary(
         sessions=sessions.height,
         connected_s=float(sessions["duration_s"].sum()),
-        longest_s=float(sessions["duration_s"].max()),  # type: ignore[arg-type]
+        longest_s=float(sessions["duration_s"].max()),  # type: ignore[arg-type]  # polars types a max as any Python value; of a float column it is a float
         events=int(sessions["events"].sum()),
     )
 

@@ -68,7 +68,7 @@ def write(folder: Path) -> Path:
     key = serialization.load_pem_private_key(tls.server_key.read_bytes(), password=None)
     chain = x509.load_pem_x509_certificates(tls.server_cert.read_bytes())
     keystore = pkcs12.serialize_key_and_certificates(
-        b"kafka", key, chain[0], chain[1:],  # type: ignore[arg-type]
+        b"kafka", key, chain[0], chain[1:],  # type: ignore[arg-type]  # the server key ensure_tls writes is an RSA key, which PKCS#12 takes; load_pem_private_key types any key
         serialization.BestAvailableEncryption(password.encode()),
     )  # fmt: skip
     value = connection_string(base64.b64encode(secrets.token_bytes(32)).decode("ascii"))

@@ -97,7 +97,7 @@ def child_env(base: dict[str, str], kafka: KafkaSettings, **extra: str) -> dict[
 def _rows(root: str, name: str, columns: list[str]) -> pl.DataFrame | None:
     try:
         table = open_delta_table(table_location(root, name))
-        return pl.from_arrow(table.to_pyarrow_table(columns=columns))  # type: ignore[return-value]
+        return pl.from_arrow(table.to_pyarrow_table(columns=columns))  # type: ignore[return-value]  # from_arrow of a Table is a DataFrame; its annotation also allows a Series, for an Array
     except (TableNotFoundError, OSError):
         return None
 

@@ -163,7 +163,7 @@ def read_truth_files(paths: Sequence[Path], folder: Path | None = None) -> Truth
         writer.write_table(pa.table(batch, schema=_ARROW_SCHEMA))
     header = merge_headers(headers, shards_run([h["run"] for h in headers]))
     return Truth(
-        events=pl.scan_parquet(out).cast(EVENTS_SCHEMA),  # type: ignore[arg-type]
+        events=pl.scan_parquet(out).cast(EVENTS_SCHEMA),  # type: ignore[arg-type]  # polars' cast takes a schema's mapping of column to dtype instance; its annotation wants dtype classes
         faults=lines["fault"],
         failed=lines["failed"],
         header=header,

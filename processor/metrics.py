@@ -113,9 +113,7 @@ def append_metrics(spark: SparkSession, rows: list[dict[str, Any]], path: str) -
     """
     if not is_remote(spark):  # in the flushing thread: its jobs take the background share
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
-    # PySpark takes dicts (matched to the schema by name); its overloads list only Row,
-    # list and tuple rows.
-    frame = spark.createDataFrame(rows, METRICS_SCHEMA)  # type: ignore[type-var]
+    frame = spark.createDataFrame(rows, METRICS_SCHEMA)  # type: ignore[type-var]  # PySpark takes dicts (matched to the schema by name); its overloads list only Row, list and tuple rows
     frame.write.format("delta").mode("append").options(**READER_TABLE_PROPERTIES).save(path)
 
 

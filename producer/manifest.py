@@ -122,7 +122,7 @@ class Manifest:
         for j, i in enumerate(self._dev):
             rows[i].append(j)
         if self.uuid_ids:
-            text = "".join(self._id_chunks)  # type: ignore[arg-type]
+            text = "".join(self._id_chunks)  # type: ignore[arg-type]  # with uuid_ids every chunk is one str (add), never a tuple
 
             def id_at(j: int) -> str:
                 return text[j * _ID_LEN : (j + 1) * _ID_LEN]

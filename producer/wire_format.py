@@ -198,7 +198,7 @@ class AvroFormat:
         schema_id = struct.unpack(">I", payload[1:5])[0]
         number = next(n for n, i in self.schema_ids.items() if i == schema_id)
         record = fastavro.schemaless_reader(io.BytesIO(payload[5:]), self._parsed[number], None)
-        return _from_avro(record)  # type: ignore[arg-type]
+        return _from_avro(record)  # type: ignore[arg-type]  # fastavro types a record as any Avro datum; these schemas' top level is a record, a dict
 
     def malformed(
         self, kind: str, event: dict[str, Any], rng: random.Random, padding: int

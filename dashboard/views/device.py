@@ -121,7 +121,7 @@ def render(now: datetime) -> None:
         settings, Table.GOLD_DEVICE_1M, lake.DEVICE_GOLD_COLUMNS,
         time_column="window_start", start=start, end=end, equals={"device_id": device},
     )  # fmt: skip
-    events = int(gold.frame["events"].sum()) if gold.ready else 0  # type: ignore[index]
+    events = int(gold.frame["events"].sum()) if gold.frame is not None else 0
     _status(device, now, events)
     alerts = ui.load(
         settings, Table.GOLD_ALERTS, lake.ALERT_COLUMNS,

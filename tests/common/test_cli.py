@@ -225,34 +225,6 @@ def test_what_a_command_says_is_on_stderr_once_and_in_its_log(run, tmp_path):
     ]
 
 
-SERVICE_PACKAGES = (
-    "common", "processor", "producer", "bridge", "notifier", "loadtest", "dashboard", "infra",
-    "demo",
-)  # fmt: skip
-
-
-def test_the_services_talk_on_stderr_only_through_the_console_logger():
-    """No ``print(..., file=sys.stderr)`` or ``sys.stderr.write`` outside ``common.cli``."""
-    import ast
-
-    root = Path(__file__).resolve().parents[2]
-    found = []
-    for package in SERVICE_PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            if path == root / "common" / "cli.py":
-                continue
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if not isinstance(node, ast.Call):
-                    continue
-                text = ast.unparse(node.func)
-                to_stderr = text == "print" and any(
-                    k.arg == "file" and ast.unparse(k.value) == "sys.stderr" for k in node.keywords
-                )
-                if to_stderr or text == "sys.stderr.write":
-                    found.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert found == []
-
-
 def test_a_lowercase_log_level_is_refused_with_the_allowed_values(monkeypatch, capsys):
     monkeypatch.setenv("IOT_PROCESSOR_LOG_LEVEL", "warn")
     with pytest.raises(ValueError) as caught:
