@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from common.report import ProducerReport
-from loadtest import svg
+from loadtest.charts import bars_chart, rate_chart, to_svg
 from loadtest.senders import senders_lines
 from loadtest.verify import STAGES, VerifyResult
 
@@ -160,15 +160,17 @@ def verify_markdown(result: VerifyResult, sent_by: dict[str, Any] | None = None)
 def charts(producer: ProducerReport, result: VerifyResult, criteria: Criteria) -> dict[str, str]:
     """The SVG plots of a load test, by file name."""
     out = {
-        "rate.svg": svg.line_chart(
-            {
-                "target": producer.per_second_target,
-                "sent": producer.per_second,
-                "acknowledged": producer.per_second_acked,
-            },
-            title="Producer rate",
-            x_label="second of the run",
-            y_label="events/s",
+        "rate.svg": to_svg(
+            rate_chart(
+                {
+                    "target": producer.per_second_target,
+                    "sent": producer.per_second,
+                    "acknowledged": producer.per_second_acked,
+                },
+                title="Producer rate",
+                x_label="second of the run",
+                y_label="events/s",
+            )
         )
     }
     stages = result.latency.get("stages") or {}
@@ -178,11 +180,13 @@ def charts(producer: ProducerReport, result: VerifyResult, criteria: Criteria) -
         if (stages.get(s) or {}).get("count")
     }
     if groups:
-        out["latency.svg"] = svg.bar_chart(
-            groups,
-            title="Latency from event time",
-            y_label="seconds",
-            limit=criteria.max_p95_latency_s,
+        out["latency.svg"] = to_svg(
+            bars_chart(
+                groups,
+                title="Latency from event time",
+                y_label="seconds",
+                limit=criteria.max_p95_latency_s,
+            )
         )
     return out
 

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from common.kafka_settings import KafkaSettings
 from common.report import ProducerReport
-from loadtest import svg
+from loadtest.charts import bars_chart, rate_chart, to_svg
 from loadtest.report import Criteria, evaluate, summary, write_pages
 from loadtest.run import child_env, kafka_env, measured_from
 from loadtest.settings import LoadtestSettings
@@ -130,11 +130,43 @@ def test_the_measured_window_starts_after_the_warm_up(tmp_path: Path) -> None:
     )
 
 
-def test_line_chart_scales_points_to_the_plot() -> None:
-    out = svg.line_chart({"a": [0.0, 50.0, 100.0]}, title="t", x_label="x", y_label="y")
-    points = ET.fromstring(out).find("{http://www.w3.org/2000/svg}polyline").get("points")
-    # plot box: x from 60 to 640 - 130 = 510, y from 260 - 40 = 220 (0) up to 30 (100)
-    assert points == "60.0,220.0 285.0,125.0 510.0,30.0"
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _marks(svg: str, role: str) -> list[ET.Element]:
+    """The SVG groups of one kind of mark (``role-mark``, ``role-legend-label`` ...)."""
+    return [g for g in ET.fromstring(svg).iter(f"{SVG}g") if role in (g.get("class") or "").split()]
+
+
+def test_the_rate_chart_draws_a_line_per_series_from_its_values_in_order() -> None:
+    chart = rate_chart(
+        {"target": [0.0, 50.0, 100.0], "sent": [0.0, 40.0]}, title="t", x_label="x", y_label="y"
+    )
+    (rows,) = chart.to_dict()["datasets"].values()
+    assert rows == [
+        {"x": 0, "series": "target", "y": 0.0}, {"x": 1, "series": "target", "y": 50.0},
+        {"x": 2, "series": "target", "y": 100.0},
+        {"x": 0, "series": "sent", "y": 0.0}, {"x": 1, "series": "sent", "y": 40.0},
+    ]  # fmt: skip
+    svg = to_svg(chart)
+    assert len(_marks(svg, "role-mark")) == 2  # one line each
+    legend = [t.text for g in _marks(svg, "role-legend-label") for t in g.iter(f"{SVG}text")]
+    assert legend == ["target", "sent"]
+
+
+def test_the_latency_chart_draws_each_value_as_a_bar_and_the_limit_as_a_rule() -> None:
+    chart = bars_chart(
+        {"bronze": {"p50": 1.0, "p95": 2.5}, "gold": {"p50": 3.0, "p95": 5.0}},
+        title="Latency", y_label="seconds", limit=15.0,
+    )  # fmt: skip
+    labels = [e.get("aria-label") for g in _marks(to_svg(chart), "role-mark") for e in g]
+    assert labels == [
+        "group: bronze; seconds: 1; bar: p50; value: 1.000",
+        "group: bronze; seconds: 2.5; bar: p95; value: 2.500",
+        "group: gold; seconds: 3; bar: p50; value: 3.000",
+        "group: gold; seconds: 5; bar: p95; value: 5.000",
+        "limit: 15",
+    ]
 
 
 def test_settings_defaults_are_the_issue_criteria(monkeypatch: pytest.MonkeyPatch) -> None:
