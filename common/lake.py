@@ -7,6 +7,7 @@ writes each table (what a rebuild empties), the key its rows are matched on (wha
 MERGE joins on), the queries that stream from it (rebuilt with its writer) and the
 readers outside the processor. A table's schema is what its query's transforms return:
 the processor creates it from them (``processor.lake_setup``), so the two cannot differ.
+``QUERY_SPECS`` holds what each query is: its trigger's tier and its rebuild rules.
 """
 
 from __future__ import annotations
@@ -58,6 +59,53 @@ class Query(StrEnum):
     REALTIME_ALERTS = "realtime_alerts"
 
 
+class Tier(StrEnum):
+    """How often a query's micro-batches run (``processor.queries.tier_interval``)."""
+
+    HOT = "hot"  # the hot path: every trigger_interval, in its own scheduler pool
+    BRONZE = "bronze"  # every bronze_trigger_interval
+    BACKGROUND = "background"  # every background_trigger_interval, taking turns
+    REALTIME = "realtime"  # Spark's real-time mode, in an application of its own
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """One streaming query of the registry.
+
+    Attributes:
+        tier: Its trigger's tier. Bronze's is the hot path's when silver reads bronze
+            (``processor.queries.tier_of``).
+        rebuildable: ``python -m processor rebuild`` may reset it: the tables it writes
+            are recomputed from what it reads.
+        stateless: Its checkpoint holds no state; a ``state`` folder in it is an earlier
+            version's, and the query is rebuilt so that its state is recomputed.
+    """
+
+    tier: Tier
+    rebuildable: bool = False
+    stateless: bool = False
+
+
+QUERY_SPECS: Mapping[Query, QuerySpec] = MappingProxyType(
+    {
+        Query.SILVER: QuerySpec(Tier.HOT),
+        Query.BRONZE: QuerySpec(Tier.BRONZE),
+        Query.DEVICE_STATUS: QuerySpec(Tier.BACKGROUND, rebuildable=True),
+        Query.GOLD_DEVICE_SESSIONS: QuerySpec(Tier.BACKGROUND, rebuildable=True),
+        # The alert detector's state is the table state/alert_detector, not Spark's.
+        Query.ALERTS: QuerySpec(Tier.BACKGROUND, rebuildable=True, stateless=True),
+        Query.ALERT_RECOVERIES: QuerySpec(Tier.BACKGROUND, rebuildable=True),
+        Query.ALERTS_RT: QuerySpec(Tier.BACKGROUND, rebuildable=True),
+        Query.REALTIME_ALERTS: QuerySpec(Tier.REALTIME),
+    }
+)
+
+
+def rebuildable() -> tuple[Query, ...]:
+    """The queries ``python -m processor rebuild`` may reset, in the registry's order."""
+    return tuple(q for q, spec in QUERY_SPECS.items() if spec.rebuildable)
+
+
 class Reader(StrEnum):
     """A reader of the lake outside the processor; both read through delta-rs."""
 
@@ -75,15 +123,25 @@ class TableSpec:
         key: The columns that identify a row (a MERGE matches on them).
         streamed_by: The queries that read it as a stream.
         read_by: The readers outside the processor.
+        fixed_columns: Why its writer starts again from scratch (a rebuild) when the
+            table's columns change, ``{table}`` naming it; None when they may change
+            freely.
     """
 
     writer: Query | None
     key: tuple[str, ...]
     streamed_by: tuple[Query, ...] = ()
     read_by: frozenset[Reader] = frozenset()
+    fixed_columns: str | None = None
 
 
 _BOTH = frozenset(Reader)
+# One aggregate buffer per output column in the checkpointed state: a change of the
+# output's columns is a change of the state's shape.
+_PER_COLUMN_STATE = "its state keeps one aggregate per column of {table}"
+# Each row adds up its device's readings since the start. (device_status recomputes the
+# sliding windows whole from device_1m: their columns may change freely.)
+_RUNNING_SUMS = "each row of {table} adds up its device's readings so far"
 _DASHBOARD = frozenset({Reader.DASHBOARD})
 _SILVER_READERS = (Query.DEVICE_STATUS, Query.GOLD_DEVICE_SESSIONS, Query.ALERTS)
 TABLES: Mapping[Table, TableSpec] = MappingProxyType(
@@ -103,7 +161,8 @@ TABLES: Mapping[Table, TableSpec] = MappingProxyType(
             Query.DEVICE_STATUS, ("site", "device_type", "window_start")
         ),
         Table.GOLD_DEVICE_SESSIONS: TableSpec(
-            Query.GOLD_DEVICE_SESSIONS, ("device_id", "session_start"), (), _DASHBOARD
+            Query.GOLD_DEVICE_SESSIONS, ("device_id", "session_start"), (), _DASHBOARD,
+            _PER_COLUMN_STATE,
         ),
         Table.GOLD_ALERTS: TableSpec(
             Query.ALERTS, ("alert_id",), (Query.ALERT_RECOVERIES,), _DASHBOARD
@@ -113,8 +172,12 @@ TABLES: Mapping[Table, TableSpec] = MappingProxyType(
         Table.GOLD_ALERT_RECOVERIES: TableSpec(
             Query.ALERT_RECOVERIES, ("alert_id",), (), _DASHBOARD
         ),
-        Table.GOLD_DEVICE_STATUS: TableSpec(Query.DEVICE_STATUS, ("device_id",), (), _DASHBOARD),
-        Table.GOLD_FLEET_SUMMARY: TableSpec(Query.DEVICE_STATUS, ("device_type",)),
+        Table.GOLD_DEVICE_STATUS: TableSpec(
+            Query.DEVICE_STATUS, ("device_id",), (), _DASHBOARD, _RUNNING_SUMS
+        ),
+        Table.GOLD_FLEET_SUMMARY: TableSpec(
+            Query.DEVICE_STATUS, ("device_type",), fixed_columns=_RUNNING_SUMS
+        ),
         Table.OPS_PIPELINE_METRICS: TableSpec(None, ("query_id", "batch_id"), (), _BOTH),
         Table.OPS_SCHEMA_DRIFT: TableSpec(
             Query.SILVER, ("field", "schema_version", "seen_time"), (), _DASHBOARD

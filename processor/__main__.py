@@ -18,7 +18,6 @@ from common.stop_signals import StartInterrupted, StopFlag
 from processor import health, realtime_app, writer_schemas
 from processor.checkpoints import CheckpointSourcesError
 from processor.evolution import REBUILDABLE
-from processor.hot_path import bronze_tier, silver_reads_bronze
 from processor.lake_setup import prepare_lake, write_devices
 from processor.lifecycle import (
     ChildApp,
@@ -36,7 +35,7 @@ from processor.pipeline import (
     start_all,
 )
 from processor.preflight import check_kafka, check_lake_root, check_lake_store
-from processor.queries import tier_interval
+from processor.queries import tier_interval, tier_of
 from processor.readers import TableUnreadableError
 from processor.session import (
     build_session,
@@ -89,7 +88,7 @@ def reads_kafka(settings: ProcessorSettings) -> bool:
     """Whether the queries to run read Kafka (bronze, or silver from the source)."""
     names = settings.query_names()
     return settings.source == "kafka" and (
-        Query.BRONZE in names or (Query.SILVER in names and not silver_reads_bronze(settings))
+        Query.BRONZE in names or (Query.SILVER in names and not settings.silver_reads_bronze())
     )
 
 
@@ -244,7 +243,7 @@ def _run_main(settings: ProcessorSettings, stop: StopFlag, realtime: ChildApp | 
     if realtime is not None:
         realtime.release()
     if not stop.is_set():
-        bronze_every = tier_interval(settings, bronze_tier(settings))
+        bronze_every = tier_interval(settings, tier_of(Query.BRONZE, settings))
         say(
             f"running {', '.join(q.name for q in queries)}: hot path every "
             f"{settings.trigger_interval}, bronze every {bronze_every}, background every "

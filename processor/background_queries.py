@@ -60,9 +60,7 @@ def start_device_status(spark: SparkSession, s: ProcessorSettings) -> StreamingQ
         site_windows(batch, s)
 
     name = Query.DEVICE_STATUS
-    return foreach_batch_stream(
-        _silver(spark, s), write, s.lake.checkpoint(name), name, s, tier="background"
-    )
+    return foreach_batch_stream(_silver(spark, s), write, s.lake.checkpoint(name), name, s)
 
 
 def site_windows(silver: DataFrame, s: ProcessorSettings) -> None:
@@ -97,9 +95,7 @@ def site_windows(silver: DataFrame, s: ProcessorSettings) -> None:
 
 def _appended(df: DataFrame, table: Table, name: Query, s: ProcessorSettings) -> StreamingQuery:
     """A background query that appends its stream to ``table``, once per micro-batch."""
-    return table_stream(
-        df, s.lake.table(table), s.lake.checkpoint(name), name, s, tier="background"
-    )
+    return table_stream(df, s.lake.table(table), s.lake.checkpoint(name), name, s)
 
 
 def start_device_sessions(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
@@ -132,9 +128,7 @@ def start_alerts(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
             )  # fmt: skip
 
     name = Query.ALERTS
-    return foreach_batch_stream(
-        _silver(spark, s), write, s.lake.checkpoint(name), name, s, tier="background"
-    )
+    return foreach_batch_stream(_silver(spark, s), write, s.lake.checkpoint(name), name, s)
 
 
 def start_alert_recoveries(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
@@ -173,4 +167,4 @@ def start_alerts_rt(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery
     records = sources.kafka_stream(
         spark, s, topic=s.kafka.alerts_topic, max_offsets=ALERTS_RT_MAX_OFFSETS
     )
-    return foreach_batch_stream(records, write, s.lake.checkpoint(name), name, s, tier="background")
+    return foreach_batch_stream(records, write, s.lake.checkpoint(name), name, s)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pyspark.sql import SparkSession
 
 from common.cli import console
-from common.lake import RENAMED, TABLES, Query, Table, written_by
+from common.lake import QUERY_SPECS, RENAMED, TABLES, Query, Table, rebuildable, written_by
 from common.lake_settings import LakeSettings
 from processor.lake_files import LakeFiles
 from processor.tables import TableChange, delta_identifier, is_delta_table
@@ -26,45 +26,24 @@ from processor.tables import TableChange, delta_identifier, is_delta_table
 log = logging.getLogger("iot_pulse.processor")
 
 # The queries that can be recomputed from what they read (silver, their own input
-# tables, or the alerts topic again). A rebuild empties the tables each writes
-# (``common.lake.TABLES``) and rebuilds with it the queries that stream from them: a
-# Delta stream stops at a deleted row.
-REBUILDABLE: tuple[Query, ...] = (
-    Query.DEVICE_STATUS,
-    Query.GOLD_DEVICE_SESSIONS,
-    Query.ALERTS,
-    Query.ALERT_RECOVERIES,
-    Query.ALERTS_RT,
-)
-_PER_COLUMN_STATE = "its state keeps one aggregate per column of {table}"
-# Queries whose output no longer fits when its table's columns change, each with why,
-# and the tables whose columns the state or sums depend on (device_status recomputes
-# the sliding windows whole from device_1m: their columns may change freely).
-STALE_ON_NEW_COLUMNS: Mapping[Query, tuple[str, tuple[Table, ...]]] = {
-    # One aggregate buffer per output column in the checkpointed state: a change of the
-    # output's columns is a change of the state's shape.
-    Query.GOLD_DEVICE_SESSIONS: (_PER_COLUMN_STATE, (Table.GOLD_DEVICE_SESSIONS,)),
-    # Each row adds up its device's readings since the start.
-    Query.DEVICE_STATUS: (
-        "each row of {table} adds up its device's readings so far",
-        (Table.GOLD_DEVICE_STATUS, Table.GOLD_FLEET_SUMMARY),
-    ),
-}
-
-
-# Queries whose checkpoint holds no state: a ``state`` folder in one is an earlier
-# version's (the alert detector's state was in Spark's state store; it is now the table
-# ``state/alert_detector``), and the query is rebuilt so that its state is recomputed.
-STATELESS: tuple[Query, ...] = (Query.ALERTS,)
+# tables, or the alerts topic again): ``common.lake.QUERY_SPECS``. A rebuild empties the
+# tables each writes (``common.lake.TABLES``) and rebuilds with it the queries that
+# stream from them: a Delta stream stops at a deleted row.
+REBUILDABLE: tuple[Query, ...] = rebuildable()
 
 
 def stateful_leftovers(lake: LakeSettings) -> dict[str, str]:
-    """The ``STATELESS`` queries whose checkpoint holds an earlier version's state, with why."""
+    """The stateless queries whose checkpoint holds an earlier version's state, with why.
+
+    A query the registry calls ``stateless`` (``common.lake.QuerySpec``) whose checkpoint
+    has a ``state`` folder ran as an earlier version, whose state the checkpoint kept
+    (the alert detector's was in Spark's state store; it is now ``state/alert_detector``).
+    """
     files = LakeFiles(lake)
     return {
         query: "its checkpoint holds an earlier version's detector state (now a table)"
-        for query in STATELESS
-        if files.file_type(f"{lake.checkpoint(query)}/state") == "directory"
+        for query, spec in QUERY_SPECS.items()
+        if spec.stateless and files.file_type(f"{lake.checkpoint(query)}/state") == "directory"
     }
 
 
@@ -119,15 +98,16 @@ def stale_queries(changes: Mapping[Table, TableChange]) -> dict[str, str]:
         changes: What ``ensure_table`` did, per table.
     """
     stale: dict[str, str] = {}
-    for query, (reason, tables) in STALE_ON_NEW_COLUMNS.items():
-        for table in tables:
-            change = changes.get(table, TableChange())
-            if change.added or change.unwritten:
-                why = ", ".join(
-                    [f"column {c} added" for c in change.added]
-                    + [f"column {c} no longer written" for c in change.unwritten]
-                )
-                stale[query] = f"{reason.format(table=table)} ({why})"
+    for table, spec in TABLES.items():
+        change = changes.get(table, TableChange())
+        if spec.fixed_columns is None or spec.writer is None:
+            continue
+        if change.added or change.unwritten:
+            why = ", ".join(
+                [f"column {c} added" for c in change.added]
+                + [f"column {c} no longer written" for c in change.unwritten]
+            )
+            stale[spec.writer] = f"{spec.fixed_columns.format(table=table)} ({why})"
     return stale
 
 

@@ -18,7 +18,7 @@ from common.lake import TABLES, Query, Table
 from processor import bronze, gold, parsing, silver, sources, writer_schemas, writes
 from processor.checkpoints import check_checkpoint_sources
 from processor.device_dimension import CachedDimension
-from processor.queries import Tier, foreach_batch_stream, persisted
+from processor.queries import foreach_batch_stream, persisted
 from processor.settings import ProcessorSettings
 from processor.silver import checked_rows, enriched_rows, quarantine_out, silver_out
 from processor.writer_schemas import check_unknown_ids
@@ -39,20 +39,6 @@ def bronze_source(spark: SparkSession, settings: ProcessorSettings) -> DataFrame
     return bronze.to_bronze(sources.kafka_stream(spark, settings))
 
 
-def silver_reads_bronze(settings: ProcessorSettings) -> bool:
-    """Whether silver reads the bronze table rather than the source itself.
-
-    The rate source is not replayable (its timestamps are the clock's), so two
-    queries reading it would disagree: with it, silver always reads bronze.
-    """
-    return settings.silver_input == "bronze" or settings.source == "rate"
-
-
-def bronze_tier(settings: ProcessorSettings) -> Tier:
-    """Bronze's trigger tier: the hot path when silver reads it, else its own."""
-    return "hot" if silver_reads_bronze(settings) else "bronze"
-
-
 def start_bronze(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     """Source -> bronze: the raw record and where it came from, stamped and appended once."""
     at = s.lake.table
@@ -61,9 +47,7 @@ def start_bronze(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
         writes.append_once(bronze.stamp_ingest(batch), at(Table.BRONZE_EVENTS), query_id, batch_id)
 
     name = Query.BRONZE
-    return foreach_batch_stream(
-        bronze_source(spark, s), write, s.lake.checkpoint(name), name, s, tier=bronze_tier(s)
-    )
+    return foreach_batch_stream(bronze_source(spark, s), write, s.lake.checkpoint(name), name, s)
 
 
 def write_silver_batch(
@@ -147,7 +131,7 @@ def start_silver(spark: SparkSession, s: ProcessorSettings) -> StreamingQuery:
     changes (``CachedDimension``).
     """
     at = s.lake.table
-    from_bronze = silver_reads_bronze(s)
+    from_bronze = s.silver_reads_bronze()
     # Silver read its source twice before it read it once: such a checkpoint cannot resume.
     name = Query.SILVER
     check_checkpoint_sources(s.lake.checkpoint(name), name, expected=1)

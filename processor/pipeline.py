@@ -27,7 +27,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from common.lake import Query
+from common.lake import TABLES, Query, Table, Tier
 from processor import evolution
 from processor.background_queries import (
     start_alert_recoveries,
@@ -36,9 +36,10 @@ from processor.background_queries import (
     start_device_sessions,
     start_device_status,
 )
-from processor.hot_path import bronze_tier, silver_reads_bronze, start_bronze, start_silver
+from processor.hot_path import start_bronze, start_silver
 from processor.lake_setup import prepare_lake
 from processor.lifecycle import say
+from processor.queries import tier_of
 from processor.session import BACKGROUND_POOL, HOT_POOL, is_remote
 from processor.settings import ProcessorSettings
 from processor.stopping import stop_queries
@@ -59,34 +60,49 @@ QUERIES: dict[Query, Stage] = {
 }
 
 
-_BACKGROUND = (
-    Query.DEVICE_STATUS, Query.GOLD_DEVICE_SESSIONS, Query.ALERTS, Query.ALERTS_RT,
-)  # fmt: skip
-
-
-def stages(settings: ProcessorSettings) -> list[list[Stage]]:
+def stages(settings: ProcessorSettings) -> list[list[Query]]:
     """The queries to run, in groups in dependency order.
 
-    A group reads only what earlier groups write. The hot path starts first; bronze
-    is off it unless silver reads bronze. ``settings.queries``, when set, keeps only
-    the queries it names (the others may run in another process, or not at all).
+    A group reads only what earlier groups write. The hot path starts first (bronze
+    before silver when silver reads it), then the other queries, each after the queries
+    whose tables it streams (``common.lake.TABLES``). ``settings.queries``, when set,
+    keeps only the queries it names (the others may run in another process, or not at
+    all).
     """
-    if silver_reads_bronze(settings):
-        groups = [[Query.BRONZE], [Query.SILVER], [*_BACKGROUND]]
-    else:
-        groups = [[Query.SILVER], [Query.BRONZE, *_BACKGROUND]]
-    groups.append([Query.ALERT_RECOVERIES])
+    hot = [q for q in QUERIES if tier_of(q, settings) == Tier.HOT]
+    rest = [q for q in QUERIES if q not in hot]
     wanted = settings.query_names()
     if settings.source != "kafka":  # the alerts topic is Kafka's
         wanted = [q for q in wanted if q != Query.ALERTS_RT]
-    chosen = [[QUERIES[q] for q in group if q in wanted] for group in groups]
+    groups = [*_by_depth(hot, settings), *_by_depth(rest, settings)]
+    chosen = [[q for q in group if q in wanted] for group in groups]
     return [group for group in chosen if group]
+
+
+def _by_depth(queries: list[Query], settings: ProcessorSettings) -> list[list[Query]]:
+    """``queries`` in groups: those that stream none of the others' tables, then the next."""
+
+    def inputs(query: Query) -> list[Query]:
+        return [
+            spec.writer
+            for table, spec in TABLES.items()
+            if query in spec.streamed_by
+            and spec.writer in queries
+            # silver streams bronze only when it reads bronze
+            and (table != Table.BRONZE_EVENTS or settings.silver_reads_bronze())
+        ]
+
+    def depth(query: Query) -> int:
+        return 1 + max((depth(q) for q in inputs(query)), default=-1)
+
+    depths = {q: depth(q) for q in queries}
+    return [[q for q in queries if depths[q] == d] for d in sorted(set(depths.values()))]
 
 
 NO_DATA_BATCHES_CONF = "spark.sql.streaming.noDataMicroBatches.enabled"
 
 
-def stage_conf(stage: Stage, settings: ProcessorSettings) -> dict[str, str]:
+def stage_conf(query: Query, settings: ProcessorSettings) -> dict[str, str]:
     """Session settings a query starts with (a query copies the session's when it starts).
 
     * Shuffle partitions: a new checkpoint keeps the shuffle (state) partitions it
@@ -103,20 +119,15 @@ def stage_conf(stage: Stage, settings: ProcessorSettings) -> dict[str, str]:
       keep them, so that the next run judges by the latest watermark; so do the
       other queries: they close windows.
     """
-    hot = is_hot(stage, settings)
+    hot = tier_of(query, settings) == Tier.HOT
     partitions = settings.shuffle_partitions if hot else settings.background_shuffle_partitions
     conf = {"spark.sql.shuffle.partitions": str(partitions)}
-    if stage is start_silver and settings.trigger == "processing_time":
+    if query == Query.SILVER and settings.trigger == "processing_time":
         conf[NO_DATA_BATCHES_CONF] = "false"
     return conf
 
 
-def is_hot(stage: Stage, settings: ProcessorSettings) -> bool:
-    """Whether a query is on the hot path (silver, and bronze when silver reads it)."""
-    return stage is start_silver or (stage is start_bronze and bronze_tier(settings) == "hot")
-
-
-def start_stage(spark: SparkSession, stage: Stage, settings: ProcessorSettings) -> StreamingQuery:
+def start_stage(spark: SparkSession, query: Query, settings: ProcessorSettings) -> StreamingQuery:
     """Start one query in its scheduler pool, with its settings (``stage_conf``).
 
     The query's thread, and so every job of its micro-batches, inherits the pool. Through
@@ -124,15 +135,14 @@ def start_stage(spark: SparkSession, stage: Stage, settings: ProcessorSettings) 
     """
     sc = None if is_remote(spark) else spark.sparkContext
     if sc is not None:
-        sc.setLocalProperty(
-            "spark.scheduler.pool", HOT_POOL if is_hot(stage, settings) else BACKGROUND_POOL
-        )
-    conf = stage_conf(stage, settings)
+        hot = tier_of(query, settings) == Tier.HOT
+        sc.setLocalProperty("spark.scheduler.pool", HOT_POOL if hot else BACKGROUND_POOL)
+    conf = stage_conf(query, settings)
     before = {key: spark.conf.get(key, None) for key in conf}
     for key, value in conf.items():
         spark.conf.set(key, value)
     try:
-        return stage(spark, settings)
+        return QUERIES[query](spark, settings)
     finally:
         if sc is not None:
             sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]  # PySpark types value as str; None removes the property, as its docs say
@@ -183,7 +193,7 @@ def run_available_now(
     """
     prepare_lake(spark, settings, requested)
     for group in stages(settings):
-        queries = [start_stage(spark, stage, settings) for stage in group]
+        queries = [start_stage(spark, query, settings) for query in group]
         for i in range(len(queries)):
             while True:
                 try:
@@ -218,7 +228,7 @@ def restarted_for_new_schemas(
     if exc is None or NewWriterSchemasError.__name__ not in str(exc):
         return None
     say("silver restarts: its subject has schemas registered since it started")
-    return start_stage(spark, start_silver, settings)
+    return start_stage(spark, Query.SILVER, settings)
 
 
 def start_all(
@@ -250,7 +260,7 @@ def start_all(
     for group in stages(settings):
         if should_stop():
             break
-        started = [start_stage(spark, stage, settings) for stage in group]
+        started = [start_stage(spark, query, settings) for query in group]
         queries += started
         deadline = time.monotonic() + first_batch_timeout_s
         while (

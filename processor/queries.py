@@ -11,11 +11,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Literal
 
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from common.lake import QUERY_SPECS, Query, Tier
 from processor import writes
 from processor.checkpoints import checkpoint_query_id, clear_unlogged_first_batch
 from processor.conflicts import retry_conflicts
@@ -24,11 +24,20 @@ from processor.settings import ProcessorSettings
 from processor.stopping import interrupted, is_stopping
 
 log = logging.getLogger("iot_pulse.processor")
-Tier = Literal["hot", "bronze", "background"]
+
+
+def tier_of(query: Query, settings: ProcessorSettings) -> Tier:
+    """A query's trigger tier: the registry's (``common.lake.QUERY_SPECS``).
+
+    Bronze's is the hot path's when silver reads bronze.
+    """
+    if query == Query.BRONZE and settings.silver_reads_bronze():
+        return Tier.HOT
+    return QUERY_SPECS[query].tier
 
 
 def with_trigger(
-    writer: DataStreamWriter, settings: ProcessorSettings, tier: Tier = "hot"
+    writer: DataStreamWriter, settings: ProcessorSettings, tier: Tier = Tier.HOT
 ) -> DataStreamWriter:
     """Apply the configured trigger: ``availableNow`` or the tier's processing-time interval.
 
@@ -46,9 +55,9 @@ def with_trigger(
 def tier_interval(settings: ProcessorSettings, tier: Tier) -> str:
     """The processing-time trigger interval of a tier's queries."""
     return {
-        "hot": settings.trigger_interval,
-        "bronze": settings.bronze_trigger_interval,
-        "background": settings.background_trigger_interval,
+        Tier.HOT: settings.trigger_interval,
+        Tier.BRONZE: settings.bronze_trigger_interval,
+        Tier.BACKGROUND: settings.background_trigger_interval,
     }[tier]
 
 
@@ -87,7 +96,7 @@ _BACKGROUND_TURN = threading.Lock()
 @contextmanager
 def turn(tier: Tier) -> Iterator[None]:
     """A background micro-batch's turn among the other background queries' (in this process)."""
-    if tier != "background":
+    if tier != Tier.BACKGROUND:
         yield
         return
     with _BACKGROUND_TURN:
@@ -98,10 +107,9 @@ def foreach_batch_stream(
     df: DataFrame,
     write: Callable[[DataFrame, int, str], None],
     checkpoint: str,
-    name: str,
+    name: Query,
     settings: ProcessorSettings,
     output_mode: str = "append",
-    tier: Tier = "hot",
     cache: bool = True,
 ) -> StreamingQuery:
     """Run ``write(batch_df, batch_id, query_id)`` for every micro-batch.
@@ -113,15 +121,15 @@ def foreach_batch_stream(
         df: The stream.
         write: What to do with each micro-batch.
         checkpoint: The query's checkpoint folder.
-        name: The query's name.
+        name: The query; its tier (``tier_of``) gives the trigger, and a background
+            query's micro-batches wait for their turn among the others'.
         settings: Processor settings (the trigger).
         output_mode: ``append``, ``update`` or ``complete``.
-        tier: The trigger (see ``with_trigger``); ``background`` micro-batches also
-            wait for their turn among the other background queries'.
         cache: Cache the batch while ``write`` runs (for writes that read it more
             than once).
     """
     files = LakeFiles(settings.lake)
+    tier = tier_of(name, settings)
 
     def _write(batch: DataFrame, batch_id: int) -> None:
         qid = query_id(files, checkpoint)
@@ -160,9 +168,8 @@ def table_stream(
     df: DataFrame,
     path: str,
     checkpoint: str,
-    name: str,
+    name: Query,
     settings: ProcessorSettings,
-    tier: Tier = "hot",
 ) -> StreamingQuery:
     """Append a stream to a Delta table, exactly once per micro-batch (``writes.append_once``).
 
@@ -174,4 +181,4 @@ def table_stream(
     def write(batch: DataFrame, batch_id: int, query_id: str) -> None:
         writes.append_once(batch, path, query_id, batch_id)
 
-    return foreach_batch_stream(df, write, checkpoint, name, settings, tier=tier)
+    return foreach_batch_stream(df, write, checkpoint, name, settings)

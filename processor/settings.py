@@ -218,3 +218,11 @@ class ProcessorSettings(FleetSettings):
     def query_names(self) -> list[Query]:
         """The queries to run: those named in ``queries``, else all."""
         return [Query(name) for name in _names(self.queries)] or list(Query)
+
+    def silver_reads_bronze(self) -> bool:
+        """Whether silver reads the bronze table rather than the source itself.
+
+        The rate source is not replayable (its timestamps are the clock's), so two
+        queries reading it would disagree: with it, silver always reads bronze.
+        """
+        return self.silver_input == "bronze" or self.source == "rate"

@@ -309,12 +309,14 @@ def tables_page(columns: Mapping[Table, Columns]) -> str:
     Args:
         columns: Each table's columns (``table_columns``).
     """
-    from common.lake import TABLES, Reader
+    from common.lake import QUERY_SPECS, TABLES, Reader, written_by
 
     out = [
         "# Tables reference",
         "",
-        _generated_by("the table registry (`common.lake.TABLES`) and the processor's code"),
+        _generated_by(
+            "the registry (`common.lake.TABLES`, `QUERY_SPECS`) and the processor's code"
+        ),
         "Each table is a Delta table at `<lake root>/<table>` (`IOT_LAKE_ROOT`). What each",
         "holds and how it is written: [Tables](../tables.md).",
         "",
@@ -329,6 +331,28 @@ def tables_page(columns: Mapping[Table, Columns]) -> str:
                     ", ".join(r for r in Reader if r in spec.read_by) or "none outside",
                 )
                 for t, spec in TABLES.items()
+            ),
+        ),
+        "",
+        "## Queries",
+        "",
+        "What each streaming query is, from the query registry (`common.lake.QUERY_SPECS`).",
+        "Its tier sets how often its micro-batches run: `hot` every `trigger_interval`,",
+        "`bronze` every `bronze_trigger_interval` (bronze is `hot` when silver reads it),",
+        "`background` every `background_trigger_interval`, taking turns, and `realtime` in",
+        "Spark's real-time mode, in an application of its own. `python -m processor rebuild`",
+        "resets the queries it may rebuild: their tables are recomputed from what they read.",
+        "",
+        *_table(
+            ("query", "tier", "writes", "rebuild may reset it"),
+            (
+                (
+                    f"`{q}`",
+                    str(spec.tier),
+                    ", ".join(f"`{t}`" for t in written_by(q)) or "the alerts topic",
+                    "yes" if spec.rebuildable else "no",
+                )
+                for q, spec in QUERY_SPECS.items()
             ),
         ),
         "",

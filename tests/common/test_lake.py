@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from common.lake import TABLES, Query, Reader, Table, read_by, written_by
+from common.lake import QUERY_SPECS, TABLES, Query, Reader, Table, Tier, read_by, written_by
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,6 +24,21 @@ def test_every_table_and_every_query_of_the_main_app_is_in_the_registry():
         Table.SILVER_EVENTS, Table.SILVER_QUARANTINE, Table.GOLD_DEVICE_1M,
         Table.OPS_SCHEMA_DRIFT,
     )  # fmt: skip
+
+
+def test_every_query_has_a_spec_and_what_rebuilds_itself_can_be_rebuilt():
+    assert list(QUERY_SPECS) == list(Query)
+    assert {q for q, spec in QUERY_SPECS.items() if spec.tier == Tier.HOT} == {Query.SILVER}
+    assert QUERY_SPECS[Query.REALTIME_ALERTS].tier == Tier.REALTIME
+    # A query the processor rebuilds by itself (its table's columns changed, or its
+    # checkpoint holds an earlier version's state) is one a rebuild may reset.
+    rebuilt_by_itself = {spec.writer for spec in TABLES.values() if spec.fixed_columns} | {
+        q for q, spec in QUERY_SPECS.items() if spec.stateless
+    }
+    assert rebuilt_by_itself == {Query.DEVICE_STATUS, Query.GOLD_DEVICE_SESSIONS, Query.ALERTS}
+    assert all(QUERY_SPECS[q].rebuildable for q in rebuilt_by_itself if q is not None)
+    # What reads the source (Kafka's retention bounds it) is never reset.
+    assert not QUERY_SPECS[Query.BRONZE].rebuildable and not QUERY_SPECS[Query.SILVER].rebuildable
 
 
 def test_each_table_is_created_from_its_query_and_has_its_key_columns(spark, tmp_path):

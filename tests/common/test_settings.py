@@ -148,8 +148,7 @@ def test_queries_must_be_known_and_select_the_stages(clean_env):
         ProcessorSettings(queries="silver, gold_device_1m")
 
     def names(settings: ProcessorSettings) -> list[list[str]]:
-        by_stage = {stage: name for name, stage in pipeline.QUERIES.items()}
-        return [[by_stage[s] for s in group] for group in pipeline.stages(settings)]
+        return [[str(q) for q in group] for group in pipeline.stages(settings)]
 
     background = ["device_status", "gold_device_sessions", "alerts", "alerts_rt"]
     # Silver reads the source itself: the hot path starts first, bronze with the rest.
@@ -173,12 +172,16 @@ def test_each_tier_triggers_on_its_own_interval(clean_env, monkeypatch: pytest.M
     assert [tier_interval(s, t) for t in ("hot", "bronze", "background")] == [
         "3 seconds", "10 seconds", "1 minute"
     ]  # fmt: skip
-    from processor.hot_path import bronze_tier
+    from common.lake import Query
+    from processor.queries import tier_of
 
     # Bronze has its own tier, unless silver reads it: then it is the hot path.
-    assert bronze_tier(s) == "bronze"
-    assert bronze_tier(ProcessorSettings(_env_file=None, silver_input="bronze")) == "hot"
-    assert bronze_tier(ProcessorSettings(_env_file=None, source="rate")) == "hot"
+    assert tier_of(Query.BRONZE, s) == "bronze"
+    assert tier_of(Query.BRONZE, ProcessorSettings(_env_file=None, silver_input="bronze")) == "hot"
+    assert tier_of(Query.BRONZE, ProcessorSettings(_env_file=None, source="rate")) == "hot"
+    assert [tier_of(q, s) for q in (Query.SILVER, Query.ALERTS, Query.ALERT_RECOVERIES)] == [
+        "hot", "background", "background"
+    ]  # fmt: skip
     monkeypatch.setenv("IOT_PROCESSOR_BRONZE_TRIGGER_INTERVAL", "3 seconds")
     assert tier_interval(ProcessorSettings(_env_file=None), "bronze") == "3 seconds"
 

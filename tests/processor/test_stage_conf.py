@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+from common.lake import Query
 from processor import lake_setup, pipeline
 from processor.settings import ProcessorSettings
 
@@ -27,15 +28,15 @@ def _settings(tmp_path: Path, **extra: object) -> ProcessorSettings:
 
 def test_stage_conf_turns_no_data_batches_off_for_a_continuous_silver_alone(tmp_path):
     s = _settings(tmp_path, shuffle_partitions=2, background_shuffle_partitions=1)
-    silver = pipeline.stage_conf(pipeline.start_silver, s)
+    silver = pipeline.stage_conf(Query.SILVER, s)
     assert silver == {"spark.sql.shuffle.partitions": "2", pipeline.NO_DATA_BATCHES_CONF: "false"}
     # An available_now run ends with a no-data batch: the next run judges by the latest watermark.
     once = _settings(tmp_path, shuffle_partitions=2, trigger="available_now")
-    assert pipeline.stage_conf(pipeline.start_silver, once) == {"spark.sql.shuffle.partitions": "2"}
+    assert pipeline.stage_conf(Query.SILVER, once) == {"spark.sql.shuffle.partitions": "2"}
     # Queries that close windows keep Spark's no-data batches.
-    for stage in (pipeline.start_device_sessions, pipeline.start_alert_recoveries):
-        assert pipeline.stage_conf(stage, s) == {"spark.sql.shuffle.partitions": "1"}
-    assert pipeline.stage_conf(pipeline.start_bronze, s) == {"spark.sql.shuffle.partitions": "1"}
+    for query in (Query.GOLD_DEVICE_SESSIONS, Query.ALERT_RECOVERIES):
+        assert pipeline.stage_conf(query, s) == {"spark.sql.shuffle.partitions": "1"}
+    assert pipeline.stage_conf(Query.BRONZE, s) == {"spark.sql.shuffle.partitions": "1"}
 
 
 def test_silver_runs_a_batch_only_when_there_are_rows(spark, tmp_path):
@@ -53,7 +54,7 @@ def test_silver_runs_a_batch_only_when_there_are_rows(spark, tmp_path):
         (land / f"part-{i}.jsonl").write_text(json.dumps(event) + "\n")
     lake_setup.ensure_tables(spark, s)
     before = spark.conf.get(pipeline.NO_DATA_BATCHES_CONF)
-    query = pipeline.start_stage(spark, pipeline.start_silver, s)
+    query = pipeline.start_stage(spark, Query.SILVER, s)
     try:
         query.processAllAvailable()
         time.sleep(3)  # six triggers: time for a no-data batch, were there one
