@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 
@@ -67,3 +68,24 @@ def test_a_supervised_child_ignores_ctrl_c_but_not_its_parents_sigterm(restore_h
     assert not stop.is_set()
     os.kill(os.getpid(), signal.SIGTERM)
     assert stop.reason == "SIGTERM"
+
+
+def test_a_signal_during_start_up_gives_it_up_at_once(restore_handlers, capfd) -> None:
+    stop = StopFlag("processor")
+    stop.install()
+    with pytest.raises(StartInterrupted), stop.starting():
+        os.kill(os.getpid(), signal.SIGTERM)
+        threading.Event().wait(5)  # a wait the start-up would not finish (the JVM's start)
+    assert stop.is_set()
+    assert capfd.readouterr().err == "[processor] stopping (SIGTERM); again to abort\n"
+    with pytest.raises(StartInterrupted), stop.starting():  # asked already: not entered
+        raise AssertionError("the block ran")
+
+
+def test_after_start_up_a_signal_only_asks_the_run_to_stop(restore_handlers) -> None:
+    stop = StopFlag("processor")
+    stop.install()
+    with stop.starting():
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.wait(5)  # no exception: the queries stop at the next check

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-from common.stop_signals import StartInterrupted, StopFlag
+from common.stop_signals import StopFlag
 from processor.lifecycle import ChildApp, wait_for_stop
 
 
@@ -58,36 +54,6 @@ def test_the_child_apps_end_ends_the_wait_and_a_stop_comes_through_later() -> No
     stop = StopFlag("processor")
     threading.Timer(1.5, stop.set, ["test"]).start()
     assert wait_for_stop([_Query("silver")], stop, _Child(None)) is None
-
-
-@pytest.fixture
-def restore_handlers():
-    """The test's own SIGINT and SIGTERM handlers back after it."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for s, handler in saved.items():
-        signal.signal(s, handler)
-
-
-def test_a_signal_during_start_up_gives_it_up_at_once(restore_handlers, capfd) -> None:
-    stop = StopFlag("processor")
-    stop.install()
-    with pytest.raises(StartInterrupted), stop.starting():
-        os.kill(os.getpid(), signal.SIGTERM)
-        threading.Event().wait(5)  # a wait the start-up would not finish (the JVM's start)
-    assert stop.is_set()
-    assert capfd.readouterr().err == "[processor] stopping (SIGTERM); again to abort\n"
-    with pytest.raises(StartInterrupted), stop.starting():  # asked already: not entered
-        raise AssertionError("the block ran")
-
-
-def test_after_start_up_a_signal_only_asks_the_run_to_stop(restore_handlers) -> None:
-    stop = StopFlag("processor")
-    stop.install()
-    with stop.starting():
-        pass
-    os.kill(os.getpid(), signal.SIGTERM)
-    assert stop.wait(5)  # no exception: the queries stop at the next check
 
 
 def test_a_child_app_is_asked_to_stop_once(tmp_path) -> None:
