@@ -192,7 +192,9 @@ def start(
     with locked(layout.lock_file):
         running = _running_info(layout)
         if running is not None:
-            _printer(quiet)(f"broker already running (pid {running.pid}) on {running.plaintext}")
+            daemons.progress(quiet)(
+                f"broker already running (pid {running.pid}) on {running.plaintext}"
+            )
             return running
         wanted = (plaintext_port, sasl_ssl_port, controller_port)
         return _start_locked(layout, wanted, quiet, ready_timeout)
@@ -303,7 +305,7 @@ def _start_locked(
     quiet: bool,
     ready_timeout: float,
 ) -> BrokerInfo:
-    say = _printer(quiet)
+    say = daemons.progress(quiet)
     say("resolving Kafka jars ...")
     classpath = _classpath(quiet=quiet)
     java = _java_executable()
@@ -670,18 +672,6 @@ def _log_excerpt(marks: dict[Path, int]) -> str:
 
 def _tail_text(lines: list[str]) -> str:
     return "\n".join(lines[-LOG_TAIL_LINES:])
-
-
-def _say(message: str) -> None:
-    cli.console.info("%s", message)
-
-
-def _silent(message: str) -> None:
-    del message
-
-
-def _printer(quiet: bool) -> Callable[[str], None]:
-    return _silent if quiet else _say
 
 
 # --------------------------------------------------------------------------- CLI

@@ -18,10 +18,11 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from common.cli import console
 from common.file_lock import locked
 
 # Where the kernel takes clients' local ports from (Linux's ``ip_local_port_range``).
@@ -263,3 +264,16 @@ def free_ports(host: str, count: int = 1, exclude: Sequence[int] = ()) -> list[i
         if usable and port not in exclude and port not in chosen:
             chosen.append(port)
     return chosen
+
+
+def _said(message: str) -> None:
+    console.info("%s", message)
+
+
+def _unsaid(message: str) -> None:
+    del message
+
+
+def progress(quiet: bool) -> Callable[[str], None]:
+    """Where a daemon's start says its steps: the console, or nowhere when ``quiet``."""
+    return _unsaid if quiet else _said

@@ -36,7 +36,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -167,7 +167,7 @@ def start(
             f"the cluster's data dir {layout.root} cannot be created ({exc.strerror}): give "
             f"--data-dir (or {DIR_ENV}) a folder this user can write to"
         ) from None
-    say = _printer(quiet)
+    say = daemons.progress(quiet)
     with locked(layout.lock_file):
         state = daemons.read_state(layout.state_file)
         master = _daemon(state.get("master"), MASTER_CLASS, layout)
@@ -478,18 +478,6 @@ def _terminate_group(pid: int, timeout: float, name: str) -> None:
 
 
 # --------------------------------------------------------------------------- files
-
-
-def _say(message: str) -> None:
-    cli.console.info("%s", message)
-
-
-def _silent(message: str) -> None:
-    del message
-
-
-def _printer(quiet: bool) -> Callable[[str], None]:
-    return _silent if quiet else _say
 
 
 # --------------------------------------------------------------------------- CLI
