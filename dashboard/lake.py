@@ -205,6 +205,8 @@ def data_files(
     uris = table.file_uris()
     if not all(_local(u) for u in uris):
         return None
+    # delta-rs gives a local file's path percent-encoded (a space as %20).
+    uris = [unquote(u) if u.startswith("/") else u for u in uris]
     keep = [*_time_bounds(time), *(_holds(c, v) for c, v in (equals or {}).items())]
     if not keep:
         return uris

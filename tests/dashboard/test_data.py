@@ -77,8 +77,9 @@ def _minutes(n: int, tz: str | None = "UTC") -> pl.DataFrame:
     return frame
 
 
-def test_read_keeps_the_time_range_and_the_equal_filter(tmp_path):
-    uri = str(tmp_path / "t")
+@pytest.mark.parametrize("folder", ["t", "a lake/t"])  # delta-rs gives a space as %20
+def test_read_keeps_the_time_range_and_the_equal_filter(tmp_path, folder):
+    uri = str(tmp_path / folder)
     frame = _minutes(30)
     for part in range(3):  # three files, ten minutes each
         write_deltalake(uri, frame.slice(part * 10, 10).to_arrow(), mode="append")
