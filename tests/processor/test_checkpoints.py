@@ -10,6 +10,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
+from common.lake import Query
 from common.lake_settings import LakeSettings
 from processor import checkpoints
 from processor.lake_files import LakeFiles
@@ -73,7 +74,7 @@ def test_a_query_killed_while_logging_its_first_batch_starts_again(spark, tmp_pa
 
     ensure_table(spark, target, spark.createDataFrame([], "id long, v string"))
     query = table_stream(
-        spark.readStream.format("delta").load(source), target, checkpoint, "killed_first",
+        spark.readStream.format("delta").load(source), target, checkpoint, Query.ALERT_RECOVERIES,
         ProcessorSettings(trigger="available_now"),
     )  # fmt: skip
     query.awaitTermination(120)
