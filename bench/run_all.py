@@ -62,6 +62,12 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
     # Silver's MERGE late in an hour of a million devices reads its own minutes, not the
     # hour's: at most three-quarters of the hour-bounded peer's time, same run.
     "merge_bound": [("minute_over_hour", "<=", 0.75)],
+    # A device's history from gold/device_1m, compacted with clustering against compacted
+    # without (what maintain did before), same run; the last minutes' read no slower.
+    "layout": [
+        ("device_read_clustered_over_compacted", "<=", 0.8),
+        ("recent_read_clustered_over_compacted", "<=", 1.2),
+    ],
     "alerts": [
         ("p50_ms", "<=", 200),
         ("p99_ms", "<=", 1000),

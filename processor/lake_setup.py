@@ -19,14 +19,14 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from common.delta_table import open_delta_table
 from common.fleet import FLEET_IDENTITY_PREFIX, fleet_identity, fleet_pools
-from common.lake import READER_TABLE_PROPERTIES, Table
+from common.lake import READER_TABLE_PROPERTIES, TABLES, Table
 from processor import alerts, bronze, evolution, gold, parsing, realtime, sources
 from processor.device_rows import profile_batches
 from processor.metrics import METRICS_SCHEMA
 from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
 from processor.settings import ProcessorSettings
 from processor.silver import quarantine_out, silver_frame, silver_out
-from processor.tables import TableChange, ensure_table, is_delta_table
+from processor.tables import TableChange, ensure_clustering, ensure_table, is_delta_table
 
 # Devices per task of the dimension's build: a million-device fleet is five tasks.
 DIMENSION_CHUNK = 200_000
@@ -34,7 +34,14 @@ DIMENSION_CHUNK = 200_000
 SETUP_THREADS = 4
 # Delta's operations that keep a table's rows as they are.
 UPKEEP = frozenset(
-    {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"}
+    {
+        "OPTIMIZE",
+        "VACUUM START",
+        "VACUUM END",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "CLUSTER BY",
+    }
 )
 
 
@@ -137,7 +144,8 @@ def table_frames(
 def ensure_tables(spark: SparkSession, settings: ProcessorSettings) -> dict[Table, TableChange]:
     """Create every table empty, with its schema, so that downstream streams can start.
 
-    An existing table gains the columns it lacks.
+    An existing table gains the columns it lacks, and the clustering the registry gives
+    it (``TableSpec.cluster_by``).
 
     Returns:
         What changed, per table.
@@ -149,12 +157,16 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings) -> dict[Tabl
         write_devices(spark, settings)
     frames = table_frames(spark, settings, sources.delta_table(spark, devices))
     options = settings.lake.storage_options()
+
+    def ensure(table: Table, empty: DataFrame) -> TableChange:
+        change = ensure_table(spark, settings.lake.table(table), empty, options)
+        if TABLES[table].cluster_by:
+            ensure_clustering(spark, settings.lake.table(table), TABLES[table].cluster_by)
+        return change
+
     # Each table is a few calls to the lake and a commit, mostly waiting: several at once.
     with ThreadPoolExecutor(SETUP_THREADS, thread_name_prefix="lake-setup") as pool:
-        changes = {
-            table: pool.submit(ensure_table, spark, settings.lake.table(table), empty, options)
-            for table, empty in frames.items()
-        }
+        changes = {table: pool.submit(ensure, table, empty) for table, empty in frames.items()}
         return {table: change.result() for table, change in changes.items()}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
@@ -106,3 +106,23 @@ def ensure_table(
         added=tuple(f.name for f in added),
         unwritten=tuple(name for name in have if name not in empty.columns),
     )
+
+
+def ensure_clustering(spark: SparkSession, path: str, columns: Sequence[str]) -> bool:
+    """Cluster the table at ``path`` by ``columns`` (Delta's liquid clustering) unless it is.
+
+    Clustering changes no row and no file: it tells OPTIMIZE (``processor.maintenance``)
+    how to lay the files out when it compacts them. It adds the ``clustering`` writer
+    feature; the readers (delta-rs) read the table as before.
+
+    Returns:
+        Whether the table's clustering columns were changed.
+    """
+    table = delta_identifier(path)
+    detail = spark.sql(f"DESCRIBE DETAIL {table}").select("clusteringColumns").first()
+    if detail is not None and list(detail["clusteringColumns"] or []) == list(columns):
+        return False
+    named = ", ".join(f"`{c}`" for c in columns)
+    spark.sql(f"ALTER TABLE {table} CLUSTER BY ({named})").collect()
+    console.info("[processor] %s: clustered by %s", path, ", ".join(columns))
+    return True

@@ -318,10 +318,12 @@ def tables_page(columns: Mapping[Table, Columns]) -> str:
             "the registry (`common.lake.TABLES`, `QUERY_SPECS`) and the processor's code"
         ),
         "Each table is a Delta table at `<lake root>/<table>` (`IOT_LAKE_ROOT`). What each",
-        "holds and how it is written: [Tables](../tables.md).",
+        "holds and how it is written: [Tables](../tables.md). A clustered table's files are",
+        "laid out by its clustering columns when `python -m processor maintain` compacts them",
+        "(Delta's liquid clustering).",
         "",
         *_table(
-            ("table", "written by", "key", "streamed by", "read by"),
+            ("table", "written by", "key", "streamed by", "read by", "clustered by"),
             (
                 (
                     f"[`{t}`](#{t.replace('/', '')})",
@@ -329,6 +331,7 @@ def tables_page(columns: Mapping[Table, Columns]) -> str:
                     ", ".join(f"`{k}`" for k in spec.key),
                     _queries(spec.streamed_by),
                     ", ".join(r for r in Reader if r in spec.read_by) or "none outside",
+                    ", ".join(f"`{c}`" for c in spec.cluster_by) or "none",
                 )
                 for t, spec in TABLES.items()
             ),

@@ -52,6 +52,18 @@ def test_each_table_is_created_from_its_query_and_has_its_key_columns(spark, tmp
     frames[Table.DIM_DEVICES] = devices
     missing = {t: set(TABLES[t].key) - set(f.columns) for t, f in frames.items()}
     assert {t: cols for t, cols in missing.items() if cols} == {}
+    # Clustering columns need the files' statistics, which Delta keeps for the first
+    # columns only (processor.session sets how many).
+    from processor.session import runtime_conf
+
+    indexed = int(
+        runtime_conf(settings)[
+            "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols"
+        ]
+    )
+    unindexed = {t: set(TABLES[t].cluster_by) - set(f.columns[:indexed]) for t, f in frames.items()}
+    assert {t: cols for t, cols in unindexed.items() if cols} == {}
+    assert {t for t, spec in TABLES.items() if spec.cluster_by} == {Table.GOLD_DEVICE_1M}
 
 
 def test_the_readers_read_the_tables_the_registry_gives_them():

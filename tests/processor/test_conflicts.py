@@ -167,11 +167,15 @@ def test_maintain_compacts_each_table_and_keeps_its_rows(spark, tmp_path, capsys
     spark.createDataFrame([(9, "y")], "id long, v string").write.format("delta").save(
         at(Table.GOLD_FLEET_SUMMARY)
     )
+    from processor.maintenance import MAX_FILE_CONF
+
+    before = spark.conf.get(MAX_FILE_CONF, None)
     spark.sparkContext.setJobGroup("maintain", "maintain")
     try:
         maintain(spark, settings)
     finally:
         spark.sparkContext._jsc.clearJobGroup()  # PySpark has no clearJobGroup of its own
+    assert spark.conf.get(MAX_FILE_CONF, None) == before  # the session's own setting back
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[maintain]")]
     assert lines == [
         "[maintain] bronze/events: compacted 3 files into 1",

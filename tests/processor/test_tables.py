@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from processor.tables import TableChange, TableSchemaError, ensure_table
+from processor.tables import TableChange, TableSchemaError, ensure_clustering, ensure_table
 
 
 def test_an_older_table_gains_the_new_columns_and_its_stream_resumes(spark, tmp_path, capsys):
@@ -87,3 +87,31 @@ def test_a_new_table_is_one_commit_of_nullable_columns_with_the_readers_properti
     rows = spark.createDataFrame([Row(id=None, s=None, note="x")], empty.schema.simpleString())
     rows.write.format("delta").mode("append").save(path)
     assertDataFrameEqual(spark.read.format("delta").load(path), [Row(id=None, s=None, note="x")])
+
+
+def test_a_clustered_table_is_laid_out_by_its_columns_when_compacted_and_still_reads(
+    spark, tmp_path
+):
+    """CLUSTER BY once (a second call changes nothing); OPTIMIZE then clusters; delta-rs reads."""
+    from dashboard import lake
+
+    path = str(tmp_path / "t")
+    ensure_table(spark, path, spark.createDataFrame([], "device_id string, minute long, n long"))
+    for minute in range(3):  # a file per minute, every device in each, as the hot path writes
+        rows = [(f"d{i}", minute, i) for i in range(4)]
+        spark.createDataFrame(rows, "device_id string, minute long, n long").write.format(
+            "delta"
+        ).mode("append").save(path)
+    assert ensure_clustering(spark, path, ("device_id", "minute")) is True
+    assert ensure_clustering(spark, path, ("device_id", "minute")) is False
+    spark.sql(f"OPTIMIZE delta.`{path}`").collect()
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+    assert [h["operation"] for h in history] == [
+        "WRITE", "WRITE", "WRITE", "WRITE", "CLUSTER BY", "OPTIMIZE"
+    ]  # fmt: skip
+    assert history[-1]["operationParameters"]["clusterBy"] == '["device_id","minute"]'
+    # The readers (delta-rs) read a clustered table as any other.
+    table = lake.open_table(path)
+    assert table is not None
+    rows = lake.read(table, "t", ["minute", "n"], equals={"device_id": "d2"})
+    assert sorted(rows.rows()) == [(0, 2), (1, 2), (2, 2)]

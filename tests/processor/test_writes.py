@@ -342,9 +342,11 @@ def test_no_streaming_write_runs_an_action_under_a_limit():
     import processor
 
     limited = re.compile(r"\.(isEmpty|first|head|take|limit)\(")
-    # Allowed: an empty table's schema (written once) and OPTIMIZE's metrics (maintain).
+    # Allowed: an empty table's schema (written once), a table's clustering (read once at
+    # start) and OPTIMIZE's metrics (maintain).
     allowed = {
         ("tables.py", "empty.limit(0)"),
+        ("tables.py", 'spark.sql(f"DESCRIBE DETAIL {table}")'),
         ("maintenance.py", '.select("metrics.*").first()'),
     }  # fmt: skip
     found = []
