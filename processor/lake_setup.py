@@ -161,7 +161,10 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings) -> dict[Tabl
     def ensure(table: Table, empty: DataFrame) -> TableChange:
         change = ensure_table(spark, settings.lake.table(table), empty, options)
         if TABLES[table].cluster_by:
-            ensure_clustering(spark, settings.lake.table(table), TABLES[table].cluster_by)
+            ensure_clustering(
+                spark, settings.lake.table(table), TABLES[table].cluster_by,
+                announce=not change.created,
+            )  # fmt: skip
         return change
 
     # Each table is a few calls to the lake and a commit, mostly waiting: several at once.

@@ -108,12 +108,20 @@ def ensure_table(
     )
 
 
-def ensure_clustering(spark: SparkSession, path: str, columns: Sequence[str]) -> bool:
+def ensure_clustering(
+    spark: SparkSession, path: str, columns: Sequence[str], *, announce: bool = True
+) -> bool:
     """Cluster the table at ``path`` by ``columns`` (Delta's liquid clustering) unless it is.
 
     Clustering changes no row and no file: it tells OPTIMIZE (``processor.maintenance``)
     how to lay the files out when it compacts them. It adds the ``clustering`` writer
     feature; the readers (delta-rs) read the table as before.
+
+    Args:
+        spark: The session.
+        path: The table's location.
+        columns: The clustering columns.
+        announce: Say so on the console when it changes (not for a table just created).
 
     Returns:
         Whether the table's clustering columns were changed.
@@ -124,5 +132,6 @@ def ensure_clustering(spark: SparkSession, path: str, columns: Sequence[str]) ->
         return False
     named = ", ".join(f"`{c}`" for c in columns)
     spark.sql(f"ALTER TABLE {table} CLUSTER BY ({named})").collect()
-    console.info("[processor] %s: clustered by %s", path, ", ".join(columns))
+    if announce:
+        console.info("[processor] %s: clustered by %s", path, ", ".join(columns))
     return True

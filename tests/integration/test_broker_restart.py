@@ -188,7 +188,7 @@ def test_a_remembered_port_taken_by_another_process_is_replaced(
             assert _ports(second)[1:] == _ports(first)[1:]
         finally:
             broker.stop(data_dir)
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # what the start says goes to stderr
     assert (
         f"plaintext port {_port(first.plaintext)} of the last run is taken by another process; "
         f"using {_port(second.plaintext)}"
