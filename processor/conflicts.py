@@ -20,7 +20,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from common.cli import console
+from processor.lifecycle import say
 
 T = TypeVar("T")
 
@@ -85,10 +85,10 @@ def retry_conflicts(
             return
         if on_conflict is not None:
             on_conflict(exc)
-        console.info(
-            "[processor] %s: a concurrent commit won (%s); writing again (try %d of %d)",
-            what, error_condition(exc), state.attempt_number + 1, attempts,
-        )  # fmt: skip
+        say(
+            f"{what}: a concurrent commit won ({error_condition(exc)}); "
+            f"writing again (try {state.attempt_number + 1} of {attempts})"
+        )
 
     retrying = Retrying(
         stop=stop_after_attempt(attempts),

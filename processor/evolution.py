@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping
 
 from pyspark.sql import SparkSession
 
-from common.cli import console
 from common.lake import QUERY_SPECS, RENAMED, TABLES, Query, Table, rebuildable, written_by
 from common.lake_settings import LakeSettings
 from processor.lake_files import LakeFiles
@@ -130,8 +129,3 @@ def reset_query(spark: SparkSession, query: Query | str, lake: LakeSettings) -> 
         if is_delta_table(spark, location):
             spark.sql(f"DELETE FROM {delta_identifier(location)}").collect()
     log.info("reset %s: checkpoint %s deleted, %s emptied", query, checkpoint, ", ".join(tables))
-
-
-def say(message: str) -> None:
-    """One progress line on the console."""
-    console.info("[processor] %s", message)

@@ -22,6 +22,7 @@ from common.fleet import FLEET_IDENTITY_PREFIX, fleet_identity, fleet_pools
 from common.lake import READER_TABLE_PROPERTIES, TABLES, Table
 from processor import alerts, bronze, evolution, gold, parsing, realtime, sources
 from processor.device_rows import profile_batches
+from processor.lifecycle import say
 from processor.metrics import METRICS_SCHEMA
 from processor.schema import DEVICE_SCHEMA, KAFKA_SOURCE_SCHEMA
 from processor.settings import ProcessorSettings
@@ -159,12 +160,10 @@ def ensure_tables(spark: SparkSession, settings: ProcessorSettings) -> dict[Tabl
     options = settings.lake.storage_options()
 
     def ensure(table: Table, empty: DataFrame) -> TableChange:
-        change = ensure_table(spark, settings.lake.table(table), empty, options)
-        if TABLES[table].cluster_by:
-            ensure_clustering(
-                spark, settings.lake.table(table), TABLES[table].cluster_by,
-                announce=not change.created,
-            )  # fmt: skip
+        path, cluster_by = settings.lake.table(table), TABLES[table].cluster_by
+        change = ensure_table(spark, path, empty, options)
+        if cluster_by:
+            ensure_clustering(spark, path, cluster_by, announce=not change.created)
         return change
 
     # Each table is a few calls to the lake and a commit, mostly waiting: several at once.
@@ -196,9 +195,7 @@ def prepare_lake(
             "on request" if query in requested else "it reads a table that is rebuilt"
         )
         if query not in wanted:
-            evolution.say(
-                f"query {query} must be rebuilt ({why}): run python -m processor rebuild {query}"
-            )
+            say(f"query {query} must be rebuilt ({why}): run python -m processor rebuild {query}")
             continue
-        evolution.say(f"rebuilding {query} from its input: {why}")
+        say(f"rebuilding {query} from its input: {why}")
         evolution.reset_query(spark, query, settings.lake)

@@ -6,6 +6,7 @@ from pyspark.sql import Row, SparkSession
 
 from common.lake import TABLES, Table
 from processor.conflicts import retry_conflicts
+from processor.session import conf_held
 from processor.settings import ProcessorSettings
 from processor.tables import delta_identifier, is_delta_table
 
@@ -30,16 +31,9 @@ def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: flo
     writers and here). VACUUM keeps ``retain_hours`` of history (Delta refuses
     less than 168 hours unless its check is disabled).
     """
-    before = spark.conf.get(MAX_FILE_CONF, None)
-    spark.conf.set(MAX_FILE_CONF, str(MAX_FILE_BYTES))
-    try:
+    with conf_held(spark, {MAX_FILE_CONF: str(MAX_FILE_BYTES)}):  # a caller's session goes on
         for name in TABLES:
             _compact(spark, settings, name, retain_hours)
-    finally:  # the session's own setting back (a caller's session may go on)
-        if before is None:
-            spark.conf.unset(MAX_FILE_CONF)
-        else:
-            spark.conf.set(MAX_FILE_CONF, before)
 
 
 def _compact(

@@ -40,7 +40,7 @@ from processor.hot_path import start_bronze, start_silver
 from processor.lake_setup import prepare_lake
 from processor.lifecycle import say
 from processor.queries import tier_of
-from processor.session import BACKGROUND_POOL, HOT_POOL, is_remote
+from processor.session import BACKGROUND_POOL, HOT_POOL, conf_held, is_remote
 from processor.settings import ProcessorSettings
 from processor.stopping import stop_queries
 from processor.writer_schemas import NewWriterSchemasError
@@ -137,20 +137,12 @@ def start_stage(spark: SparkSession, query: Query, settings: ProcessorSettings) 
     if sc is not None:
         hot = tier_of(query, settings) == Tier.HOT
         sc.setLocalProperty("spark.scheduler.pool", HOT_POOL if hot else BACKGROUND_POOL)
-    conf = stage_conf(query, settings)
-    before = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
     try:
-        return QUERIES[query](spark, settings)
+        with conf_held(spark, stage_conf(query, settings)):
+            return QUERIES[query](spark, settings)
     finally:
         if sc is not None:
             sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]  # PySpark types value as str; None removes the property, as its docs say
-        for key, old in before.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
 
 
 def rebuild(

@@ -6,6 +6,8 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -179,6 +181,22 @@ def remote_server(url: str) -> str:
     except ValueError:  # not a number: the client refuses it with its own message
         port = CONNECT_DEFAULT_PORT
     return f"{where.hostname or 'localhost'}:{port}"
+
+
+@contextmanager
+def conf_held(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """The session's settings ``conf`` within the block; the session's own back after it."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
 def is_remote(spark: SparkSession) -> bool:

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from common.cli import console, local_path
+from common.cli import local_path
 from common.lake import READER_TABLE_PROPERTIES
+from processor.lifecycle import say
 from processor.readers import check_readable
 
 
@@ -101,7 +102,7 @@ def ensure_table(
     if added:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
         spark.sql(f"ALTER TABLE {delta_identifier(path)} ADD COLUMNS ({columns})")
-        console.info("[processor] %s: added the columns %s", path, columns)
+        say(f"{path}: added the columns {columns}")
     return TableChange(
         added=tuple(f.name for f in added),
         unwritten=tuple(name for name in have if name not in empty.columns),
@@ -133,5 +134,5 @@ def ensure_clustering(
     named = ", ".join(f"`{c}`" for c in columns)
     spark.sql(f"ALTER TABLE {table} CLUSTER BY ({named})").collect()
     if announce:
-        console.info("[processor] %s: clustered by %s", path, ", ".join(columns))
+        say(f"{path}: clustered by {', '.join(columns)}")
     return True
