@@ -11,7 +11,7 @@
 3. The producer (``python -m producer``) with the rate profile, writing its run
    report and manifest.
 4. Wait until bronze holds what the broker acknowledged, silver has read all of it,
-   and gold has run a batch after silver's last commit; stop the processor.
+   and gold/device_1m counts every event in silver; stop the processor.
 5. ``verify``, the criteria, and the pages: ``report.json``, ``report.md`` (+ SVG),
    ``report.html``; and the producer-report-compatible JSON (with a ``loadtest``
    part) where the dashboard's Load test page reads it.
