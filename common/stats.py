@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any, Protocol
+
+
+class Ordered(Protocol):
+    """Samples in ascending order that can be read by position: a list, a polars Series."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int, /) -> Any: ...
 
 
 def percentiles(samples: Iterable[float], qs: Iterable[float] = (50, 95, 99)) -> dict[str, float]:
@@ -14,7 +23,16 @@ def percentiles(samples: Iterable[float], qs: Iterable[float] = (50, 95, 99)) ->
     be this, but computes the rank in floating point: it gives 8 for the 7th percentile
     of 1..100, where 7 % of 100 samples is exactly 7.)
     """
-    ordered = sorted(samples)
+    return sorted_percentiles(sorted(samples), qs)
+
+
+def sorted_percentiles(ordered: Ordered, qs: Iterable[float] = (50, 95, 99)) -> dict[str, float]:
+    """``percentiles`` of samples already in ascending order, read in place (no copy).
+
+    Args:
+        ordered: The samples, ascending: a list, or a column (a polars Series) of any length.
+        qs: The percentiles wanted.
+    """
     n = len(ordered)
     if n == 0:
         return {}

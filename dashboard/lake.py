@@ -19,6 +19,7 @@ import polars as pl
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from common import delta_scan
 from common.contract import METRIC_NAMES
 from common.delta_table import open_delta_table
 
@@ -202,11 +203,9 @@ def data_files(
         return None
     if metadata.configuration.get("delta.columnMapping.mode", "none") != "none":
         return None
-    uris = table.file_uris()
+    uris = delta_scan.file_paths(table)
     if not all(_local(u) for u in uris):
         return None
-    # delta-rs gives a local file's path percent-encoded (a space as %20).
-    uris = [unquote(u) if u.startswith("/") else u for u in uris]
     keep = [*_time_bounds(time), *(_holds(c, v) for c, v in (equals or {}).items())]
     if not keep:
         return uris
@@ -289,7 +288,7 @@ def read(
     wanted = list(dict.fromkeys(columns))
     equals = dict(equals or {})
     try:
-        scan = pl.scan_delta(table)
+        scan = delta_scan.scan(table)
         schema = check_columns(
             scan, name, [*wanted, *equals, *([time.column] if time is not None else [])]
         )

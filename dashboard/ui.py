@@ -28,6 +28,7 @@ import streamlit as st
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from common import delta_scan
 from common.cli import one_line
 from common.kafka_settings import KafkaSettings
 from common.lake import Table
@@ -195,7 +196,7 @@ def _gold_parts_version(
     uri: str, version: int, start: datetime, end: datetime | None, _table: DeltaTable
 ) -> data.GoldParts:
     time = lake.TimeRange("window_start", start, end)
-    scan = pl.scan_delta(_table)
+    scan = delta_scan.scan(_table)
     lake.check_columns(scan, Table.GOLD_DEVICE_1M, lake.OVERVIEW_GOLD_COLUMNS)
     files = lake.data_files(_table, time)
     if files is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 from deltalake.exceptions import TableNotFoundError
 
+from common import delta_scan
 from common.cli import local_path
 from common.delta_table import open_delta_table
 from common.lake import CHECKPOINTS, Query, Table, table_location
@@ -68,7 +69,7 @@ def scan_table(
     lacking = [c for c in COLUMNS[name] if c not in names]
     if lacking:
         raise LakeReadError(f"{uri} lacks the columns {', '.join(lacking)} (see docs/tables.md)")
-    return pl.scan_delta(table).select(COLUMNS[name])
+    return delta_scan.scan(table).select(COLUMNS[name])
 
 
 def read_table(

@@ -34,6 +34,7 @@ import orjson
 import polars as pl
 from deltalake.exceptions import TableNotFoundError
 
+from common import delta_scan
 from common.child import Child
 from common.cli import console
 from common.delta_table import open_delta_table
@@ -94,12 +95,16 @@ def child_env(base: dict[str, str], kafka: KafkaSettings, **extra: str) -> dict[
     return env | kafka_env(kafka) | {"PYTHONUNBUFFERED": "1"} | extra
 
 
-def _rows(root: str, name: str, columns: list[str]) -> pl.DataFrame | None:
+def _scan(root: str, name: str) -> pl.LazyFrame | None:
+    """The table, scanned lazily: each poll reads what its query needs (a count, a maximum)."""
     try:
-        table = open_delta_table(table_location(root, name))
-        return pl.from_arrow(table.to_pyarrow_table(columns=columns))  # type: ignore[return-value]  # from_arrow of a Table is a DataFrame; its annotation also allows a Series, for an Array
+        return delta_scan.scan(open_delta_table(table_location(root, name)))
     except (TableNotFoundError, OSError):
         return None
+
+
+def _count(frame: pl.LazyFrame) -> int:
+    return int(frame.select(pl.len()).collect().item())
 
 
 def _last_commit(root: str, name: str) -> datetime | None:
@@ -122,19 +127,20 @@ def drain_state(root: str) -> tuple[int, int, bool]:
     its last committed batch read past it: the last records may be repeats or too late,
     and leave no row.
     """
-    cols = ["partition", "offset"]
-    bronze = _rows(root, Table.BRONZE_EVENTS, cols)
-    frames = [_rows(root, n, cols) for n in (Table.SILVER_EVENTS, Table.SILVER_QUARANTINE)]
-    if bronze is None or any(f is None for f in frames):
+    bronze, silver, quarantine = (
+        _scan(root, n) for n in (Table.BRONZE_EVENTS, Table.SILVER_EVENTS, Table.SILVER_QUARANTINE)
+    )
+    if bronze is None or silver is None or quarantine is None:
         return 0, 0, False
-    silver, quarantine = (f.lazy() for f in frames if f is not None)
-    ends = bronze.group_by(pl.col("partition").cast(pl.Int64)).agg(
-        pl.col("offset").max().alias("end")
+    ends = (
+        bronze.group_by(pl.col("partition").cast(pl.Int64))
+        .agg(pl.col("offset").max().alias("end"), pl.len().alias("rows"))
+        .collect(engine="streaming")
     )
     read = silver_frontier(silver, quarantine, silver_committed_offsets(root))
     joined = ends.join(read, on="partition", how="left")
     caught_up = bool((joined["read_to"].fill_null(-1) >= joined["end"]).all())
-    return bronze.height, sum(f.height for f in frames if f is not None), caught_up
+    return int(ends["rows"].sum()), _count(silver) + _count(quarantine), caught_up
 
 
 def _expected_bronze(manifest: Path) -> int:
@@ -146,34 +152,30 @@ def _expected_bronze(manifest: Path) -> int:
 
 def _ran_after(root: str, query: Query, when: datetime) -> bool:
     """Whether ``query`` finished a batch with input that started at or after ``when``."""
-    metrics = _rows(root, Table.OPS_PIPELINE_METRICS, ["query_name", "timestamp", "num_input_rows"])
-    if metrics is None or metrics.is_empty():
+    metrics = _scan(root, Table.OPS_PIPELINE_METRICS)
+    if metrics is None:
         return False
-    ts = metrics["timestamp"]
-    if isinstance(ts.dtype, pl.Datetime) and ts.dtype.time_zone is None:
-        metrics = metrics.with_columns(pl.col("timestamp").dt.replace_time_zone("UTC"))
-    return not metrics.filter(
-        (pl.col("query_name") == query)
-        & (pl.col("timestamp") >= when)
-        & (pl.col("num_input_rows") > 0)
-    ).is_empty()
+    ran = metrics.filter((pl.col("query_name") == query) & (pl.col("num_input_rows") > 0))
+    times = ran.select("timestamp").collect()["timestamp"]
+    if isinstance(times.dtype, pl.Datetime) and times.dtype.time_zone is None:
+        times = times.dt.replace_time_zone("UTC")
+    return bool((times >= when).any())
 
 
 def _warmed_up(root: str) -> bool:
     """The processor finished its first (empty) silver batch: the hot path is compiled."""
-    metrics = _rows(root, Table.OPS_PIPELINE_METRICS, ["query_name"])
+    metrics = _scan(root, Table.OPS_PIPELINE_METRICS)
     if metrics is None:
         return False
-    return Query.SILVER in set(metrics["query_name"].to_list())
+    return _count(metrics.filter(pl.col("query_name") == Query.SILVER)) > 0
 
 
 def gold_holds_silver(root: str) -> bool:
     """Whether ``gold/device_1m``'s windows count every event in ``silver/events``."""
-    silver = _rows(root, Table.SILVER_EVENTS, ["event_id"])
-    gold = _rows(root, Table.GOLD_DEVICE_1M, ["events"])
+    silver, gold = _scan(root, Table.SILVER_EVENTS), _scan(root, Table.GOLD_DEVICE_1M)
     if silver is None or gold is None:
         return False
-    return int(gold["events"].sum() or 0) == silver.height
+    return int(gold.select(pl.col("events").sum()).collect().item() or 0) == _count(silver)
 
 
 def measured_from(producer: ProducerReport, warmup_s: float) -> datetime | None:

@@ -137,8 +137,9 @@ def read_truth_files(paths: Sequence[Path], folder: Path | None = None) -> Truth
 
     Raises:
         ValueError: A file is not a manifest (no header, a device line whose ``seqs``
-            and ``event_ids`` differ in length), or the manifests are not all the shards
-            of one run (``producer.manifest.shards_run``).
+            and ``event_ids`` differ in length), is not whole (its device lines list
+            fewer readings than its header counts; a worker wrote no part of it), or the
+            manifests are not all the shards of one run (``producer.manifest.shards_run``).
     """
     if folder is None:
         folder = Path(tempfile.mkdtemp(prefix="iot-truth-"))
@@ -161,6 +162,7 @@ def read_truth_files(paths: Sequence[Path], folder: Path | None = None) -> Truth
                 elif kind in lines:
                     lines[kind].append(line)
         writer.write_table(pa.table(batch, schema=_ARROW_SCHEMA))
+    _check_whole(headers, sum(positions.values()))
     header = merge_headers(headers, shards_run([h["run"] for h in headers]))
     return Truth(
         events=pl.scan_parquet(out).cast(EVENTS_SCHEMA),  # type: ignore[arg-type]  # polars' cast takes a schema's mapping of column to dtype instance; its annotation wants dtype classes
@@ -169,6 +171,30 @@ def read_truth_files(paths: Sequence[Path], folder: Path | None = None) -> Truth
         header=header,
         anomalies=lines["anomaly"],
     )
+
+
+def _check_whole(headers: Sequence[dict[str, Any]], listed: int) -> None:
+    """Refuse manifests that do not list every acknowledged reading of their run.
+
+    Args:
+        headers: The manifests' headers.
+        listed: The readings their device lines list.
+
+    Raises:
+        ValueError: A worker wrote no part (``run.incomplete``), or the device lines
+            list fewer readings than the headers' ``events_acked`` (a file cut short).
+    """
+    for header in headers:
+        if incomplete := (header.get("run") or {}).get("incomplete"):
+            raise ValueError(f"{incomplete}: its devices' readings are not listed, so the run "
+                             "cannot be checked")  # fmt: skip
+    counted = [(header.get("totals") or {}).get("events_acked") for header in headers]
+    acked = sum(n for n in counted if isinstance(n, int))
+    if len(counted) == sum(isinstance(n, int) for n in counted) and acked != listed:
+        raise ValueError(
+            f"its device lines list {listed:,} readings but its header counts {acked:,}: "
+            "the file is cut short or edited; verify needs it whole"
+        )
 
 
 def _lines(path: Path, headers: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

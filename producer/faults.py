@@ -215,7 +215,7 @@ class FaultInjector:
         """Turn one batch of readings into the messages to send now.
 
         Args:
-            r: Readings (after anomalies and ``skew``), in stream order.
+            r: Readings (after ``skew`` and anomalies), in stream order.
             payloads: Their payloads (``self.wire``'s encoding of ``EventBuilder.events``).
 
         Returns:

@@ -135,9 +135,10 @@ class SimulationSource:
     def next_batch(self, n: int) -> list[Message]:
         """The messages of the next ``n`` readings (plus held-back ones now due)."""
         readings = self.sim.next(n)
+        # Skewed first: an anomaly's record carries the event time its reading is sent with.
+        self.faults.skew(readings)
         if self.anomalies is not None:
             readings = self.anomalies.apply(readings)
-        self.faults.skew(readings)
         self.generated += n
         return self.faults.process(readings, self.wire.encode(self.events.event_dicts(readings)))
 

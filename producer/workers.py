@@ -257,6 +257,11 @@ def run_workers(
         if manifest_run is not None and settings.manifest_path is not None:
             manifest_parts = [out / f"manifest-{w}.jsonl" for w in range(workers)]
             present = [m for m in manifest_parts if m.exists()]
+            missing = [str(w) for w, m in enumerate(manifest_parts) if not m.exists()]
+            if missing:  # what the others sent is kept; verify refuses the whole (truth.py)
+                manifest_run = manifest_run | {
+                    "incomplete": f"worker {', '.join(missing)} of {workers} wrote no manifest"
+                }
             merge_manifests(present, settings.manifest_path, manifest_run)
             report.manifest_path = str(settings.manifest_path)
         return report

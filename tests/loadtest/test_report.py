@@ -290,3 +290,19 @@ def test_drain_state_compares_what_silver_read_with_bronze(tmp_path: Path) -> No
     assert drain_state(str(tmp_path)) == (5, 3, True)
     table("silver/quarantine", [(1, 1)])
     assert drain_state(str(tmp_path)) == (5, 4, True)
+
+
+def test_gold_holds_silver_when_its_windows_count_every_silver_event(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+
+    from loadtest.run import gold_holds_silver
+
+    def table(name: str, column: str, values: list) -> None:
+        write_deltalake(str(tmp_path / name), pa.table({column: values}), mode="overwrite")
+
+    assert not gold_holds_silver(str(tmp_path))  # no tables yet
+    table("silver/events", "event_id", ["a", "b", "c", "d", "e"])
+    table("gold/device_1m", "events", [2, 2])
+    assert not gold_holds_silver(str(tmp_path))
+    table("gold/device_1m", "events", [2, 2, 1])
+    assert gold_holds_silver(str(tmp_path))

@@ -62,7 +62,8 @@ class Run:
         manifest = tmp / "manifest.jsonl"
         lines = [{"type": "header", "manifest_version": 1,
                   "run": {"seed": 1, "fleet_size": 2, "start_time": self.start_time, "replay": None},
-                  "totals": {"messages_sent": 0, "messages_failed": 0}}]  # fmt: skip
+                  "totals": {"messages_sent": 0, "messages_failed": 0,
+                             "events_acked": sum(map(len, self.sends.values()))}}]  # fmt: skip
         for device, sends in self.sends.items():
             lines.append({"type": "device", "device_id": device, "acked": len(sends),
                           "seqs": [s for s, _, _ in sends],
@@ -154,8 +155,10 @@ def frames(lake: Path, run: Run) -> LakeFrames:
     return replace(read_lake(str(lake)), gold_commits=commits)
 
 
-def test_clean_run_passes_with_exact_latencies(tmp_path: Path) -> None:
-    result = run_verify(tmp_path, clean_run())
+@pytest.mark.parametrize("folder", ["lake", "a lake"])
+def test_clean_run_passes_with_exact_latencies(tmp_path: Path, folder: str) -> None:
+    """Also under a folder with a space in its name (delta-rs gives such paths encoded)."""
+    result = run_verify(tmp_path / folder, clean_run())
     assert result.ok, result.summary()
     assert result.failures == [] and result.warnings == []
     assert result.counts["acked"] == 10 and result.counts["bronze_rows"] == 10
@@ -348,6 +351,18 @@ def test_injected_faults_are_accounted_for(tmp_path: Path) -> None:
     assert result.latency["events"] == 8
 
 
+def test_a_drop_exactly_one_watermark_late_is_at_the_boundary_not_a_loss(tmp_path: Path) -> None:
+    """Spark drops ``event_time <= watermark``: a lateness of exactly the watermark may go."""
+    run = fault_run()
+    at_watermark = eid("dev-00001", 3)  # 10 s late, the watermark being 10 s
+    run.not_in_silver = {eid("dev-00000", 3), at_watermark}
+    result = run_verify(tmp_path, run)
+    assert result.ok, result.summary()
+    assert result.loss["dropped_unexplained"] == 0
+    late = result.late
+    assert (late["dropped"], late["dropped_expected"], late["dropped_boundary"]) == (2, 1, 1)
+
+
 def test_a_drop_the_watermark_does_not_explain_is_a_loss(tmp_path: Path) -> None:
     run = clean_run()
     gone = eid("dev-00000", 2)
@@ -436,6 +451,27 @@ def test_cli_exit_codes_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert json.loads((out / "verify.json").read_text())["latency"]["events"] == 6
     assert main([*args, "--latency-from", "2026-03-01T12:00:30"]) == 2
     assert "is not an ISO-8601 time with a zone" in capsys.readouterr().err
+
+
+def test_a_manifest_cut_short_or_missing_a_worker_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest, lake = clean_run().write(tmp_path)
+    lines = manifest.read_text().splitlines(keepends=True)
+    assert [json.loads(line)["type"] for line in lines] == ["header", "device", "device"]
+    manifest.write_text("".join(lines[:2]))  # the second device's line lost at a line's end
+    args = ["verify", "--manifest", str(manifest), "--lake-root", str(lake)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "its device lines list 5 readings but its header counts 10: the file is cut" in err
+
+    header = json.loads(lines[0])
+    header["run"]["incomplete"] = "worker 1 of 2 wrote no manifest"
+    manifest.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    assert main(args) == 2
+    assert "worker 1 of 2 wrote no manifest: its devices' readings are not listed" in (
+        capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,13 @@ FLEET, SEED, N = 20, 5, 40000
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _events(config: AnomalyConfig, batch: int = 700) -> tuple[list[dict], list[dict]]:
-    """The events a source sends (no faults), and the source's anomaly records."""
+def _events(
+    config: AnomalyConfig, batch: int = 700, faults: FaultConfig | None = None
+) -> tuple[list[dict], list[dict]]:
+    """The events a source sends (no faults unless given), and the source's anomaly records."""
     fleet = build_fleet(FLEET, SEED)
-    src = SimulationSource(fleet, SEED, simulated_clock(START, 100.0), config, FaultConfig(),
-                           deterministic_ids=True)  # fmt: skip
+    src = SimulationSource(fleet, SEED, simulated_clock(START, 100.0), config,
+                           faults or FaultConfig(), deterministic_ids=True)  # fmt: skip
     msgs = []
     while src.generated < N:
         msgs += src.next_batch(min(batch, N - src.generated))
@@ -135,3 +137,15 @@ def test_same_seed_same_anomalies_whatever_the_batching():
     events_b, rec_b = _events(config, batch=37)
     assert events_a == events_b
     assert sorted(map(repr, rec_a)) == sorted(map(repr, rec_b))
+
+
+def test_an_anomalys_record_has_the_event_time_its_reading_is_sent_with_under_clock_skew():
+    skewed = FaultConfig(clock_skew=1.0, clock_skew_max_s=100.0)
+    events, records = _events(AnomalyConfig(spike=0.01), faults=skewed)
+    sent = {e["event_id"]: e["event_time"] for e in events}
+    plain = {e["event_id"]: e["event_time"] for e in _events(AnomalyConfig(spike=0.01))[0]}
+    spikes = [r for r in records if r["kind"] == "spike"]
+    assert len(spikes) > 100
+    assert [r["event_time"] for r in spikes] == [sent[r["event_id"]] for r in spikes]
+    # The skew moved them: every device's clock is off.
+    assert sum(sent[r["event_id"]] != plain[r["event_id"]] for r in spikes) == len(spikes)

@@ -196,6 +196,40 @@ def test_sigterm_flushes_and_writes_report_and_manifest(tmp_path):
     assert "stopped by SIGTERM" in err
 
 
+def test_a_worker_killed_mid_run_leaves_a_manifest_that_says_so(tmp_path):
+    """The other worker's part is kept; the header names the missing one; verify refuses it."""
+    import psutil
+
+    from loadtest.truth import read_truth_files
+
+    manifest, report = tmp_path / "m.jsonl", tmp_path / "r.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "producer", "--transport", "file", "--out-dir",
+         str(tmp_path / "land"), "--rate", "400", "--workers", "2", "--fleet-size", "10",
+         "--scenario", "clean", "--manifest-path", str(manifest), "--report-path", str(report)],
+        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _live_reports(report, proc)
+    workers = [
+        c for c in psutil.Process(proc.pid).children()
+        if "spawn_main" in " ".join(c.cmdline())
+    ]  # fmt: skip
+    assert len(workers) == 2
+    workers[0].kill()
+    workers[0].wait(10)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert "exited with code -9" in err
+
+    got = read_manifest(manifest)
+    (dead,) = {0, 1} - {int(d["device_id"][-1]) % 2 for d in got["devices"].values()}
+    assert got["header"]["run"]["incomplete"] == f"worker {dead} of 2 wrote no manifest"
+    assert len(got["devices"]) == 5 and all(d["acked"] > 0 for d in got["devices"].values())
+    with pytest.raises(ValueError, match=f"^worker {dead} of 2 wrote no manifest: its devices'"):
+        read_truth_files([manifest], tmp_path)
+
+
 def _live_reports(path: Path, proc: subprocess.Popen, n: int = 2) -> list[dict]:
     """Reports read while the producer runs: ``n`` refreshes, each further on than the last."""
     seen: list[dict] = []
