@@ -6,7 +6,8 @@ line per ``anomaly``, ``fault`` and ``failed`` delivery.
 
 Memory: about 52 bytes per sent event (device index, seq and the id packed into
 long strings, in send order), so a run of ten million events holds about half a
-gigabyte; grouping by device happens once, when the file is written. Runs without
+gigabyte; grouping by device happens once, when the file is written (about 12 bytes
+an event more while it runs). Runs without
 a manifest path keep nothing.
 """
 
@@ -16,10 +17,11 @@ import heapq
 import os
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from producer.faults import Message
@@ -117,25 +119,20 @@ class Manifest:
         return self._resends_failed[eid] < self._resends[eid]
 
     def device_lines(self, max_seqs: Sequence[int] | None = None) -> Iterator[dict[str, Any]]:
-        """Per-device lines: acknowledged ``seqs`` and ``event_ids``, in send order."""
-        rows: list[list[int]] = [[] for _ in self.device_ids]
-        for j, i in enumerate(self._dev):
-            rows[i].append(j)
-        if self.uuid_ids:
-            text = "".join(self._id_chunks)  # type: ignore[arg-type]  # with uuid_ids every chunk is one str (add), never a tuple
+        """Per-device lines: acknowledged ``seqs`` and ``event_ids``, in send order.
 
-            def id_at(j: int) -> str:
-                return text[j * _ID_LEN : (j + 1) * _ID_LEN]
-        else:
-            flat = list(self._ids())
-
-            def id_at(j: int) -> str:
-                return flat[j]
-
-        seq = self._seq
+        The events are grouped by device once, by a stable sort of their device indexes
+        (8 bytes an event), and each id is read where ``record`` packed it.
+        """
+        devs = np.frombuffer(self._dev, dtype=np.int64) if self._dev else np.empty(0, np.int64)
+        order = np.argsort(devs, kind="stable")
+        counts = np.bincount(devs, minlength=len(self.device_ids))
+        bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
+        seq = np.frombuffer(self._seq, dtype=np.int64) if self._seq else np.empty(0, np.int64)
+        ids_at = self._id_reader()
         for i, device_id in enumerate(self.device_ids):
-            ids = [id_at(j) for j in rows[i]]
-            seqs = [seq[j] for j in rows[i]]
+            at = order[bounds[i] : bounds[i + 1]]
+            ids, seqs = ids_at(at), seq[at].tolist()
             if self._failed_first:
                 keep = [n for n, eid in enumerate(ids) if self._acked(eid)]
                 ids = [ids[n] for n in keep]
@@ -145,6 +142,24 @@ class Manifest:
                 line["last_seq"] = max_seqs[i]
             line |= {"seqs": seqs, "event_ids": ids}
             yield line
+
+    def _id_reader(self) -> Callable[[np.ndarray], list[str]]:
+        """What reads the ids of events by their positions (in record order) from the chunks."""
+        chunks = self._id_chunks
+        sizes = np.array(
+            [len(c) // _ID_LEN if isinstance(c, str) else len(c) for c in chunks], dtype=np.int64
+        )
+        firsts = np.cumsum(sizes) - sizes  # the position of each chunk's first id
+
+        def ids_at(positions: np.ndarray) -> list[str]:
+            chunk = np.searchsorted(firsts, positions, side="right") - 1
+            out = []
+            for c, o in zip(chunk.tolist(), (positions - firsts[chunk]).tolist(), strict=True):
+                ids = chunks[c]
+                out.append(ids[o * _ID_LEN : (o + 1) * _ID_LEN] if isinstance(ids, str) else ids[o])
+            return out
+
+        return ids_at
 
     def finish_faults(self, faults: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Fill in the delivery outcome of the fault records (call after the final flush)."""

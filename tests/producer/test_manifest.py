@@ -88,3 +88,35 @@ def test_ids_of_any_width_survive_when_not_uuids(tmp_path):
     assert devices["a"]["event_ids"] == ["short", "x" * 35, _eid(5)]
     assert devices["a"]["seqs"] == [1, 2, 3]
     assert devices["b"]["event_ids"] == ["y" * 37]
+
+
+def test_device_lines_group_a_large_run_in_send_order_in_little_memory(tmp_path):
+    """Packed (UUID) and unpacked ids alike; grouping holds about 8 bytes an event."""
+    import tracemalloc
+
+    devices, events = 1000, 200_000
+    packed = Manifest([f"d{i}" for i in range(devices)], uuid_ids=True)
+    plain = Manifest([f"d{i}" for i in range(devices)])
+    for start in range(0, events, 5000):
+        batch = [(b"", b"", k * 7 % devices, k, _eid(k), None) for k in range(start, start + 5000)]
+        packed.record(batch)
+        plain.record(batch)
+    want = {
+        d: [k for k in range(events) if k * 7 % devices == d] for d in (0, 1, devices - 1)
+    }  # fmt: skip
+    for manifest in (packed, plain):
+        lines = {line["device_id"]: line for line in manifest.device_lines()}
+        assert len(lines) == devices
+        for d, seqs in want.items():
+            line = lines[f"d{d}"]
+            assert line["seqs"] == seqs and line["event_ids"] == [_eid(k) for k in seqs]
+            assert line["acked"] == len(seqs) == events // devices
+
+    tracemalloc.start()
+    try:
+        for _ in packed.device_lines():
+            pass
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * events  # bytes; a Python list of positions alone is over 36 an event
