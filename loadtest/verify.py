@@ -514,7 +514,7 @@ def _latency_rows(
     expected: pl.DataFrame,
     silver: pl.DataFrame,
     bronze: pl.DataFrame,
-    exclude: set[str],
+    exclude: pl.DataFrame,
     gold_commits: pl.DataFrame | None,
     since: datetime | None,
 ) -> pl.DataFrame:
@@ -526,7 +526,8 @@ def _latency_rows(
     """
     rows = (
         silver.join(expected.select("event_id"), on="event_id", how="semi")
-        .filter(~pl.col("event_id").is_in(list(exclude)) & ~pl.col("device_id").is_in(skewed))
+        .join(exclude, on="event_id", how="anti")
+        .filter(~pl.col("device_id").is_in(skewed))
         .unique("event_id", keep="first")
     )
     if since is not None:
@@ -640,11 +641,8 @@ class _Judging:
     wm: float
     slack: float
     frontier: pl.DataFrame
-    want: dict[str, int]
-    late_ids: set[str]
-    late_over_wm: set[str]
+    injected_duplicates: int
     skewed: list[str]
-    exclude: set[str]
     gold_commits: pl.DataFrame | None
     since: datetime | None
     measure_latency: bool
@@ -679,6 +677,33 @@ class _Tally:
         return _examples(merged.sort(keys, descending=descending, nulls_last=True), cols)
 
 
+def _fault_frame(truth: Truth, watermark_s: float) -> pl.DataFrame:
+    """One row per event id an injected fault names, with what the checks need of it.
+
+    Columns: ``copies_acked`` (the copies the broker holds of a duplicate; null for
+    other faults), ``late`` (held back on purpose), ``late_over_wm`` (by more than the
+    watermark) and ``delayed`` (late or out of order: left out of the latencies).
+    """
+    rows = [
+        (f["event_id"], f.get("kind"), f.get("copies_acked", 2), f.get("delay_s") or 0.0)
+        for f in truth.faults
+        if "event_id" in f
+    ]
+    frame = pl.DataFrame(
+        rows,
+        schema={"event_id": pl.String, "kind": pl.String, "copies": pl.Int64,
+                "delay_s": pl.Float64},
+        orient="row",
+    )  # fmt: skip
+    kind = pl.col("kind")
+    return frame.group_by("event_id").agg(
+        pl.col("copies").filter(kind == "duplicate").max().alias("copies_acked"),
+        (kind == "late").any().alias("late"),
+        ((kind == "late") & (pl.col("delay_s") > watermark_s)).any().alias("late_over_wm"),
+        kind.is_in(DELAYED_KINDS).any().alias("delayed"),
+    )
+
+
 def _judge_bucket(
     tally: _Tally,
     j: _Judging,
@@ -686,8 +711,12 @@ def _judge_bucket(
     bronze: pl.DataFrame,
     silver: pl.DataFrame,
     qids: pl.DataFrame,
+    faults: pl.DataFrame,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The checks on one bucket's readings, into ``tally``.
+
+    ``qids`` and ``faults`` (``_fault_frame``) are the bucket's quarantined ids and
+    injected faults.
 
     Returns:
         Bronze's first copy of each acknowledged reading (for the sequence check) and
@@ -715,10 +744,11 @@ def _judge_bucket(
         how="inner",
     )
     tally.listed("missing_bronze", expected.join(copies, on="event_id", how="anti"))
-    extra = first.select(
-        pl.col("copies")
-        - pl.col("event_id").replace_strict(j.want, default=1, return_dtype=pl.Int64)
-    ).to_series()
+    extra = (
+        first.join(faults.select("event_id", "copies_acked"), on="event_id", how="left")
+        .select(pl.col("copies") - pl.col("copies_acked").fill_null(1))
+        .to_series()
+    )
     tally.add("unexpected_copies", int(extra.clip(lower_bound=0).sum()))
 
     # Silver: duplicates, and what happened to readings that are not there.
@@ -744,16 +774,26 @@ def _judge_bucket(
     tally.add("boundary", dropped.filter((lat >= j.wm) & (lat <= j.wm + j.slack)).height)
     tally.add("should_drop", dropped.filter(lat > j.wm + j.slack).height)
     tally.add("dropped_skewed", int(dropped["device_id"].is_in(j.skewed).sum()))
-    tally.add("injected_dropped", int(dropped["event_id"].is_in(j.late_ids).sum()))
+    late = faults.filter("late").select("event_id")
+    tally.add("injected_dropped", dropped.join(late, on="event_id", how="semi").height)
     tally.listed("pending", absent.filter(pl.col("pending")))
     kept = first.join(silver_ids, on="event_id", how="semi")
     tally.add("kept_beyond", kept.filter(lat > j.wm + j.slack).height)
     most = cast("float | None", kept["lateness_s"].max())
     tally.max_lateness_kept = max(tally.max_lateness_kept, most or 0.0)
-    tally.add("late_injected", int(expected["event_id"].is_in(j.late_ids).sum()))
-    tally.add("late_over_wm", int(expected["event_id"].is_in(j.late_over_wm).sum()))
+    tally.add("late_injected", expected.join(late, on="event_id", how="semi").height)
+    over = faults.filter("late_over_wm").select("event_id")
+    tally.add("late_over_wm", expected.join(over, on="event_id", how="semi").height)
     latency = (
-        _latency_rows(j.skewed, expected, silver, bronze, j.exclude, j.gold_commits, j.since)
+        _latency_rows(
+            j.skewed,
+            expected,
+            silver,
+            bronze,
+            faults.filter("delayed").select("event_id"),
+            j.gold_commits,
+            j.since,
+        )  # fmt: skip
         if j.measure_latency
         else pl.DataFrame(schema=_LATENCY_SCHEMA)
     )
@@ -826,19 +866,16 @@ def verify(
         buckets.write("expected", truth.events)
         buckets.write("bronze", parsed)
         buckets.write("silver", silver)
-        late_faults = [f for f in truth.faults if f.get("kind") == "late"]
+        faults = _fault_frame(truth, cfg.watermark_s).with_columns(
+            bucket_of("event_id", buckets.count)
+        )
         judging = _Judging(
             clock=stream_clock(parsed),
             wm=cfg.watermark_s,
             slack=slack,
             frontier=silver_frontier(silver, quarantine, lake.silver_read_to),
-            want=truth.expected_copies(),
-            late_ids={f["event_id"] for f in late_faults},
-            late_over_wm={
-                f["event_id"] for f in late_faults if f.get("delay_s", 0) > cfg.watermark_s
-            },
+            injected_duplicates=len(truth.expected_copies()),
             skewed=sorted(truth.skewed_devices),
-            exclude=truth.fault_ids(*DELAYED_KINDS),
             gold_commits=lake.gold_commits,
             since=cfg.latency_from,
             measure_latency=truth.wall_clock,
@@ -861,6 +898,7 @@ def verify(
                 ).collect(),
                 buckets.read("silver", b, _SILVER_SCHEMA),
                 qids.filter(pl.col("bucket") == b).select("event_id"),
+                faults.filter(pl.col("bucket") == b),
             )
             got.write_parquet(tmp / "got" / f"{b}.parquet")
             latency.write_parquet(tmp / "latency" / f"{b}.parquet")
@@ -938,7 +976,7 @@ def _result(
         "silver_duplicated_ids": c["dups"],
         "silver_extra_rows": c["silver_extra_rows"],
         "examples": t.shown("dups"),
-        "bronze_injected_duplicates": len(j.want),
+        "bronze_injected_duplicates": j.injected_duplicates,
         "bronze_unexpected_copies": c["unexpected_copies"],
         "bronze_collided_ids": c["collisions"],
         "bronze_collided_rows": c["collided_rows"],
