@@ -1,5 +1,7 @@
 """How every command line talks and fails: lines on stderr, the whole story in a log file.
 
+Neither holds a secret of a shape ``common.redact`` knows, whatever quoted it.
+
 Everything a command says goes through ``logging``. The ``console`` logger's lines
 (progress, warnings, ``error: ...``) are printed on stderr as they are, and land in the
 log file too; every other logger writes to the log file only, never to the terminal.
@@ -24,6 +26,7 @@ from typing import NoReturn
 from urllib.parse import urlparse
 
 from common.paths import state_dir
+from common.redact import redact
 
 log = logging.getLogger("iot_pulse")
 # What a command says to its user: each record's message is one line on stderr.
@@ -50,10 +53,17 @@ class _ConsoleHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(record.getMessage() + "\n")
+            sys.stderr.write(redact(record.getMessage()) + "\n")
             sys.stderr.flush()
         except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
             self.handleError(record)
+
+
+class _RedactingFormatter(logging.Formatter):
+    """A log file's lines, messages and tracebacks alike, with secrets cut out (``redact``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 def _not_console(record: logging.LogRecord) -> bool:
@@ -83,8 +93,32 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print ``error: <prog>: <message>`` and exit with ``BAD_INPUT``."""
+        message = _unplaced_values_hidden(message)
         console.error("error: %s: %s (see %s --help)", self.prog, one_line(message), self.prog)
         raise SystemExit(BAD_INPUT)
+
+
+_UNRECOGNIZED = "unrecognized arguments: "
+
+
+def _unplaced_values_hidden(message: str) -> str:
+    """Argparse's message with the values of flags it does not know left out.
+
+    A misspelt flag's value may be a password or a connection string; the flags
+    themselves are what the user needs to see.
+    """
+    if not message.startswith(_UNRECOGNIZED):
+        return message
+    shown, after_flag = [], False
+    for token in message.removeprefix(_UNRECOGNIZED).split(" "):
+        if token.startswith("-"):
+            flag, _, value = token.partition("=")
+            shown.append(f"{flag}=(value hidden)" if value else flag)
+            after_flag = not value
+        else:
+            shown.append("(value hidden)" if after_flag else token)
+            after_flag = False
+    return _UNRECOGNIZED + " ".join(shown)
 
 
 def one_line(text: str) -> str:
@@ -161,7 +195,7 @@ def open_log(service: str) -> Path | None:
         handler.addFilter(_not_console)
     global _log_file
     _log_file = path
-    formatter = logging.Formatter(
+    formatter = _RedactingFormatter(
         "%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%Y-%m-%dT%H:%M:%SZ"
     )
     formatter.converter = time.gmtime

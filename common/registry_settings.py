@@ -8,8 +8,9 @@ API (``.../apis/ccompat/v7``; ``python -m infra.schema_registry start`` runs one
 from __future__ import annotations
 
 from typing import Any, ClassVar, Final
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from common.settings import Settings
@@ -52,6 +53,17 @@ class RegistrySettings(Settings):
         description="Seconds between the real-time alerts' questions for schemas registered "
         "while they run (they start again with them)",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _no_credentials_in_url(cls, url: str) -> str:
+        # A password in the URL would be quoted wherever the URL is (messages, pages).
+        if urlsplit(url).password is not None:
+            raise ValueError(
+                "the URL holds a user and password: give them in "
+                f"{cls.env_name('username')} and {cls.env_name('password')} instead"
+            )
+        return url
 
     @model_validator(mode="after")
     def _credentials_in_pairs(self) -> RegistrySettings:

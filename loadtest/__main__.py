@@ -8,13 +8,14 @@ from datetime import datetime
 from pathlib import Path
 
 from common import cli
+from common.intervals import interval_seconds
 from common.lake_settings import LakeSettings
 from common.settings import add_settings_arguments, load_settings
 from loadtest.lake import LakeReadError, named_files, read_lake, read_truth
 from loadtest.report import verify_markdown
 from loadtest.senders import read_reports, senders, senders_lines
 from loadtest.settings import LoadtestSettings
-from loadtest.verify import VerifyConfig, interval_seconds, verify
+from loadtest.verify import VerifyConfig, verify
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -57,6 +58,15 @@ def _verify(args: argparse.Namespace) -> int:
         sent_by = senders(read_reports(named_files(args.reports, "report", "*.json")))
     except LakeReadError as exc:
         return cli.error(str(exc), cli.BAD_INPUT)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        try:  # before the checks, which may take minutes: their results must land
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return cli.error(
+                f"--out: cannot write the results to {out} ({exc.strerror or type(exc).__name__})",
+                cli.BAD_INPUT,
+            )
     try:
         truth = read_truth(manifests)
         lake = read_lake(root, lake_settings.storage_options())
@@ -66,9 +76,7 @@ def _verify(args: argparse.Namespace) -> int:
     print(result.summary())
     if sent_by is not None:
         print("\nsenders:\n" + "\n".join(senders_lines(sent_by)))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         document = result.to_dict() | ({"senders": sent_by} if sent_by is not None else {})
         (out / "verify.json").write_text(json.dumps(document, indent=2, default=str))
         (out / "verify.md").write_text(verify_markdown(result, sent_by))

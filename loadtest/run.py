@@ -38,6 +38,7 @@ from common import delta_scan
 from common.child import Child
 from common.cli import console
 from common.delta_table import open_delta_table
+from common.intervals import interval_seconds
 from common.kafka_settings import KafkaSettings
 from common.lake import Query, Table, checkpoint_location, table_location
 from common.lake_settings import LakeSettings
@@ -49,7 +50,6 @@ from loadtest.settings import LoadtestSettings
 from loadtest.verify import (
     VerifyConfig,
     VerifyResult,
-    interval_seconds,
     silver_frontier,
     verify,
 )

@@ -9,9 +9,9 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from common.fleet_settings import FleetSettings
+from common.intervals import interval_seconds
 from common.kafka_settings import KafkaSettings
 from loadtest.report import Criteria
-from loadtest.verify import interval_seconds
 
 
 class LoadtestSettings(FleetSettings):

@@ -204,8 +204,18 @@ def _lines(path: Path, headers: list[dict[str, Any]]) -> Iterator[dict[str, Any]
         if not isinstance(first, dict) or first.get("type") != "header":
             raise ValueError(f"{path.name} has no header line: is it a producer manifest?")
         headers.append({k: v for k, v in first.items() if k != "type"})
-        for raw in fh:
-            yield orjson.loads(raw)
+        for number, raw in enumerate(fh, start=2):
+            if not raw.strip():
+                continue
+            try:
+                line = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"line {number} is not JSON ({exc}): a file cut short?") from None
+            if not isinstance(line, dict) or not isinstance(line.get("type"), str):
+                raise ValueError(
+                    f"line {number} is not a manifest line (a JSON object with a type)"
+                )
+            yield line
 
 
 def _add_device(line: dict[str, Any], batch: dict[str, list[Any]], pos: dict[str, int]) -> None:

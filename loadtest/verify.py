@@ -45,7 +45,6 @@ verify in a few gigabytes; the bronze payloads are read once, to parse them, and
 
 from __future__ import annotations
 
-import re
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -66,32 +65,8 @@ EXAMPLES = 20  # listed ids per finding
 DEFAULT_SLACK_S = 30.0
 _EVENT_ID_RE = r'"event_id"\s*:\s*"([^"]*)"'
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%.fZ"
-_UNITS = {
-    "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
-    "s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0,
-    "m": 60.0, "min": 60.0, "minute": 60.0, "minutes": 60.0,
-    "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
-}  # fmt: skip
 STAGES = ("kafka", "bronze", "silver", "gold")
 _VALUE_SEED = 7  # the hash that tells a bronze payload's copies from a different payload
-
-
-def interval_seconds(text: str) -> float:
-    """Seconds in a Spark interval string such as ``"2 minutes"`` or ``"1 minute 30 seconds"``.
-
-    Raises:
-        ValueError: The text is not ``<number> <unit>`` pairs (ms, s, m, h and their words).
-    """
-    body = text.strip().lower().removeprefix("interval").strip()
-    pairs = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+)", body)
-    if not pairs or re.sub(r"(\d+(?:\.\d+)?)\s*([a-z]+)", "", body).strip():
-        raise ValueError(f"cannot read the interval {text!r}: use e.g. '2 minutes' or '30 seconds'")
-    total = 0.0
-    for number, unit in pairs:
-        if unit not in _UNITS:
-            raise ValueError(f"unknown unit {unit!r} in the interval {text!r}")
-        total += float(number) * _UNITS[unit]
-    return total
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from common import cli
 from common.kafka import KafkaConnectionError, check_connection, librdkafka_config
-from common.settings import SettingsError, load_settings, service_parser
+from common.settings import load_settings, service_parser
 from common.stop_signals import StopFlag, stopped_by_signals
 from notifier.deadletter import DeadLetterError
 from notifier.destinations import DestinationsError
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(NotifierSettings, args)
         destinations = settings.destination_list()
-    except (SettingsError, FileNotFoundError, DestinationsError) as exc:
+    except (ValueError, FileNotFoundError, DestinationsError) as exc:
         return cli.settings_error(exc)
 
     from confluent_kafka import Consumer, KafkaException, Producer

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from typing import ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from common.fleet_settings import FleetSettings
+from common.intervals import interval_seconds
 from common.kafka_settings import KafkaSettings
 from common.lake import Query
 from common.lake_settings import LakeSettings
@@ -204,6 +206,34 @@ class ProcessorSettings(FleetSettings):
         if unknown:
             raise ValueError(
                 f"unknown queries: {', '.join(unknown)}; choose from {', '.join(Query)}"
+            )
+        return value
+
+    @field_validator(
+        "trigger_interval", "bronze_trigger_interval", "background_trigger_interval",
+        "watermark", "session_gap", "recovery_window",
+    )  # fmt: skip
+    @classmethod
+    def _spark_interval(cls, value: str) -> str:
+        # Checked here, not by Spark once its JVM is up and the queries start.
+        interval_seconds(value, spark_only=True)
+        return value
+
+    @field_validator("remote")
+    @classmethod
+    def _connect_url(cls, value: SecretStr | None) -> SecretStr | None:
+        # Never quoted back: the URL may carry a token.
+        if value is None:
+            return None
+        where = urlsplit(value.get_secret_value())
+        try:
+            port_ok = where.port is not None or ":" not in where.netloc
+        except ValueError:  # a port that is not a number
+            port_ok = False
+        if where.scheme != "sc" or not where.hostname or not port_ok:
+            raise ValueError(
+                "not a Spark Connect URL: write sc://HOST:PORT, and any parameters after a "
+                "slash (sc://HOST:PORT/;token=...)"
             )
         return value
 

@@ -7,6 +7,7 @@ the same exit code, output and log.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -391,3 +392,53 @@ def test_python_m_fails_as_the_in_process_run_does(
     assert [p.name for p in logs["real"]] == [p.name for p in logs["here"]]
     for log_here, log_real in zip(logs["here"], logs["real"], strict=True):
         assert _records(log_real, tmp_path / "real") == _records(log_here, tmp_path / "here")
+
+
+SECRET = "SECRETVALUE123"
+CONNECTION_STRING = (
+    "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;"
+    f"SharedAccessKey={SECRET};EntityPath=t"
+)
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "env"),
+    [
+        # A misspelt flag: argparse quotes the value it could not place.
+        ("producer", ["--kafka-auth", "connection_string", "--kafka-conection-string",
+                      CONNECTION_STRING], {}),
+        ("bridge", ["--mqtt-pasword", SECRET], {}),
+        # A Spark Connect URL without the slash before its parameters.
+        ("processor", ["maintain"], {"IOT_PROCESSOR_REMOTE": f"sc://127.0.0.1:15002;token={SECRET}"}),
+        ("producer", ["--format", "avro"],
+         {"IOT_SCHEMA_REGISTRY_URL": f"http://user:{SECRET}@127.0.0.1:1"}),
+        ("notifier", [], {"IOT_NOTIFIER_DESTINATIONS_FILE": json.dumps(
+            [{"name": "ops", "format": "slack",
+              "url": f"https://hooks.slack.com/services/T000/B000/{SECRET}"}])}),
+    ],
+)  # fmt: skip
+def test_a_secret_in_bad_input_reaches_neither_the_console_nor_the_log(
+    run, tmp_path, module, args, env
+):
+    home = tmp_path / "home"
+    code, out, err, elapsed = run(module, *args, home=home, service=module, **env)
+    assert code == cli.BAD_INPUT, err
+    assert_quiet_failure(err, elapsed)
+    said = err + out + "".join(p.read_text() for p in (home / "logs").glob("*.log"))
+    assert SECRET[:6] not in said and SECRET[-6:] not in said, said
+
+
+def test_redact_cuts_every_secret_shape_and_leaves_the_rest():
+    from common.redact import redact
+
+    cases = {
+        f"as '15002;token={SECRET}'": "as '15002;token=***'",
+        f"{CONNECTION_STRING} x": CONNECTION_STRING.replace(SECRET, "***") + " x",
+        f"SharedAccessSignature sr=x&sig={SECRET}%3D&se=1": "SharedAccessSignature sr=x&sig=***&se=1",
+        f"at http://user:{SECRET}@host:1/x": "at http://user:***@host:1/x",
+        f"POST https://hooks.slack.com/services/T0/B0/{SECRET} failed":
+            "POST https://hooks.slack.com/services/*** failed",
+        f"https://a.webhook.office.com/webhookb2/{SECRET}": "https://a.webhook.office.com/***",
+        "http://127.0.0.1:8080/apis/ccompat/v7 at 12:30:01": "http://127.0.0.1:8080/apis/ccompat/v7 at 12:30:01",
+    }  # fmt: skip
+    assert {text: redact(text) for text in cases} == cases

@@ -16,9 +16,10 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from common.intervals import interval_seconds
 from loadtest.__main__ import main
 from loadtest.lake import read_lake, read_truth
-from loadtest.verify import LakeFrames, VerifyConfig, interval_seconds, verify
+from loadtest.verify import LakeFrames, VerifyConfig, verify
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 DEVICES = {"dev-00000": 0, "dev-00001": 1}  # device -> partition
