@@ -309,7 +309,17 @@ def check_connection(
     }
     admin_conf["error_cb"] = errors.append
     admin_conf["log_level"] = 0  # librdkafka repeats each failure; the exception says it once
-    admin = AdminClient(admin_conf)
+    try:
+        admin = AdminClient(admin_conf)
+    except KafkaException as exc:  # a client librdkafka cannot make: its CA file, mostly
+        reason = exc.args[0].str() if exc.args else str(exc)
+        ca = conf.get("ssl.ca.location")
+        if ca is None or "ssl.ca.location" not in reason:
+            raise KafkaConnectionError(f"the Kafka client cannot start: {reason}") from None
+        raise KafkaConnectionError(
+            f"cannot use the CA file {ca} ({reason}): set IOT_KAFKA_SSL_CA_LOCATION to the "
+            "PEM file of the CA that signed the broker's certificate"
+        ) from None
     where = f"{conf.get('bootstrap.servers')} ({conf.get('security.protocol', 'PLAINTEXT')})"
     refusals = _Refusals(str(conf.get("bootstrap.servers", "")))
     brokers = len(refusals.brokers)

@@ -388,3 +388,21 @@ def test_the_reason_never_quotes_librdkafkas_broker_count():
     # A broker that answered is up: the topic's own error is the reason.
     leader = KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, "Leader not available"))
     assert _no_answer([down], leader, 2, answered=True) == "Leader not available"
+
+
+@pytest.mark.parametrize("content", [None, "not a certificate\n"])
+def test_a_ca_file_librdkafka_cannot_use_is_named_with_its_setting(tmp_path, content):
+    ca = tmp_path / "ca.pem"
+    if content is not None:
+        ca.write_text(content)
+    conf = {
+        "bootstrap.servers": "127.0.0.1:1",
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(ca),
+    }
+    with pytest.raises(KafkaConnectionError) as caught:
+        check_connection(conf, timeout_s=5)
+    said = str(caught.value)
+    assert said.startswith(f"cannot use the CA file {ca} (Failed to create admin client: ")
+    assert said.endswith("): set IOT_KAFKA_SSL_CA_LOCATION to the PEM file of the CA that "
+                         "signed the broker's certificate")  # fmt: skip

@@ -554,3 +554,28 @@ def test_verify_reads_the_manifests_of_a_runs_shards(
     assert error_of(str(shards[0]), "--reports", str(tmp_path / "r.json")) == (
         f"error: no report at {tmp_path / 'r.json'}"
     )
+
+
+def test_a_bad_manifest_line_is_named_and_a_bad_out_folder_is_refused_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest, lake = clean_run().write(tmp_path)
+    lines = manifest.read_text().splitlines(keepends=True)
+    args = ["verify", "--manifest", str(manifest), "--lake-root", str(lake)]
+    for bad, said in [
+        ("null\n", "line 2 is not a manifest line (a JSON object with a type)"),
+        (lines[1][:30] + "\n", "line 2 is not JSON ("),
+    ]:
+        manifest.write_text(lines[0] + bad + "".join(lines[2:]))
+        assert main(args) == 2
+        assert said in capsys.readouterr().err
+    manifest.write_text("".join(lines) + "\n")  # a blank last line is no line
+    assert main(args) == 0
+    capsys.readouterr()
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    assert main([*args, "--out", str(a_file)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # refused before the checks ran
+    assert err.startswith(f"error: --out: cannot write the results to {a_file} (")
