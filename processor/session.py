@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
 from collections.abc import Iterator, Mapping
@@ -218,24 +219,45 @@ CONNECT_DEFAULT_PORT = 15002
 
 
 def check_connect_server(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Check that a Spark Connect server accepts connections at ``url`` (``sc://host:port``).
+    """Check that a Spark Connect server answers at ``url`` (``sc://host:port``).
 
-    PySpark's client retries an unreachable server for minutes; this says so at once.
+    PySpark's client retries a server that does not answer for about ten minutes; this
+    says so within ``timeout_s``: nothing listens there, or what listens does not speak
+    gRPC (the channel never becomes ready).
 
     Raises:
         CliError: Nothing answers there, in one line with what to check.
     """
+    import grpc
+
     server = remote_server(url)
     host, port = server.rsplit(":", 1)
+    check = (
+        f"check {ProcessorSettings.env_name('remote')} (--remote) or SPARK_REMOTE, and that the "
+        "server is up"
+    )
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return
+            pass
     except OSError as exc:
         raise CliError(
-            f"the Spark Connect server {server} did not answer ({exc.strerror or exc}): check "
-            f"{ProcessorSettings.env_name('remote')} (--remote) or SPARK_REMOTE, and that the "
-            "server is up"
+            f"the Spark Connect server {server} did not answer ({exc.strerror or exc}): {check}"
         ) from None
+    secure = re.search(r";\s*use_ssl\s*=\s*true\b", url, re.IGNORECASE) is not None
+    channel = (
+        grpc.secure_channel(server, grpc.ssl_channel_credentials())
+        if secure
+        else grpc.insecure_channel(server)
+    )
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+    except grpc.FutureTimeoutError:
+        raise CliError(
+            f"the Spark Connect server {server} took the connection but did not answer as a "
+            f"Spark Connect (gRPC) server within {timeout_s:g} s: {check}"
+        ) from None
+    finally:
+        channel.close()
 
 
 def _connect_session(settings: ProcessorSettings, url: str) -> SparkSession:

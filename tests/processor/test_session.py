@@ -42,5 +42,27 @@ def test_an_unreachable_spark_connect_server_is_one_line_at_once():
     assert remote_server("sc://db.example.net:443/;token=dapi-secret-token") == (
         "db.example.net:443"
     )
+    # A listener that takes the connection and says nothing (not a gRPC server).
     with socket.create_server(("127.0.0.1", 0)) as listening:
-        check_connect_server(f"sc://127.0.0.1:{listening.getsockname()[1]}")  # answers: no error
+        silent = listening.getsockname()[1]
+        began = time.monotonic()
+        with pytest.raises(CliError) as unanswered:
+            check_connect_server(f"sc://127.0.0.1:{silent}/;token=dapi-secret-token", 2.0)
+        assert time.monotonic() - began < 5
+    assert str(unanswered.value) == (
+        f"the Spark Connect server 127.0.0.1:{silent} took the connection but did not answer as "
+        "a Spark Connect (gRPC) server within 2 s: check IOT_PROCESSOR_REMOTE (--remote) or "
+        "SPARK_REMOTE, and that the server is up"
+    )
+    # A gRPC server answers: no error.
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    server = grpc.server(ThreadPoolExecutor(1))
+    bound = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        check_connect_server(f"sc://127.0.0.1:{bound}/;user_id=me")
+    finally:
+        server.stop(None)
