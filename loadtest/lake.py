@@ -10,10 +10,11 @@ from pathlib import Path
 import polars as pl
 from deltalake.exceptions import TableNotFoundError
 
-from common import delta_scan
+from common import cli, delta_scan
 from common.cli import local_path
 from common.delta_table import open_delta_table
 from common.lake import CHECKPOINTS, Query, Table, table_location
+from common.lake_settings import QUICK_LOOK
 from loadtest.truth import Truth, read_truth_files
 from loadtest.verify import LakeFrames
 
@@ -117,6 +118,17 @@ def read_lake(root: str, storage_options: Mapping[str, str] | None = None) -> La
         storage_options: How to reach the lake (``LakeSettings.storage_options``).
     """
     options = storage_options
+    if options:  # an object store: a first look, within seconds if it does not answer
+        first = table_location(root, Table.BRONZE_EVENTS)
+        try:
+            open_delta_table(first, dict(options) | QUICK_LOOK)
+        except TableNotFoundError:
+            pass  # said below, with the table's name
+        except OSError as exc:
+            raise LakeReadError(
+                f"the lake's store did not answer for {first} ({cli.one_line(str(exc))}): "
+                "check IOT_LAKE_S3_ENDPOINT and the keys"
+            ) from exc
     metrics = scan_table(root, Table.OPS_PIPELINE_METRICS, required=False, storage_options=options)
     if metrics.collect_schema().get("timestamp") == pl.Null:
         metrics = pl.LazyFrame(

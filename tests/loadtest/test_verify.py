@@ -579,3 +579,26 @@ def test_a_bad_manifest_line_is_named_and_a_bad_out_folder_is_refused_first(
     out, err = capsys.readouterr()
     assert out == ""  # refused before the checks ran
     assert err.startswith(f"error: --out: cannot write the results to {a_file} (")
+
+
+def test_a_lake_store_that_takes_connections_but_never_answers_is_one_line_within_30_s() -> None:
+    import socket
+    import time
+
+    from common.lake_settings import LakeSettings
+    from loadtest.lake import LakeReadError
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent.listen(50)
+        lake = LakeSettings(
+            _env_file=None, root="s3a://bucket/iot", s3_region="us-east-1",
+            s3_endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}",
+            s3_access_key_id="a", s3_secret_access_key="b",
+        )  # fmt: skip
+        began = time.monotonic()
+        with pytest.raises(LakeReadError) as caught:
+            read_lake(lake.root, lake.storage_options())
+        assert time.monotonic() - began < 30
+    said = str(caught.value)
+    assert said.startswith("the lake's store did not answer for s3a://bucket/iot/bronze/events (")
+    assert said.endswith("): check IOT_LAKE_S3_ENDPOINT and the keys") and "\n" not in said
