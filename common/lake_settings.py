@@ -20,7 +20,9 @@ from common.lake import (
 from common.paths import state_dir
 from common.settings import Settings
 
-# object_store's limits for one request and for its retries of it, for a first look.
+# object_store's limits for one request and for its retries of it, for a first look at
+# a lake on an object store (delta-rs's options): a store that takes connections but does
+# not answer fails within about 20 s, not after object_store's retries, which take minutes.
 QUICK_LOOK = {"timeout": "10s", "retry_timeout": "20s"}
 
 
@@ -108,17 +110,11 @@ class LakeSettings(Settings):
             conf[s3a + "secret.key"] = self.s3_secret_access_key.get_secret_value()
         return conf
 
-    def storage_options(self, *, quick: bool = False) -> dict[str, str]:
-        """delta-rs's (and polars') ``storage_options`` for the lake; empty off S3.
-
-        Args:
-            quick: For a first look at the store (delta-rs only): a store that takes
-                connections but does not answer fails within ``QUICK_LOOK``'s 20 s, not
-                after object_store's retries, which take minutes.
-        """
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's (and polars') ``storage_options`` for the lake; empty off S3."""
         if not self.on_s3:
             return {}
-        options: dict[str, str] = dict(QUICK_LOOK) if quick else {}
+        options: dict[str, str] = {}
         if self.s3_endpoint:
             options["AWS_ENDPOINT_URL"] = self.s3_endpoint
             options["AWS_ALLOW_HTTP"] = str(not self._tls).lower()
