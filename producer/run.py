@@ -21,7 +21,7 @@ from common.report import RUNNING, ProducerReport
 from common.stop_signals import StopFlag, stopped_by_signals
 from producer.manifest import Manifest
 from producer.pacing import Pacer
-from producer.sinks import Sink, SinkStalledError
+from producer.sinks import Sink, SinkClosedError, SinkStalledError
 from producer.sources import Source
 
 # Most seconds to wait, before the clock starts, for the sink to be ready to send at
@@ -229,6 +229,8 @@ def run(
         except SinkStalledError as exc:
             tally.fatal = str(exc)
             tally.stopped_by = "stalled"
+        except SinkClosedError:
+            tally.stopped_by = "output closed"
         finally:
             send_window = time.monotonic() - tally.t0
             try:

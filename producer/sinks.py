@@ -8,6 +8,7 @@ manifest do not care which sink they have.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -35,6 +36,10 @@ _TRUE = {"true", "t", "1"}  # what librdkafka reads as true
 
 class SinkStalledError(RuntimeError):
     """The destination stopped accepting messages for too long."""
+
+
+class SinkClosedError(RuntimeError):
+    """The destination went away for good: the reader of stdout closed it (``| head``)."""
 
 
 class Sink(Protocol):
@@ -424,10 +429,26 @@ class StdoutSink:
         self._out = sys.stdout.buffer
 
     def send_batch(self, msgs: Sequence[Message]) -> None:
-        """Write one line per message."""
+        """Write one line per message.
+
+        Raises:
+            SinkClosedError: The reader closed stdout; the batch is among ``failures``.
+        """
         values = [m[1] for m in msgs]
-        self._out.write(b"".join(v + b"\n" for v in values))
+        try:
+            self._out.write(b"".join(v + b"\n" for v in values))
+        except BrokenPipeError:
+            self._reader_gone()
+            self.failures += [(m[1], m[5], "stdout closed") for m in msgs]
+            raise SinkClosedError("the reader of stdout closed it") from None
         self.acked += len(msgs)
+
+    def _reader_gone(self) -> None:
+        # What is left to write (Python's own flush at exit too) goes nowhere, not to a
+        # second broken pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._out.fileno())
+        os.close(devnull)
 
     def wait_ready(self, timeout_s: float, stop: Callable[[], bool] | None = None) -> float:
         """Stdout is ready at once."""
@@ -438,7 +459,10 @@ class StdoutSink:
 
     def flush(self, timeout_s: float) -> int:
         """Flush stdout."""
-        self._out.flush()
+        try:
+            self._out.flush()
+        except BrokenPipeError:
+            self._reader_gone()
         return 0
 
     def abandon(self) -> int:

@@ -230,6 +230,28 @@ def test_a_worker_killed_mid_run_leaves_a_manifest_that_says_so(tmp_path):
         read_truth_files([manifest], tmp_path)
 
 
+def test_a_reader_that_closes_stdout_ends_the_run_with_its_manifest_and_report(tmp_path):
+    """``python -m producer --transport stdout | head -2``: a stop, not a broken pipe."""
+    from loadtest.truth import read_truth_files
+
+    manifest, report = tmp_path / "m.jsonl", tmp_path / "r.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOT_")}
+    shell = (
+        f"{sys.executable} -m producer --transport stdout --count 100000 --rate 0 "
+        f"--manifest-path {manifest} --report-path {report} | head -2"
+    )
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", shell], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 2
+    assert "Broken pipe" not in done.stderr and "Traceback" not in done.stderr
+    rep = json.loads(report.read_text())
+    assert rep["stopped_by"] == "output closed" and rep["fatal"] is None
+    assert 0 < rep["sent"] < 100_000
+    truth = read_truth_files([manifest], tmp_path)  # whole: its lines add up to its header
+    assert truth.events.collect().height == truth.header["totals"]["events_acked"] == rep["acked"]
+
+
 def _live_reports(path: Path, proc: subprocess.Popen, n: int = 2) -> list[dict]:
     """Reports read while the producer runs: ``n`` refreshes, each further on than the last."""
     seen: list[dict] = []
