@@ -65,6 +65,7 @@ class _TomlSectionSource(TomlConfigSettingsSource):
 
     def __init__(self, settings_cls: type[Settings]) -> None:
         self._section = settings_cls.config_section
+        self._fields = frozenset(settings_cls.model_fields)
         path = _config_file.get() or (
             Path(os.environ[CONFIG_FILE_ENV]) if os.environ.get(CONFIG_FILE_ENV) else None
         )
@@ -76,6 +77,12 @@ class _TomlSectionSource(TomlConfigSettingsSource):
         section = super()._read_file(file_path).get(self._section, {})
         if not isinstance(section, dict):
             raise ValueError(f"[{self._section}] in {file_path} must be a table")
+        unknown = sorted(set(section) - self._fields)
+        if unknown:  # a misspelt name would leave its setting at the default, unsaid
+            raise ValueError(
+                f"[{self._section}] in {file_path} has no setting {', '.join(unknown)}: the "
+                "names are the settings' own, as --help and docs/reference/settings.md list them"
+            )
         return section
 
 

@@ -58,6 +58,14 @@ def test_the_config_file_gives_each_class_its_own_table_and_names_a_bad_one(clea
     config.write_text('kafka = "not a table"\n')
     with pytest.raises(ValueError, match=rf"^\[kafka\] in {config} must be a table$"):
         load_settings(ProducerSettings)
+    config.write_text('[producer]\nrate = 5\nrat = 6\n[kafka]\nbootstrap_server = "b:1"\n')
+    with pytest.raises(
+        ValueError, match=rf"^\[kafka\] in {config} has no setting bootstrap_server:"
+    ):
+        load_settings(ProducerSettings)
+    config.write_text("[producer]\nrate = 5\nrat = 6\n")
+    with pytest.raises(ValueError, match=rf"^\[producer\] in {config} has no setting rat: the"):
+        load_settings(ProducerSettings)
     monkeypatch.setenv("IOT_CONFIG_FILE", str(clean_env / "gone.toml"))
     with pytest.raises(FileNotFoundError, match=r"gone\.toml does not exist$"):
         load_settings(ProducerSettings)
