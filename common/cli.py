@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import re
 import sys
@@ -119,6 +120,27 @@ def _unplaced_values_hidden(message: str) -> str:
             shown.append("(value hidden)" if after_flag else token)
             after_flag = False
     return _UNRECOGNIZED + " ".join(shown)
+
+
+def port(text: str) -> int:
+    """An argparse ``type``: a TCP port, 1 to 65535."""
+    value = int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"{value} is not a port: give 1 to 65535")
+    return value
+
+
+def at_least(low: float, kind: type[int] | type[float] = float) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number no lower than ``low`` (of ``kind``)."""
+
+    def parse(text: str) -> float:
+        value = kind(text)
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"{text} is not a number of at least {low:g}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its message
+    return parse
 
 
 def one_line(text: str) -> str:

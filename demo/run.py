@@ -30,6 +30,7 @@ from pathlib import Path
 from bridge.service import READY_LINE as BRIDGE_READY_LINE
 from common import cli
 from common.child import Child
+from common.intervals import interval_seconds
 from common.kafka_settings import KafkaSettings
 from common.lake_settings import LakeSettings
 from common.stop_signals import StartInterrupted, StopFlag
@@ -59,6 +60,15 @@ DROPOUT_READINGS = 20
 REALISTIC_DROPOUT_RATE = 0.01
 ROLLOUT_SHARE = 0.25  # a quarter of the fleet sends the contract's newest schema version
 ALERTS_TOPIC = str(KafkaSettings.model_fields["alerts_topic"].default)
+
+
+def _spark_interval(text: str) -> str:
+    """An argparse ``type``: an interval Spark reads (``common.intervals``), kept as text."""
+    try:
+        interval_seconds(text, spark_only=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _say(msg: str) -> None:
@@ -93,9 +103,13 @@ def _wait_for_line(child: Child, line: str, stop: StopFlag) -> bool:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = cli.ArgumentParser(prog="python -m demo", description=__doc__)
-    p.add_argument("--rate", type=float, default=200.0, help="producer events/s (default 200)")
-    p.add_argument("--fleet-size", type=int, default=50, help="simulated devices (default 50)")
-    p.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
+    p.add_argument(
+        "--rate", type=cli.at_least(0), default=200.0, help="producer events/s (default 200)"
+    )
+    p.add_argument(
+        "--fleet-size", type=cli.at_least(1, int), default=50, help="simulated devices (default 50)"
+    )
+    p.add_argument("--port", type=cli.port, default=8501, help="dashboard port (default 8501)")
     p.add_argument("--topic", default="iot-events", help="Kafka topic (default iot-events)")
     p.add_argument(
         "--scenario",
@@ -119,7 +133,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "registry the demo starts) (default json)",
     )
     p.add_argument(
-        "--trigger-interval", help="processor hot-path micro-batch interval (default: its own)"
+        "--trigger-interval",
+        type=_spark_interval,
+        help="processor hot-path micro-batch interval (default: its own)",
     )
     p.add_argument(
         "--clean",

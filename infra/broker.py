@@ -719,9 +719,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--foreground", action="store_true", help="stay attached; Ctrl+C stops the broker"
     )
     remembered = "default: the port of the last start in this data dir, else a free one"
-    start_p.add_argument("--plaintext-port", type=int, help=f"PLAINTEXT listener ({remembered})")
-    start_p.add_argument("--sasl-ssl-port", type=int, help=f"SASL_SSL listener ({remembered})")
-    start_p.add_argument("--controller-port", type=int, help=f"KRaft controller ({remembered})")
+    start_p.add_argument(
+        "--plaintext-port", type=cli.port, help=f"PLAINTEXT listener ({remembered})"
+    )
+    start_p.add_argument("--sasl-ssl-port", type=cli.port, help=f"SASL_SSL listener ({remembered})")
+    start_p.add_argument(
+        "--controller-port", type=cli.port, help=f"KRaft controller ({remembered})"
+    )
     start_p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.stop.add_argument(
         "--all", action="store_true",

@@ -268,7 +268,7 @@ def _cli_daemon() -> daemon_cli.Daemon[MqttBrokerInfo]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m infra.mqtt_broker start|stop|status [--data-dir DIR] [--port PORT]``."""
     p = daemon_cli.parsers(_cli_daemon())
-    p.start.add_argument("--port", type=int, help="listener port (default: a free one)")
+    p.start.add_argument("--port", type=cli.port, help="listener port (default: a free one)")
 
     def _start(args: argparse.Namespace) -> int:
         print(describe(start(args.data_dir, port=args.port)))

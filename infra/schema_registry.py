@@ -225,7 +225,7 @@ def _cli_daemon() -> daemon_cli.Daemon[RegistryInfo]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m infra.schema_registry start|stop|status [--data-dir DIR] [--port PORT]``."""
     p = daemon_cli.parsers(_cli_daemon())
-    p.start.add_argument("--port", type=int, help="HTTP port (default: a free one)")
+    p.start.add_argument("--port", type=cli.port, help="HTTP port (default: a free one)")
 
     def _start(args: argparse.Namespace) -> int:
         print(describe(start(args.data_dir, port=args.port)))

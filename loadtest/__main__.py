@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     v.add_argument(
         "--slack-s",
-        type=float,
+        type=cli.at_least(0),
         default=None,
         help="lateness beyond the watermark where drop and keep are both right "
         "(default: from the silver batch intervals, at least 30 s)",

@@ -442,3 +442,28 @@ def test_redact_cuts_every_secret_shape_and_leaves_the_rest():
         "http://127.0.0.1:8080/apis/ccompat/v7 at 12:30:01": "http://127.0.0.1:8080/apis/ccompat/v7 at 12:30:01",
     }  # fmt: skip
     assert {text: redact(text) for text in cases} == cases
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--port", "99999"], "argument --port: 99999 is not a port: give 1 to 65535"),
+        (["--port", "0"], "argument --port: 0 is not a port: give 1 to 65535"),
+        (["--rate", "-5"], "argument --rate: -5 is not a number of at least 0"),
+        (["--rate", "nan"], "argument --rate: nan is not a number of at least 0"),
+        (["--fleet-size", "0"], "argument --fleet-size: 0 is not a number of at least 1"),
+        (["--fleet-size", "2.5"], "argument --fleet-size: invalid int value: '2.5'"),
+    ],
+)
+def test_port_and_number_flags_refuse_what_no_run_could_use(capsys, flags, said):
+    parser = cli.ArgumentParser(prog="python -m x")
+    parser.add_argument("--port", type=cli.port)
+    parser.add_argument("--rate", type=cli.at_least(0))
+    parser.add_argument("--fleet-size", type=cli.at_least(1, int))
+    assert vars(parser.parse_args(["--port", "8501", "--rate", "0", "--fleet-size", "3"])) == {
+        "port": 8501, "rate": 0.0, "fleet_size": 3,
+    }  # fmt: skip
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(flags)
+    assert exited.value.code == cli.BAD_INPUT
+    assert capsys.readouterr().err == f"error: python -m x: {said} (see python -m x --help)\n"
