@@ -100,7 +100,14 @@ def make_client(settings: MqttSettings, client_id: str, *, manual_ack: bool = Fa
         client.username_pw_set(settings.username, password)
     if settings.use_tls:
         ca = str(settings.tls_ca_file) if settings.tls_ca_file else None
-        client.tls_set(ca_certs=ca)
+        try:
+            client.tls_set(ca_certs=ca)
+        except ssl.SSLError as exc:  # a file that holds no certificate
+            raise MqttConnectionError(
+                f"cannot use the CA file {ca} ({exc.reason or exc}): set "
+                f"{MqttSettings.env_name('tls_ca_file')} to the PEM file of the CA that signed "
+                "the broker's certificate"
+            ) from None
     client.connect_timeout = settings.connect_timeout_s
     client.reconnect_delay_set(1, 5)
     return client

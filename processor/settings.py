@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import ClassVar, Literal
 from urllib.parse import urlsplit
@@ -44,6 +45,8 @@ def _names(value: str) -> list[str]:
 LogLevel = Literal["ERROR", "WARN", "INFO", "DEBUG"]
 # A duration Spark's window() reads that is a whole number of minutes.
 WHOLE_MINUTES = re.compile(r"[1-9]\d*\s+(minute|minutes|hour|hours)", re.IGNORECASE)
+# spark.driver.memory's form: a number and a unit (k, m, g or t; a JVM -Xmx size).
+JVM_MEMORY = re.compile(r"[1-9]\d*[kmgt]b?", re.IGNORECASE)
 
 
 class ProcessorSettings(FleetSettings):
@@ -217,6 +220,30 @@ class ProcessorSettings(FleetSettings):
     def _spark_interval(cls, value: str) -> str:
         # Checked here, not by Spark once its JVM is up and the queries start.
         interval_seconds(value, spark_only=True)
+        return value
+
+    @field_validator("starting_offsets")
+    @classmethod
+    def _kafka_starting_offsets(cls, value: str) -> str:
+        # Spark's startingOffsets: a word, or per-partition offsets as JSON.
+        if value in ("earliest", "latest"):
+            return value
+        try:
+            offsets = json.loads(value)
+        except ValueError:
+            offsets = None
+        if not isinstance(offsets, dict):
+            raise ValueError(
+                f"{value!r} is not earliest, latest or per-partition offsets as JSON, e.g. "
+                '{"iot-events": {"0": 23, "1": -2}}'
+            )
+        return value
+
+    @field_validator("driver_memory")
+    @classmethod
+    def _jvm_memory(cls, value: str) -> str:
+        if not JVM_MEMORY.fullmatch(value.strip()):
+            raise ValueError(f"{value!r} is not a JVM memory size, e.g. 2g or 1536m")
         return value
 
     @field_validator("remote")

@@ -101,6 +101,9 @@ def test_connection_string_errors_never_echo_the_secret():
         # Settings whose own checks quote a value they refuse: refused before them.
         (ProcessorSettings, "IOT_PROCESSOR_SLIDING_LENGTH", "--sliding-length"),
         (ProcessorSettings, "IOT_PROCESSOR_QUERIES", "--queries"),
+        (ProcessorSettings, "IOT_PROCESSOR_WATERMARK", "--watermark"),
+        (ProcessorSettings, "IOT_PROCESSOR_STARTING_OFFSETS", "--starting-offsets"),
+        (ProcessorSettings, "IOT_PROCESSOR_DRIVER_MEMORY", "--driver-memory"),
         (LoadtestSettings, "IOT_LOADTEST_WATERMARK", "--watermark"),
         (LoadtestSettings, "IOT_LOADTEST_TRIGGER_INTERVAL", "--trigger-interval"),
     ],
@@ -463,3 +466,37 @@ def test_each_services_config_help_names_every_table_its_settings_read():
     assert "TOML settings file ([producer], [kafka], [mqtt], [schema_registry] tables)" in help_text
     args = parser.parse_args(["--config", "x.toml", "--rate", "5"])
     assert args.config == "x.toml" and getattr(args, "producer.rate") == "5"
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--watermark", "2 minuts"], "IOT_PROCESSOR_WATERMARK (--watermark): unknown unit "
+         "'minuts' in the interval '2 minuts': use microsecond, millisecond, second, minute, "
+         "hour, day, week"),
+        (["--trigger-interval", "10s"], "IOT_PROCESSOR_TRIGGER_INTERVAL (--trigger-interval): "
+         "unknown unit 's' in the interval '10s': use microsecond, millisecond, second, "
+         "minute, hour, day, week"),
+        (["--session-gap", "soon"], "IOT_PROCESSOR_SESSION_GAP (--session-gap): cannot read "
+         "the interval 'soon': use e.g. '2 minutes' or '30 seconds'"),
+        (["--starting-offsets", "latests"], "IOT_PROCESSOR_STARTING_OFFSETS "
+         "(--starting-offsets): 'latests' is not earliest, latest or per-partition offsets as "
+         'JSON, e.g. {"iot-events": {"0": 23, "1": -2}}'),
+        (["--driver-memory", "4gigs"], "IOT_PROCESSOR_DRIVER_MEMORY (--driver-memory): "
+         "'4gigs' is not a JVM memory size, e.g. 2g or 1536m"),
+        (["--remote", "sc://h:15002;token=t0k3n"], "IOT_PROCESSOR_REMOTE (--remote): not a "
+         "Spark Connect URL: write sc://HOST:PORT, and any parameters after a slash "
+         "(sc://HOST:PORT/;token=...)"),
+    ],
+)  # fmt: skip
+def test_processor_values_spark_would_refuse_are_refused_as_settings(clean_env, flags, said):
+    ok = ["--watermark", "1 minute 30 seconds", "--trigger-interval", "2500 milliseconds",
+          "--starting-offsets", '{"t": {"0": 5}}', "--driver-memory", "1536m",
+          "--remote", "sc://h:15002/;token=t0k3n"]  # fmt: skip
+    s = load_settings(ProcessorSettings, _parse(ProcessorSettings, ok))
+    assert (s.watermark, s.starting_offsets, s.driver_memory) == (
+        "1 minute 30 seconds", '{"t": {"0": 5}}', "1536m"
+    )
+    with pytest.raises(SettingsError) as info:
+        load_settings(ProcessorSettings, _parse(ProcessorSettings, flags))
+    assert str(info.value) == said
