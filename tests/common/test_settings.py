@@ -495,7 +495,9 @@ def test_processor_values_spark_would_refuse_are_refused_as_settings(clean_env, 
           "--remote", "sc://h:15002/;token=t0k3n"]  # fmt: skip
     s = load_settings(ProcessorSettings, _parse(ProcessorSettings, ok))
     assert (s.watermark, s.starting_offsets, s.driver_memory) == (
-        "1 minute 30 seconds", '{"t": {"0": 5}}', "1536m"
+        "1 minute 30 seconds",
+        '{"t": {"0": 5}}',
+        "1536m",
     )
     with pytest.raises(SettingsError) as info:
         load_settings(ProcessorSettings, _parse(ProcessorSettings, flags))
