@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from common.fleet_settings import FleetSettings
 from common.intervals import interval_seconds
 from common.kafka_settings import KafkaSettings
 from loadtest.report import Criteria
+from producer.rate import parse_profile
 
 
 class LoadtestSettings(FleetSettings):
@@ -67,9 +68,22 @@ class LoadtestSettings(FleetSettings):
     @field_validator("trigger_interval", "watermark")
     @classmethod
     def _interval(cls, value: str | None) -> str | None:
-        if value is not None:
-            interval_seconds(value)
+        if value is not None:  # the processor's: Spark reads them
+            interval_seconds(value, spark_only=True)
         return value
+
+    @field_validator("out_dir")
+    @classmethod
+    def _folder(cls, value: Path | None) -> Path | None:
+        if value is not None and value.exists() and not value.is_dir():
+            raise ValueError(f"{value} is a file: give a folder for the report")
+        return value
+
+    @model_validator(mode="after")
+    def _profile(self) -> LoadtestSettings:
+        # Checked before a broker and a processor start, not by the producer after them.
+        parse_profile(self.rate_profile, self.rate)
+        return self
 
     def criteria(self) -> Criteria:
         """The pass/fail criteria."""

@@ -502,3 +502,26 @@ def test_processor_values_spark_would_refuse_are_refused_as_settings(clean_env, 
     with pytest.raises(SettingsError) as info:
         load_settings(ProcessorSettings, _parse(ProcessorSettings, flags))
     assert str(info.value) == said
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--rate-profile", "ramp:1:x"], "[loadtest] rate profile 'ramp:1:x': expected 3 numbers "
+         "after the kind"),
+        (["--watermark", "2m"], "IOT_LOADTEST_WATERMARK (--watermark): unknown unit 'm' in the "
+         "interval '2m': use microsecond, millisecond, second, minute, hour, day, week"),
+    ],
+)  # fmt: skip
+def test_a_load_test_refuses_what_its_producer_or_processor_would_before_starting_them(
+    clean_env, flags, said
+):
+    from loadtest.settings import LoadtestSettings
+
+    with pytest.raises(SettingsError) as info:
+        load_settings(LoadtestSettings, _parse(LoadtestSettings, flags))
+    assert str(info.value) == said
+    a_file = clean_env / "report"
+    a_file.write_text("")
+    with pytest.raises(SettingsError, match=f"--out-dir\\): {a_file} is a file: give a folder"):
+        load_settings(LoadtestSettings, _parse(LoadtestSettings, ["--out-dir", str(a_file)]))
