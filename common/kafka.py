@@ -317,8 +317,9 @@ def check_connection(
         if ca is None or "ssl.ca.location" not in reason:
             raise KafkaConnectionError(f"the Kafka client cannot start: {reason}") from None
         raise KafkaConnectionError(
-            f"cannot use the CA file {ca} ({reason}): set IOT_KAFKA_SSL_CA_LOCATION to the "
-            "PEM file of the CA that signed the broker's certificate"
+            f"cannot use the CA file {ca} ({reason}): set "
+            f"{KafkaSettings.env_name('ssl_ca_location')} to the PEM file of the CA that signed "
+            "the broker's certificate"
         ) from None
     where = f"{conf.get('bootstrap.servers')} ({conf.get('security.protocol', 'PLAINTEXT')})"
     refusals = _Refusals(str(conf.get("bootstrap.servers", "")))

@@ -14,7 +14,7 @@ from common import cli, delta_scan
 from common.cli import local_path
 from common.delta_table import open_delta_table
 from common.lake import CHECKPOINTS, Query, Table, table_location
-from common.lake_settings import QUICK_LOOK
+from common.lake_settings import QUICK_LOOK, LakeSettings
 from loadtest.truth import Truth, read_truth_files
 from loadtest.verify import LakeFrames
 
@@ -127,7 +127,7 @@ def read_lake(root: str, storage_options: Mapping[str, str] | None = None) -> La
         except OSError as exc:
             raise LakeReadError(
                 f"the lake's store did not answer for {first} ({cli.one_line(str(exc))}): "
-                "check IOT_LAKE_S3_ENDPOINT and the keys"
+                f"check {LakeSettings.env_name('s3_endpoint')} and the keys"
             ) from exc
     metrics = scan_table(root, Table.OPS_PIPELINE_METRICS, required=False, storage_options=options)
     if metrics.collect_schema().get("timestamp") == pl.Null:

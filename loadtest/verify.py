@@ -655,28 +655,30 @@ class _Tally:
 def _fault_frame(truth: Truth, watermark_s: float) -> pl.DataFrame:
     """One row per event id an injected fault names, with what the checks need of it.
 
-    Columns: ``copies_acked`` (the copies the broker holds of a duplicate; null for
-    other faults), ``late`` (held back on purpose), ``late_over_wm`` (by more than the
-    watermark) and ``delayed`` (late or out of order: left out of the latencies).
+    Columns: ``copies_acked`` (the copies the broker holds of a duplicate,
+    ``Truth.expected_copies``; null for other faults), ``late`` (held back on purpose),
+    ``late_over_wm`` (by more than the watermark) and ``delayed`` (late or out of
+    order: left out of the latencies).
     """
-    rows = [
-        (f["event_id"], f.get("kind"), f.get("copies_acked", 2), f.get("delay_s") or 0.0)
+    copies = truth.expected_copies()
+    late, delayed = truth.fault_ids("late"), truth.fault_ids(*DELAYED_KINDS)
+    over = {
+        f["event_id"]
         for f in truth.faults
-        if "event_id" in f
-    ]
-    frame = pl.DataFrame(
-        rows,
-        schema={"event_id": pl.String, "kind": pl.String, "copies": pl.Int64,
-                "delay_s": pl.Float64},
-        orient="row",
+        if f.get("kind") == "late" and "event_id" in f and (f.get("delay_s") or 0) > watermark_s
+    }
+    ids = sorted(copies.keys() | delayed)
+    return pl.DataFrame(
+        {
+            "event_id": ids,
+            "copies_acked": [copies.get(i) for i in ids],
+            "late": [i in late for i in ids],
+            "late_over_wm": [i in over for i in ids],
+            "delayed": [i in delayed for i in ids],
+        },
+        schema={"event_id": pl.String, "copies_acked": pl.Int64, "late": pl.Boolean,
+                "late_over_wm": pl.Boolean, "delayed": pl.Boolean},
     )  # fmt: skip
-    kind = pl.col("kind")
-    return frame.group_by("event_id").agg(
-        pl.col("copies").filter(kind == "duplicate").max().alias("copies_acked"),
-        (kind == "late").any().alias("late"),
-        ((kind == "late") & (pl.col("delay_s") > watermark_s)).any().alias("late_over_wm"),
-        kind.is_in(DELAYED_KINDS).any().alias("delayed"),
-    )
 
 
 def _judge_bucket(
@@ -849,7 +851,7 @@ def verify(
             wm=cfg.watermark_s,
             slack=slack,
             frontier=silver_frontier(silver, quarantine, lake.silver_read_to),
-            injected_duplicates=len(truth.expected_copies()),
+            injected_duplicates=int(faults["copies_acked"].is_not_null().sum()),
             skewed=sorted(truth.skewed_devices),
             gold_commits=lake.gold_commits,
             since=cfg.latency_from,

@@ -147,11 +147,6 @@ def read_destinations_file(path: Path) -> tuple[Destination, ...]:
     Raises:
         DestinationsError: It cannot be read or parsed, or it is invalid.
     """
-    if str(path).lstrip().startswith(("[", "{")):  # the JSON itself, its URLs secret
-        raise DestinationsError(
-            "the destinations file setting holds JSON, not a path: give the JSON in "
-            "IOT_NOTIFIER_DESTINATIONS, or a file's path here"
-        )
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

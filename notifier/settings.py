@@ -105,6 +105,11 @@ class NotifierSettings(Settings):
         """
         found: list[Destination] = []
         if self.destinations_file is not None:
+            if str(self.destinations_file).lstrip().startswith(("[", "{")):  # its URLs: secret
+                raise DestinationsError(
+                    f"{self.env_name('destinations_file')} holds JSON, not a path: give the "
+                    f"JSON in {self.env_name('destinations')}, or a file's path here"
+                )
             found += read_destinations_file(self.destinations_file)
         if self.destinations is not None:
             found += read_destinations_text(

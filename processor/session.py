@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import sys
 from collections.abc import Iterator, Mapping
@@ -243,12 +242,9 @@ def check_connect_server(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None
         raise CliError(
             f"the Spark Connect server {server} did not answer ({exc.strerror or exc}): {check}"
         ) from None
-    secure = re.search(r";\s*use_ssl\s*=\s*true\b", url, re.IGNORECASE) is not None
-    channel = (
-        grpc.secure_channel(server, grpc.ssl_channel_credentials())
-        if secure
-        else grpc.insecure_channel(server)
-    )
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    channel = DefaultChannelBuilder(url).toChannel()  # as the client builds it: TLS, token
     try:
         grpc.channel_ready_future(channel).result(timeout=timeout_s)
     except grpc.FutureTimeoutError:

@@ -78,14 +78,6 @@ class Manifest:
         self._seq.extend(seqs)
         self._id_chunks.append("".join(event_ids) if self.uuid_ids else event_ids)
 
-    def _ids(self) -> Iterator[str]:
-        for chunk in self._id_chunks:
-            if isinstance(chunk, str):
-                for j in range(0, len(chunk), _ID_LEN):
-                    yield chunk[j : j + _ID_LEN]
-            else:
-                yield from chunk
-
     def failed(self, value: bytes | None, tag: Any, error: str) -> None:
         """Note a message the sink could not deliver.
 
