@@ -39,6 +39,7 @@ from processor.queries import tier_interval, tier_of
 from processor.readers import TableUnreadableError
 from processor.session import (
     build_session,
+    end_cut_short_jvm,
     is_remote,
     quiet_console,
     remote_server,
@@ -275,9 +276,16 @@ def _restart_for_new_schemas(
     return False
 
 
+def _started_session(settings: ProcessorSettings, stop: StopFlag) -> SparkSession:
+    """The session of a command that runs once; a stop while the JVM starts gives it up."""
+    with stop.starting():
+        spark = _session(settings)
+        stop.install()  # again: the SparkContext replaced the SIGINT handler
+    return spark
+
+
 def _rebuild(settings: ProcessorSettings, queries: list[str], stop: StopFlag) -> int:
-    spark = _session(settings)
-    stop.install()
+    spark = _started_session(settings, stop)
     finished = rebuild(spark, settings, queries, should_stop=stop.is_set)
     quiet_console(spark)
     spark.stop()
@@ -357,16 +365,20 @@ def main(argv: list[str] | None = None) -> int:
             return realtime_app.run(settings, partitions, stop)
         if args.command == "rebuild":
             return _rebuild(settings, args.targets, stop)
-        spark = _session(settings)
+        spark = _started_session(settings, stop)
+        finished = True
         if args.command == "devices":
             write_devices(spark, settings)
         else:
-            maintain(spark, settings)
+            finished = maintain(spark, settings, should_stop=stop.is_set)
         quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log
         spark.stop()
+        if not finished:
+            say("stopped before every table was maintained: run it again for the rest")
+            return cli.INTERRUPTED
         return 0
     except StartInterrupted:
-        # Nothing had started: the JVM ends with this process (its stdin closes).
+        end_cut_short_jvm()  # nothing had started
         say("stopped before the start-up finished", who)
         return 0
     except cli.CliError as exc:

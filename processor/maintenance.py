@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Row, SparkSession
 
 from common.lake import TABLES, Table
@@ -18,7 +20,12 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_FILE_CONF = "spark.databricks.delta.optimize.maxFileSize"
 
 
-def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: float = 168.0) -> None:
+def maintain(
+    spark: SparkSession,
+    settings: ProcessorSettings,
+    retain_hours: float = 168.0,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> bool:
     """OPTIMIZE (compact small files) and VACUUM every table; safe while streams run.
 
     OPTIMIZE writes files of at most ``MAX_FILE_BYTES``, and lays a clustered table's
@@ -30,10 +37,22 @@ def maintain(spark: SparkSession, settings: ProcessorSettings, retain_hours: flo
     second is refused, and runs again (``retry_conflicts``, in the streams'
     writers and here). VACUUM keeps ``retain_hours`` of history (Delta refuses
     less than 168 hours unless its check is disabled).
+
+    Args:
+        spark: The session.
+        settings: Processor settings (the lake).
+        retain_hours: History VACUUM keeps.
+        should_stop: Asked before each table; when true, the tables left are not touched.
+
+    Returns:
+        Whether every table was maintained.
     """
     with conf_held(spark, {MAX_FILE_CONF: str(MAX_FILE_BYTES)}):  # a caller's session goes on
         for name in TABLES:
+            if should_stop():
+                return False
             _compact(spark, settings, name, retain_hours)
+    return True
 
 
 def _compact(

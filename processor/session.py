@@ -7,10 +7,11 @@ import os
 import socket
 import sys
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.parse import urlparse
 
+import psutil
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
@@ -165,6 +166,32 @@ def build_session(
         spark.sparkContext.setLogLevel(settings.log_level)
     _check_sources(spark)
     return spark
+
+
+def end_cut_short_jvm(timeout_s: float = 5.0) -> None:
+    """End the driver JVM whose start a signal cut short, if this process launched one.
+
+    PySpark launches the JVM, waits for it to write where its gateway listens, and
+    removes that file's folder on its way out. A JVM that had not written it yet then
+    fails in its main thread while its gateway's server thread goes on: it would run,
+    orphaned, until killed. A JVM past that point ends by itself when this process's
+    pipe to its stdin closes; ending it here is then only sooner.
+    """
+    for jvm in (jvms := [c for c in psutil.Process().children() if _is_pyspark_jvm(c)]):
+        with suppress(psutil.NoSuchProcess):
+            jvm.terminate()
+    for jvm in psutil.wait_procs(jvms, timeout=timeout_s)[1]:
+        with suppress(psutil.NoSuchProcess):
+            jvm.kill()
+
+
+def _is_pyspark_jvm(process: psutil.Process) -> bool:
+    """Whether ``process`` is ``spark-submit ... pyspark-shell``, as PySpark launches its JVM."""
+    try:
+        argv = process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return bool(argv) and argv[-1] == "pyspark-shell"
 
 
 def remote_url(settings: ProcessorSettings) -> str:

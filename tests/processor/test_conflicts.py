@@ -190,6 +190,31 @@ def test_maintain_compacts_each_table_and_keeps_its_rows(spark, tmp_path, capsys
     assert _most_tasks_in_a_stage(spark, "maintain") == 2
 
 
+def test_maintain_asked_to_stop_leaves_the_tables_after_the_current_one(spark, tmp_path, capsys):
+    from processor.maintenance import maintain
+    from processor.settings import ProcessorSettings
+
+    settings = ProcessorSettings(lake={"root": str(tmp_path / "lake")})
+    at = settings.lake.table
+    for table in (Table.BRONZE_EVENTS, Table.GOLD_FLEET_SUMMARY):
+        for i in range(2):
+            spark.createDataFrame([(i,)], "id long").write.format("delta").mode("append").save(
+                at(table)
+            )
+    asked: list[bool] = []
+
+    def stop_once_bronze_is_done() -> bool:  # the signal arrives while bronze is compacted
+        asked.append("[maintain] bronze/events" in capsys.readouterr().out)
+        return asked[-1]
+
+    assert maintain(spark, settings, should_stop=stop_once_bronze_is_done) is False
+    assert asked.count(True) == 1
+    assert DeltaTable.forPath(spark, at(Table.BRONZE_EVENTS)).detail().first()["numFiles"] == 1
+    assert DeltaTable.forPath(spark, at(Table.GOLD_FLEET_SUMMARY)).detail().first()["numFiles"] == 2
+    assert maintain(spark, settings) is True  # run again: the rest
+    assert DeltaTable.forPath(spark, at(Table.GOLD_FLEET_SUMMARY)).detail().first()["numFiles"] == 1
+
+
 def _most_tasks_in_a_stage(spark, group: str) -> int:
     tracker = spark.sparkContext.statusTracker()
     stages = [
