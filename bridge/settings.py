@@ -10,13 +10,13 @@ from pydantic_settings import SettingsConfigDict
 from common.kafka_settings import KafkaSettings
 from common.mqtt import device_level, telemetry_filter
 from common.mqtt_settings import MqttSettings
-from common.settings import Settings
+from common.settings import Section, Settings
 
 
 class BridgeSettings(Settings):
     """What to subscribe to, how the MQTT session is kept, and how often to report."""
 
-    config_section: ClassVar[str] = "bridge"
+    config_section: ClassVar[str] = Section.BRIDGE
     model_config = SettingsConfigDict(env_prefix="IOT_BRIDGE_")
 
     topic_filter: str = Field(

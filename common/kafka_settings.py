@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from common.eventhubs import ConnectionString, parse_connection_string
-from common.settings import Settings
+from common.settings import Section, Settings
 
 
 class KafkaSettings(Settings):
@@ -21,7 +21,7 @@ class KafkaSettings(Settings):
     empty), or ``auth=entra`` with ``bootstrap_servers`` and an Azure credential.
     """
 
-    config_section: ClassVar[str] = "kafka"
+    config_section: ClassVar[str] = Section.KAFKA
     cli_prefix: ClassVar[str] = "kafka-"
     model_config = SettingsConfigDict(env_prefix="IOT_KAFKA_")
 

@@ -18,7 +18,7 @@ from common.lake import (
     table_location,
 )
 from common.paths import state_dir
-from common.settings import Settings
+from common.settings import Section, Settings
 
 # object_store's limits for one request and for its retries of it, for a first look at
 # a lake on an object store (delta-rs's options): a store that takes connections but does
@@ -36,7 +36,7 @@ class LakeSettings(Settings):
     empty, each side uses its default AWS credential chain and endpoint.
     """
 
-    config_section: ClassVar[str] = "lake"
+    config_section: ClassVar[str] = Section.LAKE
     cli_prefix: ClassVar[str] = "lake-"
     model_config = SettingsConfigDict(env_prefix="IOT_LAKE_")
 

@@ -8,7 +8,7 @@ from typing import ClassVar
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from common.settings import Settings
+from common.settings import Section, Settings
 
 # Characters a topic name cannot hold where a device topic is built from it.
 _WILDCARDS = ("+", "#")
@@ -21,7 +21,7 @@ class MqttSettings(Settings):
     to ``<topic_prefix>/+/telemetry`` unless it is given another filter.
     """
 
-    config_section: ClassVar[str] = "mqtt"
+    config_section: ClassVar[str] = Section.MQTT
     cli_prefix: ClassVar[str] = "mqtt-"
     model_config = SettingsConfigDict(env_prefix="IOT_MQTT_")
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from common.settings import Settings
+from common.settings import Section, Settings
 
 # Where Apicurio Registry serves the Confluent-compatible API.
 CCOMPAT_PATH: Final = "/apis/ccompat/v7"
@@ -31,7 +31,7 @@ class RegistrySettings(Settings):
     4-byte id, the Avro body) under the subject ``<topic>-value``.
     """
 
-    config_section: ClassVar[str] = "schema_registry"
+    config_section: ClassVar[str] = Section.SCHEMA_REGISTRY
     cli_prefix: ClassVar[str] = "schema-registry-"
     model_config = SettingsConfigDict(env_prefix="IOT_SCHEMA_REGISTRY_")
 

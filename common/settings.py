@@ -21,13 +21,14 @@ one line naming the variable and flag that are wrong).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import types
 import typing
 from contextvars import ContextVar
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, cast
@@ -48,11 +49,56 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from common.cli import ArgumentParser
+from common.cli import ArgumentParser, console
 
 CONFIG_FILE_ENV = "IOT_CONFIG_FILE"
 
 _config_file: ContextVar[Path | None] = ContextVar("_config_file", default=None)
+
+
+class _DotenvLineWarning(logging.Handler):
+    """python-dotenv's warning about a ``.env`` line it cannot parse, said on the console.
+
+    That line's setting is left out, so the user must see it, not only the log file.
+    Every settings class reads ``.env``: each line is said once.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._said: set[object] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        where = (Path(".env").absolute(), line)
+        if where not in self._said:
+            self._said.add(where)
+            console.warning(
+                "warning: line %s of %s does not parse and is ignored (a line is NAME=value)",
+                line,
+                where[0],
+            )
+
+
+logging.getLogger("dotenv.main").addHandler(_DotenvLineWarning())
+
+
+class Section(StrEnum):
+    """The tables of the settings file: each settings class reads one (``config_section``).
+
+    Every service reads the same file, so a file holds the sections of services other
+    than the one reading it; a table named here by none is a mistake, said as such.
+    """
+
+    KAFKA = "kafka"
+    LAKE = "lake"
+    MQTT = "mqtt"
+    SCHEMA_REGISTRY = "schema_registry"
+    PRODUCER = "producer"
+    PROCESSOR = "processor"
+    DASHBOARD = "dashboard"
+    BRIDGE = "bridge"
+    NOTIFIER = "notifier"
+    LOADTEST = "loadtest"
 
 
 class _TomlSectionSource(TomlConfigSettingsSource):
@@ -74,7 +120,13 @@ class _TomlSectionSource(TomlConfigSettingsSource):
         super().__init__(settings_cls, toml_file=path)
 
     def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
-        section = super()._read_file(file_path).get(self._section, {})
+        tables = super()._read_file(file_path)
+        if unknown := sorted(set(tables) - set(Section)):  # a misspelt [producers] says nothing
+            raise ValueError(
+                f"{file_path} has no section {', '.join(f'[{t}]' for t in unknown)}: its "
+                f"sections are {', '.join(f'[{s}]' for s in sorted(Section))}"
+            )
+        section = tables.get(self._section, {})
         if not isinstance(section, dict):
             raise ValueError(f"[{self._section}] in {file_path} must be a table")
         unknown = sorted(set(section) - self._fields)

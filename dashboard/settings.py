@@ -14,7 +14,7 @@ from common.kafka_settings import KafkaSettings
 from common.lake_settings import LakeSettings
 from common.paths import state_dir
 from common.registry_settings import RegistrySettings
-from common.settings import Settings
+from common.settings import Section, Settings
 
 
 def _default_report_path() -> Path:
@@ -24,7 +24,7 @@ def _default_report_path() -> Path:
 class DashboardSettings(Settings):
     """What the dashboard reads and how often it refreshes."""
 
-    config_section: ClassVar[str] = "dashboard"
+    config_section: ClassVar[str] = Section.DASHBOARD
     model_config = SettingsConfigDict(env_prefix="IOT_DASHBOARD_")
 
     refresh_s: float = Field(5.0, gt=0, description="Seconds between live refreshes")

@@ -11,6 +11,7 @@ from pydantic_settings import SettingsConfigDict
 from common.fleet_settings import FleetSettings
 from common.intervals import interval_seconds
 from common.kafka_settings import KafkaSettings
+from common.settings import Section
 from loadtest.report import Criteria
 from producer.rate import parse_profile
 
@@ -18,7 +19,7 @@ from producer.rate import parse_profile
 class LoadtestSettings(FleetSettings):
     """What to run, against what, and how to judge it."""
 
-    config_section: ClassVar[str] = "loadtest"
+    config_section: ClassVar[str] = Section.LOADTEST
     model_config = SettingsConfigDict(env_prefix="IOT_LOADTEST_")
 
     target: Literal["local", "local_sasl", "external"] = Field(

@@ -11,7 +11,7 @@ from pydantic_settings import SettingsConfigDict
 
 from common.deliveries import default_ledger_path
 from common.kafka_settings import KafkaSettings
-from common.settings import Settings
+from common.settings import Section, Settings
 from notifier.destinations import (
     Destination,
     DestinationsError,
@@ -25,7 +25,7 @@ DEAD_LETTER_SUFFIX = ".deadletter"
 class NotifierSettings(Settings):
     """What the notifier delivers where, and how hard it tries."""
 
-    config_section: ClassVar[str] = "notifier"
+    config_section: ClassVar[str] = Section.NOTIFIER
     model_config = SettingsConfigDict(env_prefix="IOT_NOTIFIER_")
 
     destinations: SecretStr | None = Field(

@@ -52,7 +52,8 @@ from processor.tables import TableSchemaError
 log = logging.getLogger("iot_pulse.processor")
 EPILOG = (
     "Exit codes: 0 done (or stopped by Ctrl-C / SIGTERM), 1 failed (the broker, the lake, "
-    "a query), 2 invalid settings, 130 an available-now run stopped before the end. "
+    "a query), 2 invalid settings, 130 an available-now run, a rebuild or maintain stopped "
+    "before the end. "
     "Spark's and Kafka's warnings and every full trace go to <state dir>/logs/processor.log."
 )
 

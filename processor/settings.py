@@ -16,6 +16,7 @@ from common.kafka_settings import KafkaSettings
 from common.lake import Query
 from common.lake_settings import LakeSettings
 from common.registry_settings import RegistrySettings
+from common.settings import Section
 
 SPARK_VERSION = "4.2.0"
 DELTA_VERSION = "4.4.0"
@@ -52,7 +53,7 @@ JVM_MEMORY = re.compile(r"[1-9]\d*[kmgt]b?", re.IGNORECASE)
 class ProcessorSettings(FleetSettings):
     """How the streaming job runs."""
 
-    config_section: ClassVar[str] = "processor"
+    config_section: ClassVar[str] = Section.PROCESSOR
     model_config = SettingsConfigDict(env_prefix="IOT_PROCESSOR_")
 
     master: str = Field("local[2]", description="Spark master; empty under spark-submit")

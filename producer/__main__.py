@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
 
     Returns:
         0 when everything not failed on purpose was acknowledged; 1 on delivery or
-        connection errors; 2 on invalid settings.
+        connection errors; 2 on invalid settings, a missing replay file or a place it
+        cannot write to.
 
     """
     args = service_parser(
@@ -46,20 +47,12 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
         return cli.settings_error(exc)
     if credential is not None and settings.workers > 1:
         return cli.error("a credential object can only be used with workers=1", cli.BAD_INPUT)
+    try:
+        _check_files(settings)
+    except (ValueError, FileNotFoundError) as exc:
+        return cli.error(str(exc), cli.BAD_INPUT)
     conf = None
     try:
-        if settings.replay is not None and not settings.replay.is_file():
-            raise FileNotFoundError(f"replay file {settings.replay} does not exist")
-        if settings.transport == "file":
-            if settings.out_dir is None:
-                raise ValueError("transport=file needs --out-dir (IOT_PRODUCER_OUT_DIR)")
-            check_out_dir(settings.out_dir)
-        for path, setting in (
-            (settings.manifest_path, ProducerSettings.flag("manifest_path")),
-            (settings.report_path, ProducerSettings.flag("report_path")),
-        ):
-            if path is not None:
-                check_output_file(path, setting)
         if settings.transport == "kafka":
             conf = kafka_config(settings, credential)
             # Entra ID may take up to 12 s for the first token: keep the total under 30 s.
@@ -75,13 +68,7 @@ def main(argv: list[str] | None = None, *, credential: TokenCredential | None = 
         if isinstance(wire := make_wire(settings), AvroFormat):
             ids = ", ".join(f"v{n}: id {i}" for n, i in wire.schema_ids.items())
             cli.console.info("[producer] Avro under %s (%s)", wire.subject, ids)
-    except (
-        KafkaConnectionError,
-        MqttConnectionError,
-        WireFormatError,
-        ValueError,
-        FileNotFoundError,
-    ) as exc:
+    except (KafkaConnectionError, MqttConnectionError, WireFormatError, ValueError) as exc:
         return cli.error(str(exc))
     warnings = [w for w in (throughput_warning(settings),) if w]
     for warning in warnings:
@@ -123,6 +110,30 @@ def check_mqtt(settings: MqttSettings) -> None:
     connect(client, settings, clean_start=True)
     client.disconnect()
     client.loop_stop()
+
+
+def _check_files(settings: ProducerSettings) -> None:
+    """Check the files the run reads and the places it writes, before it connects.
+
+    Raises:
+        FileNotFoundError: The replay file does not exist.
+        ValueError: A place to write is missing or unusable (one line saying what to do).
+    """
+    if settings.replay is not None and not settings.replay.is_file():
+        raise FileNotFoundError(f"replay file {settings.replay} does not exist")
+    if settings.transport == "file":
+        if settings.out_dir is None:
+            raise ValueError(
+                f"transport=file needs {ProducerSettings.flag('out_dir')} "
+                f"({ProducerSettings.env_name('out_dir')})"
+            )
+        check_out_dir(settings.out_dir)
+    for path, setting in (
+        (settings.manifest_path, ProducerSettings.flag("manifest_path")),
+        (settings.report_path, ProducerSettings.flag("report_path")),
+    ):
+        if path is not None:
+            check_output_file(path, setting)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from common.fleet_settings import FleetSettings
 from common.kafka_settings import KafkaSettings
 from common.mqtt_settings import MqttSettings
 from common.registry_settings import RegistrySettings
+from common.settings import Section
 from producer.anomalies import AnomalyConfig
 from producer.faults import FaultConfig, parse_delay
 from producer.rate import RateProfile, parse_profile
@@ -64,7 +65,7 @@ SCENARIOS: dict[str, dict[str, float]] = {
 class ProducerSettings(FleetSettings):
     """What to send, how fast, and where."""
 
-    config_section: ClassVar[str] = "producer"
+    config_section: ClassVar[str] = Section.PRODUCER
     model_config = SettingsConfigDict(env_prefix="IOT_PRODUCER_")
 
     transport: Literal["kafka", "mqtt", "file", "stdout"] = Field(

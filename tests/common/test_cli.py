@@ -318,13 +318,13 @@ def test_producer_with_a_report_path_in_a_file_sends_nothing(run, tmp_path):
         "producer", "--transport", "stdout", "--count", "5", "--report-path", str(report),
         home=tmp_path / "home",
     )  # fmt: skip
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert err == (
         f"error: --report-path {report}: {a_file} is not a folder: "
         "give a folder this user can create and write to\n"
     )
     assert_quiet_failure(err, elapsed)
-    assert "exit 1" in (tmp_path / "home" / "logs" / "producer.log").read_text()
+    assert "exit 2" in (tmp_path / "home" / "logs" / "producer.log").read_text()
 
 
 def test_demo_and_broker_help_show_defaults_and_choices(run, tmp_path):

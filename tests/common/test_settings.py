@@ -13,7 +13,13 @@ from pydantic_settings import SettingsConfigDict
 
 from common.eventhubs import parse_connection_string
 from common.kafka_settings import KafkaSettings
-from common.settings import Settings, SettingsError, add_settings_arguments, load_settings
+from common.settings import (
+    Section,
+    Settings,
+    SettingsError,
+    add_settings_arguments,
+    load_settings,
+)
 from loadtest.settings import LoadtestSettings
 from processor.settings import ProcessorSettings
 from producer.settings import ProducerSettings
@@ -69,6 +75,46 @@ def test_the_config_file_gives_each_class_its_own_table_and_names_a_bad_one(clea
     monkeypatch.setenv("IOT_CONFIG_FILE", str(clean_env / "gone.toml"))
     with pytest.raises(FileNotFoundError, match=r"gone\.toml does not exist$"):
         load_settings(ProducerSettings)
+
+
+def test_a_section_no_service_reads_is_refused_and_the_others_services_are_not(
+    clean_env, monkeypatch
+):
+    config = clean_env / "settings.toml"
+    monkeypatch.setenv("IOT_CONFIG_FILE", str(config))
+    config.write_text('retries = 3\n[producers]\nrate = 5\n[kafka]\ntopic = "t"\n')
+    with pytest.raises(ValueError) as exc:
+        load_settings(ProducerSettings)
+    assert str(exc.value) == (
+        f"{config} has no section [producers], [retries]: its sections are [bridge], "
+        "[dashboard], [kafka], [lake], [loadtest], [mqtt], [notifier], [processor], "
+        "[producer], [schema_registry]"
+    )
+    # One file for every service: the producer reads its own tables and leaves the rest.
+    config.write_text(
+        "[producer]\nrate = 5\n[processor]\nseed = 9\n[dashboard]\nrefresh_s = 7\n"
+        "[notifier]\n[bridge]\n[loadtest]\n[mqtt]\n[lake]\n[schema_registry]\n[kafka]\n"
+    )
+    assert load_settings(ProducerSettings).rate == 5
+
+
+def test_a_dotenv_line_that_does_not_parse_is_said_once_on_the_console(clean_env, capsys):
+    (clean_env / ".env").write_text(
+        "IOT_PRODUCER_RATE=7\nIOT_PRODUCER_SEED 5\nIOT_KAFKA_TOPIC=from-dotenv\n"
+    )
+    s = load_settings(ProducerSettings)  # its kafka, lake and fleet settings read .env too
+    assert (s.rate, s.kafka.topic) == (7.0, "from-dotenv")
+    assert s.seed == ProducerSettings.model_fields["seed"].default
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: line 2 of {clean_env / '.env'} does not parse and is ignored "
+        "(a line is NAME=value)"
+    ]
+
+
+def test_each_section_is_the_table_of_one_settings_class():
+    from tests.docs_reference import reference
+
+    assert sorted(c.config_section for c in reference().settings_classes()) == sorted(Section)
 
 
 def test_event_hubs_bootstrap_comes_from_the_connection_string(clean_env, monkeypatch):

@@ -288,11 +288,11 @@ def test_two_workers_refresh_the_report_while_they_run(tmp_path):
     assert final["stopped_by"] == "duration" and final["sent"] > live[-1]["sent"]
 
 
-def test_a_bad_out_dir_is_one_line_and_exit_1(tmp_path, capsys):
+def test_a_bad_out_dir_is_one_line_and_exit_2(tmp_path, capsys):
     a_file = tmp_path / "not-a-folder"
     a_file.write_text("x")
     for bad, says in ((a_file, "is not a folder"), (a_file / "sub", "cannot be written to")):
-        assert main(["--transport", "file", "--out-dir", str(bad), "--count", "5"]) == 1
+        assert main(["--transport", "file", "--out-dir", str(bad), "--count", "5"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"error: --out-dir {bad} {says}"), err
         assert err.endswith(": give a folder this user can create and write to\n"), err
@@ -347,8 +347,10 @@ def test_invalid_settings_exit_2(capsys):
     assert "expected 3 numbers" in capsys.readouterr().err
     assert main(["--late-delay", "gamma:2"]) == 2
     assert "bad delay distribution" in capsys.readouterr().err
-    assert main(["--transport", "file"]) == 1
+    assert main(["--transport", "file"]) == 2
     assert "transport=file needs --out-dir" in capsys.readouterr().err
+    assert main(["--transport", "stdout", "--replay", "missing.jsonl"]) == 2
+    assert capsys.readouterr().err == "error: replay file missing.jsonl does not exist\n"
     assert main(["--format", "avro"]) == 2
     assert "format=avro needs a schema registry: set IOT_SCHEMA_REGISTRY_URL" in (
         capsys.readouterr().err
@@ -635,14 +637,14 @@ def test_bad_manifest_and_report_paths_are_one_line_before_anything_is_sent(tmp_
     a_file.write_text("x")
     for flag in ("--manifest-path", "--report-path"):
         inside_a_file = a_file / "out.json"
-        assert main(["--transport", "stdout", "--count", "5", flag, str(inside_a_file)]) == 1
+        assert main(["--transport", "stdout", "--count", "5", flag, str(inside_a_file)]) == 2
         out, err = capsys.readouterr()
         assert out == ""
         assert err == (
             f"error: {flag} {inside_a_file}: {a_file} is not a folder: "
             "give a folder this user can create and write to\n"
         )
-        assert main(["--transport", "stdout", "--count", "5", flag, str(tmp_path)]) == 1
+        assert main(["--transport", "stdout", "--count", "5", flag, str(tmp_path)]) == 2
         out, err = capsys.readouterr()
         assert out == ""
         assert err == f"error: {flag} {tmp_path} is a folder: give a file name\n"
