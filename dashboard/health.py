@@ -3,9 +3,10 @@
 A container healthcheck (docker-compose.yml). Streamlit's own ``/_stcore/health``
 answers as soon as the server runs, even when every page raises; this renders each
 page of ``dashboard/app.py`` with Streamlit's AppTest, in this process, with the
-dashboard's settings from the environment, and fails on an uncaught exception or an
-error box. The live alert feed is left out: it is a Kafka consumer of its own, which
-the page shows without it.
+dashboard's settings from the environment, and fails on an uncaught exception, an
+error box, or a table the page cannot read (the lake unreachable, a table's columns
+missing: the page says so in a warning and goes on). The live alert feed is left out:
+it is a Kafka consumer of its own, which the page shows without it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ HEALTHY, UNHEALTHY = 0, 1
 
 
 def page_problems(timeout_s: float = RENDER_TIMEOUT_S) -> list[str]:
-    """Render every page; return one line per exception or error box (none: healthy).
+    """Render every page; return one line per exception, error box or unreadable table.
 
     Args:
         timeout_s: Seconds each page may take to render.
@@ -32,6 +33,7 @@ def page_problems(timeout_s: float = RENDER_TIMEOUT_S) -> list[str]:
     from streamlit.testing.v1 import AppTest
 
     from dashboard.pages import PAGES
+    from dashboard.ui import UNREADABLE_ICON
 
     problems = []
     # One line says what failed; Streamlit's own log (on stderr) would add a trace per page.
@@ -42,6 +44,11 @@ def page_problems(timeout_s: float = RENDER_TIMEOUT_S) -> list[str]:
             at.run()
             problems += [f"{title}: {e.message}".splitlines()[0] for e in at.exception]
             problems += [f"{title}: {e.value}".splitlines()[0] for e in at.error]
+            problems += [
+                f"{title}: {w.value}".splitlines()[0]
+                for w in at.warning
+                if w.proto.icon == UNREADABLE_ICON
+            ]
     return problems
 
 

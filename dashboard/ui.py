@@ -331,6 +331,10 @@ def empty_state(name: str) -> EmptyState:
     return EMPTY_STATES.get(name, EmptyState("the data", "No data", "It appears once written."))
 
 
+# The icon of a table that cannot be read, by which ``dashboard.health`` knows that state.
+UNREADABLE_ICON = ":material/sync_problem:"
+
+
 def waiting(
     loaded: Loaded | LoadedParts, *, ranged: bool = True, already: str | None = None
 ) -> None:
@@ -357,7 +361,7 @@ def waiting(
         ranged=ranged, restricted=restricted, problem=loaded.problem, already=already,
     )  # fmt: skip
     if state is display.Emptiness.UNREADABLE:
-        st.warning(words, icon=":material/warning:")
+        st.warning(words, icon=UNREADABLE_ICON)
     else:
         st.info(words, icon=":material/hourglass_empty:")
 

@@ -113,7 +113,9 @@ def parse_destinations(doc: Any, where: str) -> tuple[Destination, ...]:
     out: list[Destination] = []
     for i, item in enumerate(doc, 1):
         name = item.get("name") if isinstance(item, dict) else None
-        label = f"destination {i}" + (f" ('{name}')" if isinstance(name, str) else "")
+        # A name that is not a plain one is not quoted: it may be the URL, put in its place.
+        plain = isinstance(name, str) and _NAME.match(name)
+        label = f"destination {i}" + (f" ('{name}')" if plain else "")
         if not isinstance(item, dict):
             raise DestinationsError(f"{where}: {label} must be a table of settings")
         try:

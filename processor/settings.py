@@ -48,6 +48,12 @@ LogLevel = Literal["ERROR", "WARN", "INFO", "DEBUG"]
 WHOLE_MINUTES = re.compile(r"[1-9]\d*\s+(minute|minutes|hour|hours)", re.IGNORECASE)
 # spark.driver.memory's form: a number and a unit (k, m, g or t; a JVM -Xmx size).
 JVM_MEMORY = re.compile(r"[1-9]\d*[kmgt]b?", re.IGNORECASE)
+# The masters spark-submit (which starts the driver's JVM) takes: yarn, or one that starts
+# with local, spark or k8s, in the forms SparkContext then parses.
+SPARK_MASTER = re.compile(
+    r"yarn|local(\[(\d+|\*)(,\s*\d+)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
+    r"|(spark|k8s)://\S+"
+)
 
 
 class ProcessorSettings(FleetSettings):
@@ -237,6 +243,16 @@ class ProcessorSettings(FleetSettings):
             raise ValueError(
                 f"{value!r} is not earliest, latest or per-partition offsets as JSON, e.g. "
                 '{"iot-events": {"0": 23, "1": -2}}'
+            )
+        return value
+
+    @field_validator("master")
+    @classmethod
+    def _spark_master(cls, value: str) -> str:
+        if value and not SPARK_MASTER.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a Spark master: local[N], local[*], spark://HOST:PORT, "
+                "yarn or k8s://URL; empty under spark-submit, which gives its own"
             )
         return value
 

@@ -533,9 +533,18 @@ def test_each_services_config_help_names_every_table_its_settings_read():
         (["--remote", "sc://h:15002;token=t0k3n"], "IOT_PROCESSOR_REMOTE (--remote): not a "
          "Spark Connect URL: write sc://HOST:PORT, and any parameters after a slash "
          "(sc://HOST:PORT/;token=...)"),
+        (["--master", "lcoal[2]"], "IOT_PROCESSOR_MASTER (--master): 'lcoal[2]' is not a Spark "
+         "master: local[N], local[*], spark://HOST:PORT, yarn or k8s://URL; empty under "
+         "spark-submit, which gives its own"),
+        (["--master", "local[two]"], "IOT_PROCESSOR_MASTER (--master): 'local[two]' is not a "
+         "Spark master: local[N], local[*], spark://HOST:PORT, yarn or k8s://URL; empty under "
+         "spark-submit, which gives its own"),
     ],
 )  # fmt: skip
 def test_processor_values_spark_would_refuse_are_refused_as_settings(clean_env, flags, said):
+    for master in ("", "local", "local[*]", "local[4, 2]", "local-cluster[2, 1, 1024]",
+                   "spark://h1:7077,h2:7077", "yarn", "k8s://https://api:6443"):  # fmt: skip
+        assert load_settings(ProcessorSettings, master=master).master == master
     ok = ["--watermark", "1 minute 30 seconds", "--trigger-interval", "2500 milliseconds",
           "--starting-offsets", '{"t": {"0": 5}}', "--driver-memory", "1536m",
           "--remote", "sc://h:15002/;token=t0k3n"]  # fmt: skip

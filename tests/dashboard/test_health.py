@@ -57,3 +57,17 @@ def health_pages():
     from dashboard.pages import PAGES
 
     return PAGES
+
+
+def test_a_table_the_pages_cannot_read_makes_the_dashboard_unhealthy(empty_lake, tmp_path):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from dashboard.lake import OVERVIEW_GOLD_COLUMNS
+
+    # The table exists, written by something else: it has none of the columns the page reads.
+    write_deltalake(str(tmp_path / "lake" / "gold" / "device_1m"), pa.table({"x": [1]}))
+    assert health.page_problems() == [
+        "Overview: Cannot read the fleet's readings right now (gold/device_1m has no column "
+        f"{', '.join(OVERVIEW_GOLD_COLUMNS)}); retrying at the next refresh."
+    ]

@@ -684,6 +684,8 @@ def test_a_bad_destination_is_one_line_without_its_url(tmp_path, clean_env):
         error(unclosed),
         error(json.dumps([{"name": "a", "format": "slack", "url": secret, "sites": 5}])),
         error("[]"),
+        # The URL given as the name too (a name is never a URL): its name is not quoted.
+        error(json.dumps([{"name": secret, "format": "webhook", "url": secret}])),
     ]
     assert said == [
         "IOT_NOTIFIER_DESTINATIONS: destination 1 ('a'): format: Input should be 'webhook', "
@@ -695,6 +697,8 @@ def test_a_bad_destination_is_one_line_without_its_url(tmp_path, clean_env):
         "IOT_NOTIFIER_DESTINATIONS: destination 1 ('a'): sites: Input should be a valid tuple",
         "no destinations: set IOT_NOTIFIER_DESTINATIONS (a JSON list) or "
         "IOT_NOTIFIER_DESTINATIONS_FILE (a TOML file)",
+        "IOT_NOTIFIER_DESTINATIONS: destination 1: name: must be 1 to 64 letters, digits, '_', "
+        "'.' or '-', starting with a letter or digit",
     ]
     assert not any(part in " ".join(said) for part in TOKEN.split("/"))
 
