@@ -23,7 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from common.cli import console
+from pyspark.errors import PySparkRuntimeError
+
+from common.cli import CliError, console
 
 # A log4j console event (LOG4J2_CONFIG's console pattern): time, level, logger.
 _EVENT = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
@@ -41,21 +43,33 @@ class JvmStderr:
 
     @contextlib.contextmanager
     def capture(self) -> Iterator[None]:
-        """Give the processes started in this block (the JVM) a pipe as their stderr."""
+        """Give the processes started in this block (the JVM) a pipe as their stderr.
+
+        Raises:
+            JvmStartError: The JVM exited before PySpark could reach it: what it printed
+                goes to the log file, and the error says its cause in one line.
+        """
         read_fd, write_fd = os.pipe()
         sys.stderr.flush()
         terminal = os.dup(2)
         os.dup2(write_fd, 2)
+        exited = False
         try:
             yield
+        except PySparkRuntimeError as exc:
+            if exc.getCondition() != "JAVA_GATEWAY_EXITED":
+                raise
+            exited = True
         finally:
             sys.stderr.flush()
             os.dup2(terminal, 2)
             os.close(terminal)
             os.close(write_fd)  # the JVM holds its copy; the pipe ends when the JVM does
-            threading.Thread(
-                target=self._copy, args=(read_fd,), name="jvm-stderr", daemon=True
-            ).start()
+            if not exited:
+                threading.Thread(
+                    target=self._copy, args=(read_fd,), name="jvm-stderr", daemon=True
+                ).start()
+        raise JvmStartError(start_failure(_read_to_end(read_fd), self._log_file)) from None
 
     def quiet(self) -> None:
         """From now on: FATAL events to the terminal, the JVM's own prints to the log file.
@@ -87,6 +101,56 @@ class JvmStderr:
             elif event is None and self._log is not None:
                 self._log.write(line)
                 self._log.flush()
+
+
+class JvmStartError(CliError):
+    """The driver's JVM exited while it started (a download failed, Java is missing ...)."""
+
+
+# What a JVM whose main method failed prints last: the exception, on one line.
+_MAIN_FAILED = re.compile(r'^Exception in thread "main" (.+)$', re.MULTILINE)
+# Ivy's words when spark.jars.packages cannot be fetched.
+_NOT_FETCHED = ("download failed", "unresolved dependency")
+# How long a JVM that exited may take to let go of its stderr.
+_EXITED_READ_S = 5.0
+
+
+def start_failure(output: bytes, log_file: Path | None) -> str:
+    """The one line that says why the JVM did not start; its whole output goes to the log.
+
+    Args:
+        output: What the JVM printed on its stderr.
+        log_file: The processor's log file (None: the output is not kept).
+    """
+    text = output.decode("utf-8", "replace")
+    if log_file is not None:
+        with contextlib.suppress(OSError), log_file.open("a", encoding="utf-8") as log:
+            log.write(f"the driver JVM exited while it started; it printed:\n{text}\n")
+    found = _MAIN_FAILED.findall(text)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    cause = found[-1] if found else (lines[-1] if lines else "it printed nothing")
+    where = f" (its output is in {log_file})" if log_file is not None else ""
+    if any(words in cause for words in _NOT_FETCHED):
+        return (
+            f"Spark could not fetch the connector jars ({cause}){where}: check that Maven "
+            "Central can be reached (or a local ~/.m2 that holds those jars whole), or fetch "
+            "them once with python -m infra.jars and set IOT_PROCESSOR_JARS_DIR"
+        )
+    return f"the Spark driver's JVM exited while it started: {cause}{where}"
+
+
+def _read_to_end(read_fd: int) -> bytes:
+    """All a pipe holds, for at most ``_EXITED_READ_S`` (a process may keep it open)."""
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        with os.fdopen(read_fd, "rb") as pipe:
+            chunks.extend(iter(lambda: pipe.read(65536), b""))
+
+    reader = threading.Thread(target=read, name="jvm-stderr-exited", daemon=True)
+    reader.start()
+    reader.join(_EXITED_READ_S)
+    return b"".join(chunks)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -1,9 +1,10 @@
-"""The processor's one-off commands (``devices``, ``maintain``) stop at once while Spark starts.
+"""The processor's one-off commands (``devices``, ``maintain``) while their Spark session starts.
 
 A SIGTERM (what a supervisor or ``kill`` sends) that arrives while the command's JVM
 is starting gives the start-up up within seconds: exit 0, one line saying so, and
 no JVM left behind (a JVM cut short before its gateway was up would otherwise run,
-orphaned, until killed).
+orphaned, until killed). A JVM that exits by itself while it starts (connector jars it
+cannot fetch) is one line saying why, with its output in the log file.
 """
 
 from __future__ import annotations
@@ -63,3 +64,26 @@ def test_sigterm_while_the_jvm_starts_gives_the_command_up(tmp_path, command):
     assert "Traceback" not in output
     _, alive = psutil.wait_procs(jvms, timeout=10)
     assert alive == [], "the command's JVM outlived it"
+
+
+def test_connector_packages_spark_cannot_fetch_are_one_line(tmp_path):
+    home = tmp_path / "home"
+    env = processor_env(
+        "127.0.0.1:9", "unused", tmp_path / "lake", bundle_dir("spark"),
+        IOT_PULSE_HOME=str(home), IOT_PROCESSOR_JARS_DIR="",
+        IOT_PROCESSOR_PACKAGES="io.example:nothing-here:0.0.1",
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "processor", "devices"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    log = home / "logs" / "processor.log"
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "error: Spark could not fetch the connector jars (java.lang.RuntimeException: "
+        "[unresolved dependency: io.example#nothing-here;0.0.1: not found]) (its output is in "
+        f"{log}): check that Maven Central can be reached (or a local ~/.m2 that holds those "
+        "jars whole), or fetch them once with python -m infra.jars and set "
+        "IOT_PROCESSOR_JARS_DIR\n"
+    )
+    assert ":: problems summary ::" in log.read_text()  # Ivy's own account, kept

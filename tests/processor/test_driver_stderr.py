@@ -1,0 +1,68 @@
+"""A driver JVM that exits while it starts: one line saying why, its output in the log file."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from pyspark.errors import PySparkRuntimeError
+
+from processor.driver_stderr import JvmStartError, JvmStderr, start_failure
+
+IVY_OUTPUT = b"""\
+:: loading settings :: url = jar:file:/x/ivy-2.5.3.jar!/org/apache/ivy/core/settings/ivysettings.xml
+\tfound io.delta#delta-spark_2.13;4.4.0 in local-m2-cache
+:: problems summary ::
+\t\t[NOT FOUND  ] org.slf4j#slf4j-api;2.0.17!slf4j-api.jar (1ms)
+Exception in thread "main" java.lang.RuntimeException: [download failed: org.slf4j#slf4j-api;2.0.17!slf4j-api.jar]
+\tat org.apache.spark.util.MavenUtils$.resolveMavenCoordinates(MavenUtils.scala:539)
+\tat org.apache.spark.deploy.SparkSubmit.main(SparkSubmit.scala)
+"""
+
+
+def test_a_download_that_failed_says_where_the_jars_come_from(tmp_path):
+    log = tmp_path / "processor.log"
+    assert start_failure(IVY_OUTPUT, log) == (
+        "Spark could not fetch the connector jars (java.lang.RuntimeException: [download "
+        f"failed: org.slf4j#slf4j-api;2.0.17!slf4j-api.jar]) (its output is in {log}): check "
+        "that Maven Central can be reached (or a local ~/.m2 that holds those jars whole), or "
+        "fetch them once with python -m infra.jars and set IOT_PROCESSOR_JARS_DIR"
+    )
+    assert log.read_text() == (
+        f"the driver JVM exited while it started; it printed:\n{IVY_OUTPUT.decode()}\n"
+    )
+
+
+def test_another_failure_is_its_exception_or_last_line():
+    other = b'Exception in thread "main" java.lang.IllegalArgumentException: bad option\n\tat X\n'
+    assert start_failure(other, None) == (
+        "the Spark driver's JVM exited while it started: "
+        "java.lang.IllegalArgumentException: bad option"
+    )
+    no_java = b"/usr/bin/env: 'java': No such file or directory\n\n"
+    assert start_failure(no_java, None) == (
+        "the Spark driver's JVM exited while it started: "
+        "/usr/bin/env: 'java': No such file or directory"
+    )
+    assert start_failure(b"", None) == (
+        "the Spark driver's JVM exited while it started: it printed nothing"
+    )
+
+
+def test_capture_turns_an_exited_jvm_into_one_line_and_keeps_its_output(tmp_path, capfd):
+    log = tmp_path / "processor.log"
+    with pytest.raises(JvmStartError) as caught, JvmStderr(log).capture():
+        # A child started in the block writes to the captured stderr, as spark-submit does.
+        subprocess.run(["sh", "-c", "printf '%s' \"$0\" >&2", IVY_OUTPUT.decode()], check=True)
+        raise PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={})
+    assert str(caught.value).startswith("Spark could not fetch the connector jars (")
+    assert capfd.readouterr().err == ""  # nothing of it on the terminal
+    assert IVY_OUTPUT.decode() in log.read_text()
+
+
+def test_capture_lets_other_errors_through():
+    with (
+        pytest.raises(PySparkRuntimeError, match="SESSION_ALREADY_EXIST"),
+        JvmStderr(None).capture(),
+    ):
+        raise PySparkRuntimeError(errorClass="SESSION_ALREADY_EXIST", messageParameters={})
