@@ -69,7 +69,8 @@ class JvmStderr:
                 threading.Thread(
                     target=self._copy, args=(read_fd,), name="jvm-stderr", daemon=True
                 ).start()
-        raise JvmStartError(start_failure(_read_to_end(read_fd), self._log_file)) from None
+        if exited:
+            raise JvmStartError(start_failure(_read_to_end(read_fd), self._log_file))
 
     def quiet(self) -> None:
         """From now on: FATAL events to the terminal, the JVM's own prints to the log file.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 from pyspark.errors import PySparkRuntimeError
@@ -58,6 +59,17 @@ def test_capture_turns_an_exited_jvm_into_one_line_and_keeps_its_output(tmp_path
     assert str(caught.value).startswith("Spark could not fetch the connector jars (")
     assert capfd.readouterr().err == ""  # nothing of it on the terminal
     assert IVY_OUTPUT.decode() in log.read_text()
+
+
+def test_capture_of_a_jvm_that_started_copies_what_it_prints_to_the_terminal(capfd):
+    with JvmStderr(None).capture():
+        subprocess.run(["sh", "-c", "echo 'WARNING: Using incubator modules' >&2"], check=True)
+    deadline = time.monotonic() + 10
+    err = ""
+    while "incubator" not in err and time.monotonic() < deadline:  # copied by a thread
+        time.sleep(0.05)
+        err += capfd.readouterr().err
+    assert err == "WARNING: Using incubator modules\n"
 
 
 def test_capture_lets_other_errors_through():
