@@ -304,15 +304,26 @@ def _close(spark: SparkSession, queries: list[StreamingQuery], listener: Metrics
     (``MetricsListener.drain``): removed at once, it lost the last micro-batches' rows.
     """
     quiet_console(spark)
-    stop_queries(spark, queries)
-    if not listener.drain():
+    here = stop_queries(spark, queries)
+    if here and not listener.drain():
         say(
             f"the last micro-batches' metrics had not arrived {DRAIN_TIMEOUT_S:.0f} s after "
             "the queries stopped: ops/pipeline_metrics lacks them"
         )
-    spark.streams.removeListener(listener)
-    listener.close()
-    spark.stop()
+    try:
+        if here:
+            spark.streams.removeListener(listener)
+    except Exception as exc:  # noqa: BLE001 - the driver stopped meanwhile, as in stop_queries
+        log.info("Spark went away while the run stopped", exc_info=exc)
+        here = False
+    listener.close(write_rest=here)
+    if here:
+        spark.stop()
+    else:
+        say(
+            "Spark's driver stopped with the same signal: the micro-batches it had not "
+            "finished run again at the next start, and ops/pipeline_metrics lacks the last ones"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -229,12 +229,18 @@ class MetricsListener(StreamingQueryListener):
             except Exception as exc:  # keep the pipeline running; say what failed
                 _say_failure("could not write pipeline metrics", exc)
 
-    def close(self) -> None:
-        """Stop the thread, let a write in progress end, and write what is left."""
+    def close(self, write_rest: bool = True) -> None:
+        """Stop the thread, let a write in progress end, and write what is left.
+
+        Args:
+            write_rest: False when Spark has gone, and with it the writer.
+        """
         self._stop.set()
         # A write in progress ends first, so the last rows follow it: on a busy machine or
         # a remote lake a write takes seconds.
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
+        if not write_rest:
+            return
         try:
             self.flush()
         except Exception as exc:  # the processor still stops Spark and says why it stopped

@@ -134,8 +134,10 @@ def run(settings: ProcessorSettings, partitions: int, stop: StopFlag) -> int:
         query = start_realtime_alerts(spark, own, schemas)
         say(f"decodes schema ids {sorted(schemas)} of {subject}", WHO)
     quiet_console(spark)
-    stop_queries(spark, [query])
-    spark.stop()
+    if stop_queries(spark, [query]):
+        spark.stop()
+    else:
+        say("Spark's driver stopped with the same signal", WHO)
     if failure is not None:
         return cli.error(failure)
     say("stopped", WHO)

@@ -160,12 +160,27 @@ def build_session(
         _JVM_STDERR = JvmStderr(log_file)
         with _JVM_STDERR.capture():
             spark = builder.getOrCreate()
+        _accumulator_errors_to_log(spark)
     else:
         spark = builder.getOrCreate()
     if not started_here:
         spark.sparkContext.setLogLevel(settings.log_level)
     _check_sources(spark)
     return spark
+
+
+def _accumulator_errors_to_log(spark: SparkSession) -> None:
+    """Send the errors of PySpark's accumulator server to the log, not to the terminal.
+
+    That server (a ``socketserver``, in this process) reads the driver JVM's updates;
+    when the JVM dies first (a signal sent to every process of the run), its read ends
+    in an ``EOFError`` whose trace ``socketserver`` prints on stderr.
+    """
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda _request, address: log.info(
+            "the driver JVM's accumulator connection from %s ended", address, exc_info=True
+        )
 
 
 def end_cut_short_jvm(timeout_s: float = 5.0) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -10,6 +11,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from processor.session import is_remote
+
+log = logging.getLogger("iot_pulse.processor")
 
 
 class BatchInterruptedError(RuntimeError):
@@ -40,7 +43,7 @@ def interrupted(what: str) -> BatchInterruptedError:
     return BatchInterruptedError(_INTERRUPTED.format(what=what, reason="the processor is stopping"))
 
 
-def stop_queries(spark: SparkSession, queries: Sequence[StreamingQuery]) -> None:
+def stop_queries(spark: SparkSession, queries: Sequence[StreamingQuery]) -> bool:
     """Stop queries at once, mid-batch if need be; a stopped batch runs again at the next start.
 
     ``StreamingQuery.stop()`` cancels the query's running jobs and interrupts its
@@ -49,20 +52,47 @@ def stop_queries(spark: SparkSession, queries: Sequence[StreamingQuery]) -> None
     marked stopped, its job group's jobs are cancelled again until its thread ends;
     and a batch that fails meanwhile is reported to Spark as interrupted, in few words
     (see ``_INTERRUPTED``). Through Spark Connect the server stops the query's work.
+
+    Returns:
+        Whether Spark was there to the end. A signal sent to every process of the run
+        (systemd, ``timeout``) stops the driver's JVM too, by its own shutdown: the
+        queries are gone with it, and what failed on the way is in the log.
     """
-    _STOPPING.update(q.id for q in queries)
+    lost: list[BaseException] = []
+
+    def stop(query: StreamingQuery) -> None:
+        try:
+            query.stop()
+        except Exception as exc:  # noqa: BLE001 - the driver went away: said by the result
+            lost.append(exc)
+
     try:
-        stoppers = [threading.Thread(target=q.stop, name=f"stop-{q.name}") for q in queries]
+        ids = [q.id for q in queries]
+    except Exception as exc:  # noqa: BLE001 - as in stop(): the queries are gone already
+        log.info("Spark went away before its queries were stopped", exc_info=exc)
+        return False
+    _STOPPING.update(ids)
+    try:
+        stoppers = [
+            threading.Thread(target=stop, args=(q,), name=f"stop-{q.name}") for q in queries
+        ]
         for t in stoppers:
             t.start()
         context = None if is_remote(spark) else spark.sparkContext
         while any(t.is_alive() for t in stoppers):
-            if context is not None:
-                for q in queries:  # stop() marks a query inactive first thing
-                    if not q.isActive:
-                        context.cancelJobGroup(q.runId)
+            try:
+                if context is not None:
+                    for q in queries:  # stop() marks a query inactive first thing
+                        if not q.isActive:
+                            context.cancelJobGroup(q.runId)
+            except Exception as exc:  # noqa: BLE001 - as in stop(): nothing left to cancel
+                lost.append(exc)
+                context = None
             time.sleep(CANCEL_EVERY_S)
         for t in stoppers:
             t.join()
     finally:
-        _STOPPING.difference_update(q.id for q in queries)
+        _STOPPING.difference_update(ids)
+    for error in lost:
+        log.info("Spark went away while its queries stopped", exc_info=error)
+    return not lost

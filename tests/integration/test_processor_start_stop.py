@@ -1,14 +1,17 @@
-"""The processor's one-off commands (``devices``, ``maintain``) while their Spark session starts.
+"""The processor stopped while its Spark session starts, and by a signal to every process.
 
-A SIGTERM (what a supervisor or ``kill`` sends) that arrives while the command's JVM
-is starting gives the start-up up within seconds: exit 0, one line saying so, and
+A SIGTERM (what a supervisor or ``kill`` sends) that arrives while a one-off command's
+JVM is starting gives the start-up up within seconds: exit 0, one line saying so, and
 no JVM left behind (a JVM cut short before its gateway was up would otherwise run,
 orphaned, until killed). A JVM that exits by itself while it starts (connector jars it
-cannot fetch) is one line saying why, with its output in the log file.
+cannot fetch) is one line saying why, with its output in the log file. A SIGTERM sent
+to the run's whole process group (systemd, ``timeout``) stops the driver's JVM too: the
+run still ends as stopped, exit 0, without a trace on the terminal.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -17,8 +20,9 @@ import time
 import psutil
 import pytest
 
+from infra.broker import ensure_topic
 from infra.jars import bundle_dir
-from tests.integration.proc import ROOT, processor_env
+from tests.integration.proc import ROOT, kill_group, processor_env, start_processor, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.subprocess]
 
@@ -87,3 +91,38 @@ def test_connector_packages_spark_cannot_fetch_are_one_line(tmp_path):
         "IOT_PROCESSOR_JARS_DIR\n"
     )
     assert ":: problems summary ::" in log.read_text()  # Ivy's own account, kept
+
+
+def test_sigterm_to_the_whole_process_group_stops_the_run_cleanly(kafka_broker, tmp_path):
+    """systemd, ``timeout`` and the like signal every process: the driver's JVM stops too."""
+    ensure_topic(kafka_broker.plaintext, "group-sigterm", partitions=1)
+    out = tmp_path / "terminal.txt"
+    env = processor_env(
+        kafka_broker.plaintext, "group-sigterm", tmp_path / "lake", bundle_dir("spark"),
+        IOT_PULSE_HOME=str(tmp_path / "home"), IOT_PROCESSOR_QUERIES="bronze,silver",
+    )  # fmt: skip
+    proc = start_processor(env, out)
+    try:
+        wait_for(lambda: "[processor] running" in out.read_text(), 600, "the queries", proc, out)
+        os.killpg(proc.pid, signal.SIGTERM)
+        code = proc.wait(120)
+    finally:
+        kill_group(proc)
+    output = out.read_text()
+    log = (tmp_path / "home" / "logs" / "processor.log").read_text()
+    assert code == 0, output
+    # Whether the driver's JVM or this process stops the queries first is a race; either
+    # way the run says it stopped, with no error and no trace on the terminal.
+    said = output[output.index("[processor] stopping (SIGTERM)") :].splitlines()
+    assert said in (
+        ["[processor] stopping (SIGTERM); again to abort", "[processor] stopped"],
+        ["[processor] stopping (SIGTERM); again to abort", DRIVER_STOPPED, "[processor] stopped"],
+    ), output
+    assert "Traceback" not in output and "error" not in output, output
+    assert log.endswith("INFO iot_pulse: exit 0\n"), log[-3000:]
+
+
+DRIVER_STOPPED = (
+    "[processor] Spark's driver stopped with the same signal: the micro-batches it had not "
+    "finished run again at the next start, and ops/pipeline_metrics lacks the last ones"
+)
