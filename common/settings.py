@@ -68,8 +68,10 @@ class _DotenvLineWarning(logging.Handler):
         self._said: set[object] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
+        if "could not parse" not in str(record.msg):
+            return
         line = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
-        where = (Path(".env").absolute(), line)
+        where = (Path(str(Settings.model_config["env_file"])).absolute(), line)
         if where not in self._said:
             self._said.add(where)
             console.warning(

@@ -11,7 +11,9 @@ a run may add:
   process launched and put on the list of those to stop).
 - **A second signal that aborts** (``announce_as``): the first says
   ``[<name>] stopping (SIGTERM); again to abort``, the second raises
-  ``KeyboardInterrupt``.
+  ``KeyboardInterrupt``. Not in a ``supervised`` child, which its parent stops (and
+  kills, if need be): a SIGTERM to the whole process group, then its parent's, is one
+  stop.
 
 How the processor's Spark queries stop once asked is ``processor.stopping``.
 """
@@ -45,37 +47,38 @@ class StopFlag:
         reason: Name of the signal (or reason) that asked to stop, else None.
         count: How many times stop was asked; a second Ctrl-C hurries the stop.
         announce_as: With a name, a signal says so on stderr and a second one aborts.
-        ignore_sigint: ``install`` leaves SIGINT ignored.
+        supervised: Stopped by its parent: SIGINT ignored, a second signal no abort.
     """
 
-    def __init__(self, announce_as: str | None = None, ignore_sigint: bool = False) -> None:
+    def __init__(self, announce_as: str | None = None, supervised: bool = False) -> None:
         """Not set.
 
         Args:
             announce_as: The run's name in the line a signal prints (e.g. ``processor``);
                 with it, a second signal raises ``KeyboardInterrupt``. None: signals
                 only set the flag.
-            ignore_sigint: For a child process its parent stops with SIGTERM: a
-                terminal's Ctrl-C reaches the whole process group, and the parent's
-                SIGTERM would then be a second signal.
+            supervised: For a child process its parent stops with SIGTERM: SIGINT is
+                ignored (a terminal's Ctrl-C reaches the whole process group), and a
+                second signal does not abort (a SIGTERM to the group, then the parent's).
         """
         self.reason: str | None = None
         self.count = 0
         self.announce_as = announce_as
-        self.ignore_sigint = ignore_sigint
+        self.supervised = supervised
         self._starting = False
 
     def __call__(self, signum: int, _frame: FrameType | None) -> None:
         """Signal handler."""
         name = signal.Signals(signum).name
-        if self.announce_as is not None and self.is_set():
+        again = self.is_set()
+        if again and self.announce_as is not None and not self.supervised:
             raise KeyboardInterrupt
         self.set(name)
-        if self.announce_as is not None:
+        if self.announce_as is not None and not again:
             # Straight to the file descriptor: the signal may arrive while the main
             # thread is writing to sys.stderr, whose buffer a second writer would break.
-            line = f"[{self.announce_as}] stopping ({name}); again to abort\n"
-            os.write(2, line.encode())
+            abort = "" if self.supervised else "; again to abort"
+            os.write(2, f"[{self.announce_as}] stopping ({name}){abort}\n".encode())
         if self._starting:
             self._starting = False  # raised once: the handlers on the way out may run freely
             raise StartInterrupted
@@ -138,12 +141,12 @@ class StopFlag:
             raise StartInterrupted
 
     def install(self) -> None:
-        """Handle SIGTERM, and SIGINT unless ``ignore_sigint``, from now on (main thread).
+        """Handle SIGTERM, and SIGINT unless ``supervised``, from now on (main thread).
 
         Call it again once a SparkContext exists: PySpark installs its own SIGINT
         handler (cancel every job, raise KeyboardInterrupt anywhere).
         """
-        signal.signal(signal.SIGINT, signal.SIG_IGN if self.ignore_sigint else self)
+        signal.signal(signal.SIGINT, signal.SIG_IGN if self.supervised else self)
         signal.signal(signal.SIGTERM, self)
 
 

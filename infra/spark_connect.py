@@ -22,8 +22,10 @@ import subprocess
 import sys
 import time
 
+from common import cli
 from common.cli import console
 from common.jars import connector_jars
+from common.settings import load_settings
 from infra import daemons
 from infra.jars import ensure_jar_dir
 from infra.paths import PROJECT_ROOT
@@ -96,9 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="gRPC port")
     parser.add_argument("--master", default="local[2]", help="the server's Spark master")
     args = parser.parse_args(argv)
+    try:
+        settings = load_settings(ProcessorSettings, master=args.master)
+    except (ValueError, FileNotFoundError) as exc:
+        return cli.settings_error(exc)
     console.info("Spark Connect on sc://%s:%s (Ctrl-C stops it)", HOST, args.port)
     try:
-        settings = ProcessorSettings(master=args.master)
         return subprocess.call(server_command(args.port, settings), env=server_env())
     except KeyboardInterrupt:
         return 0

@@ -39,11 +39,13 @@ from processor.queries import tier_interval, tier_of
 from processor.readers import TableUnreadableError
 from processor.session import (
     build_session,
+    driver_jvm_gone,
     end_cut_short_jvm,
     is_remote,
     quiet_console,
     remote_server,
     remote_url,
+    stop_session,
 )
 from processor.settings import ProcessorSettings
 from processor.stopping import BatchInterruptedError, stop_queries
@@ -289,7 +291,7 @@ def _rebuild(settings: ProcessorSettings, queries: list[str], stop: StopFlag) ->
     spark = _started_session(settings, stop)
     finished = rebuild(spark, settings, queries, should_stop=stop.is_set)
     quiet_console(spark)
-    spark.stop()
+    stop_session(spark)
     if not finished:
         say("stopped before the rebuild finished: run it again")
         return cli.INTERRUPTED
@@ -313,12 +315,14 @@ def _close(spark: SparkSession, queries: list[StreamingQuery], listener: Metrics
     try:
         if here:
             spark.streams.removeListener(listener)
-    except Exception as exc:  # noqa: BLE001 - the driver stopped meanwhile, as in stop_queries
+    except Exception as exc:
+        if not driver_jvm_gone():  # the driver stopped meanwhile, if anything
+            raise
         log.info("Spark went away while the run stopped", exc_info=exc)
         here = False
     listener.close(write_rest=here)
     if here:
-        spark.stop()
+        stop_session(spark)
     else:
         say(
             "Spark's driver stopped with the same signal: the micro-batches it had not "
@@ -355,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := sorted(set(args.targets) - set(REBUILDABLE)):
         parser.error(f"cannot rebuild {', '.join(unknown)}; choose from {', '.join(REBUILDABLE)}")
     who = realtime_app.WHO if args.command == "realtime" else "processor"
-    stop = StopFlag(announce_as=who, ignore_sigint=args.supervised)
+    stop = StopFlag(announce_as=who, supervised=args.supervised)
     try:
         settings = load_settings(ProcessorSettings, args)
     except (ValueError, FileNotFoundError) as exc:
@@ -384,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             finished = maintain(spark, settings, should_stop=stop.is_set)
         quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log
-        spark.stop()
+        stop_session(spark)
         if not finished:
             say("stopped before every table was maintained: run it again for the rest")
             return cli.INTERRUPTED

@@ -124,18 +124,21 @@ def start_failure(output: bytes, log_file: Path | None) -> str:
         log_file: The processor's log file (None: the output is not kept).
     """
     text = output.decode("utf-8", "replace")
-    if log_file is not None:
+    if log_file is None:  # no log file to keep it (a read-only container): the terminal
+        _write_all(2, output)
+    else:
         with contextlib.suppress(OSError), log_file.open("a", encoding="utf-8") as log:
             log.write(f"the driver JVM exited while it started; it printed:\n{text}\n")
     found = _MAIN_FAILED.findall(text)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     cause = found[-1] if found else (lines[-1] if lines else "it printed nothing")
-    where = f" (its output is in {log_file})" if log_file is not None else ""
+    where = f" (its output is in {log_file})" if log_file is not None else " (its output is above)"
     if any(words in cause for words in _NOT_FETCHED):
         return (
             f"Spark could not fetch the connector jars ({cause}){where}: check that Maven "
-            "Central can be reached (or a local ~/.m2 that holds those jars whole), or fetch "
-            "them once with python -m infra.jars and set IOT_PROCESSOR_JARS_DIR"
+            "Central can be reached (or a local ~/.m2 that holds those jars whole), or run "
+            "'python -m infra.jars spark' and set IOT_PROCESSOR_JARS_DIR to the folder it "
+            "fills (<state dir>/jars/spark)"
         )
     return f"the Spark driver's JVM exited while it started: {cause}{where}"
 

@@ -40,7 +40,7 @@ from processor.hot_path import start_bronze, start_silver
 from processor.lake_setup import prepare_lake
 from processor.lifecycle import say
 from processor.queries import tier_of
-from processor.session import BACKGROUND_POOL, HOT_POOL, conf_held, is_remote
+from processor.session import BACKGROUND_POOL, HOT_POOL, conf_held, driver_jvm_gone, is_remote
 from processor.settings import ProcessorSettings
 from processor.stopping import stop_queries
 from processor.writer_schemas import NewWriterSchemasError
@@ -186,19 +186,37 @@ def run_available_now(
     prepare_lake(spark, settings, requested)
     for group in stages(settings):
         queries = [start_stage(spark, query, settings) for query in group]
-        for i in range(len(queries)):
-            while True:
-                try:
-                    while not queries[i].awaitTermination(1):
-                        if should_stop():
-                            stop_queries(spark, queries)
-                            return False
-                    break
-                except StreamingQueryException:
-                    again = restarted_for_new_schemas(spark, queries[i], settings)
-                    if again is None:
-                        raise
-                    queries[i] = again
+        try:
+            if not _await_stage(spark, queries, settings, should_stop):
+                return False
+        except Exception:
+            # A stop sent to every process of the run stops the driver's JVM too.
+            if should_stop() and driver_jvm_gone():
+                return False
+            raise
+    return True
+
+
+def _await_stage(
+    spark: SparkSession,
+    queries: list[StreamingQuery],
+    settings: ProcessorSettings,
+    should_stop: Callable[[], bool],
+) -> bool:
+    """Wait for a stage's queries to end; False when stopped first."""
+    for i in range(len(queries)):
+        while True:
+            try:
+                while not queries[i].awaitTermination(1):
+                    if should_stop():
+                        stop_queries(spark, queries)
+                        return False
+                break
+            except StreamingQueryException:
+                again = restarted_for_new_schemas(spark, queries[i], settings)
+                if again is None:
+                    raise
+                queries[i] = again
     return True
 
 

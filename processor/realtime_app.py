@@ -29,7 +29,7 @@ from processor.checkpoints import clear_unlogged_first_batch
 from processor.lake_files import LakeFiles
 from processor.lake_setup import devices_frame
 from processor.lifecycle import say, wait_for_stop
-from processor.session import build_session, quiet_console
+from processor.session import build_session, quiet_console, stop_session
 from processor.settings import ProcessorSettings
 from processor.stopping import stop_queries
 
@@ -135,7 +135,7 @@ def run(settings: ProcessorSettings, partitions: int, stop: StopFlag) -> int:
         say(f"decodes schema ids {sorted(schemas)} of {subject}", WHO)
     quiet_console(spark)
     if stop_queries(spark, [query]):
-        spark.stop()
+        stop_session(spark)
     else:
         say("Spark's driver stopped with the same signal", WHO)
     if failure is not None:

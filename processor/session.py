@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -22,6 +23,8 @@ from processor.driver_stderr import JvmStderr
 from processor.settings import S3_PACKAGES, S3_PACKAGES_EXCLUDES, ProcessorSettings
 
 log = logging.getLogger("iot_pulse.processor")
+# How long a driver JVM that failed a call is given to exit, if a signal is stopping it.
+DRIVER_EXIT_S = 10.0
 
 # Fair scheduling between the hot path and the rest (the pools are defined in this file).
 SCHEDULER_POOLS = package_file("processor", "fairscheduler.xml")
@@ -169,6 +172,16 @@ def build_session(
     return spark
 
 
+def stop_session(spark: SparkSession) -> None:
+    """Stop the session; a driver JVM a signal stopped already leaves nothing to stop."""
+    try:
+        spark.stop()
+    except Exception as exc:
+        if not driver_jvm_gone():
+            raise
+        log.info("the driver JVM had stopped already", exc_info=exc)
+
+
 def _accumulator_errors_to_log(spark: SparkSession) -> None:
     """Send the errors of PySpark's accumulator server to the log, not to the terminal.
 
@@ -178,9 +191,19 @@ def _accumulator_errors_to_log(spark: SparkSession) -> None:
     """
     server = getattr(spark.sparkContext, "_accumulatorServer", None)
     if server is not None:
-        server.handle_error = lambda _request, address: log.info(
-            "the driver JVM's accumulator connection from %s ended", address, exc_info=True
-        )
+        server.handle_error = _accumulator_error
+
+
+def _accumulator_error(_request: object, address: object) -> None:
+    """Log the accumulator server's error: the JVM's end at INFO, anything else as a warning."""
+    ended = isinstance(sys.exc_info()[1], EOFError)
+    log.log(
+        logging.INFO if ended else logging.WARNING,
+        "the driver JVM's accumulator connection from %s %s",
+        address,
+        "ended" if ended else "failed",
+        exc_info=True,
+    )
 
 
 def end_cut_short_jvm(timeout_s: float = 5.0) -> None:
@@ -198,6 +221,22 @@ def end_cut_short_jvm(timeout_s: float = 5.0) -> None:
     for jvm in psutil.wait_procs(jvms, timeout=timeout_s)[1]:
         with suppress(psutil.NoSuchProcess):
             jvm.kill()
+
+
+def driver_jvm_gone(within_s: float = DRIVER_EXIT_S) -> bool:
+    """Whether the driver JVM this process launched has exited, waiting up to ``within_s``.
+
+    A JVM sent SIGTERM stops its SparkContext, then exits, within seconds. False when
+    this process launched no JVM (Spark Connect; under spark-submit the JVM is its parent).
+    """
+    if _JVM_STDERR is None:
+        return False
+    deadline = time.monotonic() + within_s
+    while any(_is_pyspark_jvm(c) for c in psutil.Process().children()):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _is_pyspark_jvm(process: psutil.Process) -> bool:

@@ -51,8 +51,8 @@ JVM_MEMORY = re.compile(r"[1-9]\d*[kmgt]b?", re.IGNORECASE)
 # The masters spark-submit (which starts the driver's JVM) takes: yarn, or one that starts
 # with local, spark or k8s, in the forms SparkContext then parses.
 SPARK_MASTER = re.compile(
-    r"yarn|local(\[(\d+|\*)(,\s*\d+)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
-    r"|(spark|k8s)://\S+"
+    r"yarn|local(\[([1-9]\d*|\*)(\s*,\s*\d+)?\])?"
+    r"|local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]|(spark|k8s)://\S+"
 )
 
 
@@ -251,8 +251,9 @@ class ProcessorSettings(FleetSettings):
     def _spark_master(cls, value: str) -> str:
         if value and not SPARK_MASTER.fullmatch(value):
             raise ValueError(
-                f"{value!r} is not a Spark master: local[N], local[*], spark://HOST:PORT, "
-                "yarn or k8s://URL; empty under spark-submit, which gives its own"
+                f"{value!r} is not a Spark master: local, local[N], local[*], local[N,F], "
+                "spark://HOST:PORT, yarn or k8s://URL; empty under spark-submit, which gives "
+                "its own"
             )
         return value
 

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from processor.session import is_remote
+from common.cli import console, first_line, full_trace_hint
+from processor.session import driver_jvm_gone, is_remote
 
 log = logging.getLogger("iot_pulse.processor")
 
@@ -56,25 +57,29 @@ def stop_queries(spark: SparkSession, queries: Sequence[StreamingQuery]) -> bool
     Returns:
         Whether Spark was there to the end. A signal sent to every process of the run
         (systemd, ``timeout``) stops the driver's JVM too, by its own shutdown: the
-        queries are gone with it, and what failed on the way is in the log.
+        queries are gone with it, and what failed on the way is in the log. Any other
+        failure to stop a query is said in one line, its trace in the log.
     """
     lost: list[BaseException] = []
 
     def stop(query: StreamingQuery) -> None:
         try:
             query.stop()
-        except Exception as exc:  # noqa: BLE001 - the driver went away: said by the result
+        except Exception as exc:  # noqa: BLE001 - said once every query has stopped
             lost.append(exc)
 
     try:
-        ids = [q.id for q in queries]
-    except Exception as exc:  # noqa: BLE001 - as in stop(): the queries are gone already
+        ids, names = [q.id for q in queries], [q.name for q in queries]
+    except Exception as exc:
+        if not driver_jvm_gone():
+            raise
         log.info("Spark went away before its queries were stopped", exc_info=exc)
         return False
     _STOPPING.update(ids)
     try:
         stoppers = [
-            threading.Thread(target=stop, args=(q,), name=f"stop-{q.name}") for q in queries
+            threading.Thread(target=stop, args=(q,), name=f"stop-{name}")
+            for q, name in zip(queries, names, strict=True)
         ]
         for t in stoppers:
             t.start()
@@ -85,7 +90,7 @@ def stop_queries(spark: SparkSession, queries: Sequence[StreamingQuery]) -> bool
                     for q in queries:  # stop() marks a query inactive first thing
                         if not q.isActive:
                             context.cancelJobGroup(q.runId)
-            except Exception as exc:  # noqa: BLE001 - as in stop(): nothing left to cancel
+            except Exception as exc:  # noqa: BLE001 - as in stop(); nothing is cancelled after
                 lost.append(exc)
                 context = None
             time.sleep(CANCEL_EVERY_S)
@@ -93,6 +98,15 @@ def stop_queries(spark: SparkSession, queries: Sequence[StreamingQuery]) -> bool
             t.join()
     finally:
         _STOPPING.difference_update(ids)
+    gone = bool(lost) and driver_jvm_gone()
     for error in lost:
-        log.info("Spark went away while its queries stopped", exc_info=error)
-    return not lost
+        if gone:
+            log.info("Spark went away while its queries stopped", exc_info=error)
+        else:
+            log.error("a query did not stop cleanly", exc_info=error)
+            console.warning(
+                "warning: a query did not stop cleanly: %s (%s)",
+                first_line(error),
+                full_trace_hint(),
+            )
+    return not gone

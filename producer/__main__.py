@@ -120,7 +120,8 @@ def _check_files(settings: ProducerSettings) -> None:
         ValueError: A place to write is missing or unusable (one line saying what to do).
     """
     if settings.replay is not None and not settings.replay.is_file():
-        raise FileNotFoundError(f"replay file {settings.replay} does not exist")
+        what = "is a folder" if settings.replay.is_dir() else "does not exist"
+        raise FileNotFoundError(f"replay file {settings.replay} {what}: give a JSON-lines file")
     if settings.transport == "file":
         if settings.out_dir is None:
             raise ValueError(

@@ -534,15 +534,15 @@ def test_each_services_config_help_names_every_table_its_settings_read():
          "Spark Connect URL: write sc://HOST:PORT, and any parameters after a slash "
          "(sc://HOST:PORT/;token=...)"),
         (["--master", "lcoal[2]"], "IOT_PROCESSOR_MASTER (--master): 'lcoal[2]' is not a Spark "
-         "master: local[N], local[*], spark://HOST:PORT, yarn or k8s://URL; empty under "
-         "spark-submit, which gives its own"),
-        (["--master", "local[two]"], "IOT_PROCESSOR_MASTER (--master): 'local[two]' is not a "
-         "Spark master: local[N], local[*], spark://HOST:PORT, yarn or k8s://URL; empty under "
-         "spark-submit, which gives its own"),
+         "master: local, local[N], local[*], local[N,F], spark://HOST:PORT, yarn or k8s://URL; "
+         "empty under spark-submit, which gives its own"),
+        (["--master", "local[0]"], "IOT_PROCESSOR_MASTER (--master): 'local[0]' is not a "
+         "Spark master: local, local[N], local[*], local[N,F], spark://HOST:PORT, yarn or "
+         "k8s://URL; empty under spark-submit, which gives its own"),
     ],
 )  # fmt: skip
 def test_processor_values_spark_would_refuse_are_refused_as_settings(clean_env, flags, said):
-    for master in ("", "local", "local[*]", "local[4, 2]", "local-cluster[2, 1, 1024]",
+    for master in ("", "local", "local[*]", "local[4, 2]", "local[4 ,2]", "local-cluster[ 2,1,1024]",
                    "spark://h1:7077,h2:7077", "yarn", "k8s://https://api:6443"):  # fmt: skip
         assert load_settings(ProcessorSettings, master=master).master == master
     ok = ["--watermark", "1 minute 30 seconds", "--trigger-interval", "2500 milliseconds",

@@ -60,14 +60,20 @@ def test_a_second_signal_aborts_an_announced_run_and_only_counts_for_a_quiet_one
     assert capfd.readouterr().err == ""
 
 
-def test_a_supervised_child_ignores_ctrl_c_but_not_its_parents_sigterm(restore_handlers) -> None:
-    stop = StopFlag("realtime", ignore_sigint=True)
+def test_a_supervised_child_ignores_ctrl_c_but_not_its_parents_sigterm(
+    restore_handlers, capfd
+) -> None:
+    stop = StopFlag("realtime", supervised=True)
     stop.install()
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     os.kill(os.getpid(), signal.SIGINT)
     assert not stop.is_set()
     os.kill(os.getpid(), signal.SIGTERM)
     assert stop.reason == "SIGTERM"
+    # A SIGTERM to the whole process group, then the parent's: one stop, not an abort.
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert (stop.reason, stop.count) == ("SIGTERM", 2)
+    assert capfd.readouterr().err == "[realtime] stopping (SIGTERM)\n"
 
 
 def test_a_signal_during_start_up_gives_it_up_at_once(restore_handlers, capfd) -> None:

@@ -174,14 +174,14 @@ def test_ctrl_c_stops_every_query_and_exits_0_without_a_trace(run):
     # The run stops its queries, then its real-time app (SIGTERM: it ignores the SIGINT).
     assert run.output.endswith(
         "[processor] stopping (SIGINT); again to abort\n"
-        "[realtime-alerts] stopping (SIGTERM); again to abort\n"
+        "[realtime-alerts] stopping (SIGTERM)\n"
         "[realtime-alerts] stopped\n"
         "[processor] stopped\n"
     ), around(run.output, "stopping")
     assert sorted(
         line for line in run.output.splitlines() if not line.startswith("[processor] ")
     ) == [JVM_LINE, JVM_LINE, REALTIME_LINE, "[realtime-alerts] stopped",
-          "[realtime-alerts] stopping (SIGTERM); again to abort"]  # fmt: skip
+          "[realtime-alerts] stopping (SIGTERM)"]  # fmt: skip
     assert run.stop_s < 60
     for text in (run.output, run.log):
         for word in ("StackOverflowError", "Traceback"):

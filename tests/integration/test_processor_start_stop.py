@@ -87,23 +87,29 @@ def test_connector_packages_spark_cannot_fetch_are_one_line(tmp_path):
         "error: Spark could not fetch the connector jars (java.lang.RuntimeException: "
         "[unresolved dependency: io.example#nothing-here;0.0.1: not found]) (its output is in "
         f"{log}): check that Maven Central can be reached (or a local ~/.m2 that holds those "
-        "jars whole), or fetch them once with python -m infra.jars and set "
-        "IOT_PROCESSOR_JARS_DIR\n"
+        "jars whole), or run 'python -m infra.jars spark' and set IOT_PROCESSOR_JARS_DIR to "
+        "the folder it fills (<state dir>/jars/spark)\n"
     )
     assert ":: problems summary ::" in log.read_text()  # Ivy's own account, kept
 
 
 def test_sigterm_to_the_whole_process_group_stops_the_run_cleanly(kafka_broker, tmp_path):
-    """systemd, ``timeout`` and the like signal every process: the driver's JVM stops too."""
+    """systemd, ``timeout`` and the like signal every process: the driver's JVM stops too.
+
+    The real-time app, the run's child, gets the group's SIGTERM and then the run's own:
+    one stop, not an abort.
+    """
     ensure_topic(kafka_broker.plaintext, "group-sigterm", partitions=1)
+    ensure_topic(kafka_broker.plaintext, "group-sigterm-alerts", partitions=1)
     out = tmp_path / "terminal.txt"
     env = processor_env(
         kafka_broker.plaintext, "group-sigterm", tmp_path / "lake", bundle_dir("spark"),
-        IOT_PULSE_HOME=str(tmp_path / "home"), IOT_PROCESSOR_QUERIES="bronze,silver",
+        IOT_PULSE_HOME=str(tmp_path / "home"), IOT_KAFKA_ALERTS_TOPIC="group-sigterm-alerts",
+        IOT_PROCESSOR_QUERIES="bronze,silver,realtime_alerts",
     )  # fmt: skip
     proc = start_processor(env, out)
     try:
-        wait_for(lambda: "[processor] running" in out.read_text(), 600, "the queries", proc, out)
+        wait_for(lambda: "in real-time mode" in out.read_text(), 600, "the apps", proc, out)
         os.killpg(proc.pid, signal.SIGTERM)
         code = proc.wait(120)
     finally:
@@ -111,14 +117,24 @@ def test_sigterm_to_the_whole_process_group_stops_the_run_cleanly(kafka_broker, 
     output = out.read_text()
     log = (tmp_path / "home" / "logs" / "processor.log").read_text()
     assert code == 0, output
-    # Whether the driver's JVM or this process stops the queries first is a race; either
-    # way the run says it stopped, with no error and no trace on the terminal.
-    said = output[output.index("[processor] stopping (SIGTERM)") :].splitlines()
-    assert said in (
+    # Whether a driver's JVM or its Python stops the queries first is a race; either way
+    # each app says it stopped, with no error, no abort and no trace on the terminal.
+    lines = output.splitlines()
+    said = lines[next(i for i, ln in enumerate(lines) if "stopping (SIGTERM)" in ln) :]
+    own = [line for line in said if line.startswith("[processor] ")]
+    child = [line for line in said if line.startswith("[realtime-alerts] ")]
+    assert sorted(own + child) == sorted(said), output
+    assert own in (
         ["[processor] stopping (SIGTERM); again to abort", "[processor] stopped"],
         ["[processor] stopping (SIGTERM); again to abort", DRIVER_STOPPED, "[processor] stopped"],
     ), output
-    assert "Traceback" not in output and "error" not in output, output
+    assert child in (
+        ["[realtime-alerts] stopping (SIGTERM)", "[realtime-alerts] stopped"],
+        ["[realtime-alerts] stopping (SIGTERM)", CHILD_DRIVER_STOPPED, "[realtime-alerts] stopped"],
+    ), output
+    assert said[-1] == "[processor] stopped", output
+    for word in ("Traceback", "error", "interrupted"):
+        assert word not in output, output
     assert log.endswith("INFO iot_pulse: exit 0\n"), log[-3000:]
 
 
@@ -126,3 +142,4 @@ DRIVER_STOPPED = (
     "[processor] Spark's driver stopped with the same signal: the micro-batches it had not "
     "finished run again at the next start, and ops/pipeline_metrics lacks the last ones"
 )
+CHILD_DRIVER_STOPPED = "[realtime-alerts] Spark's driver stopped with the same signal"

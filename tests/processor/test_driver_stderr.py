@@ -27,27 +27,33 @@ def test_a_download_that_failed_says_where_the_jars_come_from(tmp_path):
         "Spark could not fetch the connector jars (java.lang.RuntimeException: [download "
         f"failed: org.slf4j#slf4j-api;2.0.17!slf4j-api.jar]) (its output is in {log}): check "
         "that Maven Central can be reached (or a local ~/.m2 that holds those jars whole), or "
-        "fetch them once with python -m infra.jars and set IOT_PROCESSOR_JARS_DIR"
+        "run 'python -m infra.jars spark' and set IOT_PROCESSOR_JARS_DIR to the folder it "
+        "fills (<state dir>/jars/spark)"
     )
     assert log.read_text() == (
         f"the driver JVM exited while it started; it printed:\n{IVY_OUTPUT.decode()}\n"
     )
 
 
-def test_another_failure_is_its_exception_or_last_line():
+def test_another_failure_is_its_exception_or_last_line(tmp_path, capfd):
+    log = tmp_path / "processor.log"
     other = b'Exception in thread "main" java.lang.IllegalArgumentException: bad option\n\tat X\n'
-    assert start_failure(other, None) == (
+    assert start_failure(other, log) == (
         "the Spark driver's JVM exited while it started: "
-        "java.lang.IllegalArgumentException: bad option"
+        f"java.lang.IllegalArgumentException: bad option (its output is in {log})"
     )
     no_java = b"/usr/bin/env: 'java': No such file or directory\n\n"
-    assert start_failure(no_java, None) == (
+    assert start_failure(no_java, log) == (
         "the Spark driver's JVM exited while it started: "
-        "/usr/bin/env: 'java': No such file or directory"
+        f"/usr/bin/env: 'java': No such file or directory (its output is in {log})"
     )
+    assert capfd.readouterr().err == ""
+    # Without a log file (a read-only container), the output goes to the terminal.
     assert start_failure(b"", None) == (
-        "the Spark driver's JVM exited while it started: it printed nothing"
+        "the Spark driver's JVM exited while it started: it printed nothing (its output is above)"
     )
+    assert start_failure(other, None).endswith("bad option (its output is above)")
+    assert capfd.readouterr().err == other.decode()
 
 
 def test_capture_turns_an_exited_jvm_into_one_line_and_keeps_its_output(tmp_path, capfd):

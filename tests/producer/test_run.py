@@ -350,7 +350,9 @@ def test_invalid_settings_exit_2(capsys):
     assert main(["--transport", "file"]) == 2
     assert "transport=file needs --out-dir" in capsys.readouterr().err
     assert main(["--transport", "stdout", "--replay", "missing.jsonl"]) == 2
-    assert capsys.readouterr().err == "error: replay file missing.jsonl does not exist\n"
+    assert capsys.readouterr().err == (
+        "error: replay file missing.jsonl does not exist: give a JSON-lines file\n"
+    )
     assert main(["--format", "avro"]) == 2
     assert "format=avro needs a schema registry: set IOT_SCHEMA_REGISTRY_URL" in (
         capsys.readouterr().err
