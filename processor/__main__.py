@@ -17,6 +17,7 @@ from common.settings import load_settings, service_parser
 from common.stop_signals import StartInterrupted, StopFlag
 from processor import health, realtime_app, writer_schemas
 from processor.checkpoints import CheckpointSourcesError
+from processor.driver_jvm import driver_jvm_gone, end_cut_short_jvm, stop_session
 from processor.evolution import REBUILDABLE
 from processor.lake_setup import prepare_lake, write_devices
 from processor.lifecycle import (
@@ -39,13 +40,10 @@ from processor.queries import tier_interval, tier_of
 from processor.readers import TableUnreadableError
 from processor.session import (
     build_session,
-    driver_jvm_gone,
-    end_cut_short_jvm,
     is_remote,
     quiet_console,
     remote_server,
     remote_url,
-    stop_session,
 )
 from processor.settings import ProcessorSettings
 from processor.stopping import BatchInterruptedError, stop_queries

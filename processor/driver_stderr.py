@@ -108,8 +108,10 @@ class JvmStartError(CliError):
     """The driver's JVM exited while it started (a download failed, Java is missing ...)."""
 
 
-# What a JVM whose main method failed prints last: the exception, on one line.
+# Why the JVM did not start, by what it printed: its main method's exception, or
+# spark-submit's own refusal (followed by its usage text); else its last line.
 _MAIN_FAILED = re.compile(r'^Exception in thread "main" (.+)$', re.MULTILINE)
+_SUBMIT_REFUSED = re.compile(r"^Error: (.+)$", re.MULTILINE)
 # Ivy's words when spark.jars.packages cannot be fetched.
 _NOT_FETCHED = ("download failed", "unresolved dependency")
 # How long a JVM that exited may take to let go of its stderr.
@@ -129,9 +131,9 @@ def start_failure(output: bytes, log_file: Path | None) -> str:
     else:
         with contextlib.suppress(OSError), log_file.open("a", encoding="utf-8") as log:
             log.write(f"the driver JVM exited while it started; it printed:\n{text}\n")
-    found = _MAIN_FAILED.findall(text)
+    found = _MAIN_FAILED.findall(text) or _SUBMIT_REFUSED.findall(text)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    cause = found[-1] if found else (lines[-1] if lines else "it printed nothing")
+    cause = found[-1].strip() if found else (lines[-1] if lines else "it printed nothing")
     where = f" (its output is in {log_file})" if log_file is not None else " (its output is above)"
     if any(words in cause for words in _NOT_FETCHED):
         return (

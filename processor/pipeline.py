@@ -36,11 +36,12 @@ from processor.background_queries import (
     start_device_sessions,
     start_device_status,
 )
+from processor.driver_jvm import driver_jvm_gone
 from processor.hot_path import start_bronze, start_silver
 from processor.lake_setup import prepare_lake
 from processor.lifecycle import say
 from processor.queries import tier_of
-from processor.session import BACKGROUND_POOL, HOT_POOL, conf_held, driver_jvm_gone, is_remote
+from processor.session import BACKGROUND_POOL, HOT_POOL, conf_held, is_remote
 from processor.settings import ProcessorSettings
 from processor.stopping import stop_queries
 from processor.writer_schemas import NewWriterSchemasError

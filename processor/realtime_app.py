@@ -26,10 +26,11 @@ from common.registry_settings import subject_of
 from common.stop_signals import StopFlag
 from processor import bronze, realtime, sources, writer_schemas
 from processor.checkpoints import clear_unlogged_first_batch
+from processor.driver_jvm import stop_session
 from processor.lake_files import LakeFiles
 from processor.lake_setup import devices_frame
 from processor.lifecycle import say, wait_for_stop
-from processor.session import build_session, quiet_console, stop_session
+from processor.session import build_session, quiet_console
 from processor.settings import ProcessorSettings
 from processor.stopping import stop_queries
 

@@ -6,25 +6,21 @@ import logging
 import os
 import socket
 import sys
-import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-import psutil
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from common.cli import CliError
 from common.jars import ConnectorJarsMissingError, connector_jars
 from common.paths import package_file
-from processor.driver_stderr import JvmStderr
+from processor import driver_jvm
 from processor.settings import S3_PACKAGES, S3_PACKAGES_EXCLUDES, ProcessorSettings
 
 log = logging.getLogger("iot_pulse.processor")
-# How long a driver JVM that failed a call is given to exit, if a signal is stopping it.
-DRIVER_EXIT_S = 10.0
 
 # Fair scheduling between the hot path and the rest (the pools are defined in this file).
 SCHEDULER_POOLS = package_file("processor", "fairscheduler.xml")
@@ -73,7 +69,6 @@ LOCAL_PROFILE = {
 # The JVM system property that names the log file (LOG4J2_CONFIG's file appender).
 LOG_FILE_PROPERTY = "iot.log.file"
 # The stderr of the JVM this process started (``build_session``), quieted at a stop.
-_JVM_STDERR: JvmStderr | None = None
 
 
 def _java_option(name: str, value: str) -> str:
@@ -113,8 +108,8 @@ def quiet_console(spark: SparkSession) -> None:
     stderr as a ``RejectedExecutionException`` trace (``processor.driver_stderr``). The
     log file keeps its level. Through Spark Connect the server's console is its own.
     """
-    if _JVM_STDERR is not None and not is_remote(spark):
-        _JVM_STDERR.quiet()
+    if not is_remote(spark):
+        driver_jvm.quiet()
 
 
 def build_session(
@@ -158,94 +153,14 @@ def build_session(
         builder = builder.config("spark.jars.packages", settings.packages)
     for key, value in session_conf(settings, log_file).items():
         builder = builder.config(key, value)
-    global _JVM_STDERR  # noqa: PLW0603 - the one JVM of this process
-    if started_here and _JVM_STDERR is None:
-        _JVM_STDERR = JvmStderr(log_file)
-        with _JVM_STDERR.capture():
-            spark = builder.getOrCreate()
-        _accumulator_errors_to_log(spark)
+    if started_here and not driver_jvm.launched():
+        spark = driver_jvm.launch(builder, log_file)
     else:
         spark = builder.getOrCreate()
     if not started_here:
         spark.sparkContext.setLogLevel(settings.log_level)
     _check_sources(spark)
     return spark
-
-
-def stop_session(spark: SparkSession) -> None:
-    """Stop the session; a driver JVM a signal stopped already leaves nothing to stop."""
-    try:
-        spark.stop()
-    except Exception as exc:
-        if not driver_jvm_gone():
-            raise
-        log.info("the driver JVM had stopped already", exc_info=exc)
-
-
-def _accumulator_errors_to_log(spark: SparkSession) -> None:
-    """Send the errors of PySpark's accumulator server to the log, not to the terminal.
-
-    That server (a ``socketserver``, in this process) reads the driver JVM's updates;
-    when the JVM dies first (a signal sent to every process of the run), its read ends
-    in an ``EOFError`` whose trace ``socketserver`` prints on stderr.
-    """
-    server = getattr(spark.sparkContext, "_accumulatorServer", None)
-    if server is not None:
-        server.handle_error = _accumulator_error
-
-
-def _accumulator_error(_request: object, address: object) -> None:
-    """Log the accumulator server's error: the JVM's end at INFO, anything else as a warning."""
-    ended = isinstance(sys.exc_info()[1], EOFError)
-    log.log(
-        logging.INFO if ended else logging.WARNING,
-        "the driver JVM's accumulator connection from %s %s",
-        address,
-        "ended" if ended else "failed",
-        exc_info=True,
-    )
-
-
-def end_cut_short_jvm(timeout_s: float = 5.0) -> None:
-    """End the driver JVM whose start a signal cut short, if this process launched one.
-
-    PySpark launches the JVM, waits for it to write where its gateway listens, and
-    removes that file's folder on its way out. A JVM that had not written it yet then
-    fails in its main thread while its gateway's server thread goes on: it would run,
-    orphaned, until killed. A JVM past that point ends by itself when this process's
-    pipe to its stdin closes; ending it here is then only sooner.
-    """
-    for jvm in (jvms := [c for c in psutil.Process().children() if _is_pyspark_jvm(c)]):
-        with suppress(psutil.NoSuchProcess):
-            jvm.terminate()
-    for jvm in psutil.wait_procs(jvms, timeout=timeout_s)[1]:
-        with suppress(psutil.NoSuchProcess):
-            jvm.kill()
-
-
-def driver_jvm_gone(within_s: float = DRIVER_EXIT_S) -> bool:
-    """Whether the driver JVM this process launched has exited, waiting up to ``within_s``.
-
-    A JVM sent SIGTERM stops its SparkContext, then exits, within seconds. False when
-    this process launched no JVM (Spark Connect; under spark-submit the JVM is its parent).
-    """
-    if _JVM_STDERR is None:
-        return False
-    deadline = time.monotonic() + within_s
-    while any(_is_pyspark_jvm(c) for c in psutil.Process().children()):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def _is_pyspark_jvm(process: psutil.Process) -> bool:
-    """Whether ``process`` is ``spark-submit ... pyspark-shell``, as PySpark launches its JVM."""
-    try:
-        argv = process.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
-    return bool(argv) and argv[-1] == "pyspark-shell"
 
 
 def remote_url(settings: ProcessorSettings) -> str:

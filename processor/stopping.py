@@ -11,7 +11,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from common.cli import console, first_line, full_trace_hint
-from processor.session import driver_jvm_gone, is_remote
+from processor.driver_jvm import driver_jvm_gone
+from processor.session import is_remote
 
 log = logging.getLogger("iot_pulse.processor")
 

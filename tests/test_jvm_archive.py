@@ -165,4 +165,7 @@ def test_a_run_that_fails_leaves_no_archive_and_names_its_log(
         f"the archive run wrote no archive (exit code 1): see {tmp_path / 'archive-run.log'}"
     )
     assert list(target.parent.iterdir()) == []
-    assert "Java gateway process exited" in (tmp_path / "archive-run.log").read_text()
+    assert (
+        "error: the Spark driver's JVM exited while it started: Not allowed to specify max "
+        "heap(Xmx) memory settings through java options"
+    ) in (tmp_path / "archive-run.log").read_text()

@@ -200,7 +200,7 @@ def test_no_file_is_left_in_the_temp_folder(run):
 _REPORTS = """
 import sys, time
 from pathlib import Path
-from processor import session
+from processor import driver_jvm
 from processor.session import build_session, quiet_console
 from processor.settings import ProcessorSettings
 log = Path(sys.argv[2])
@@ -210,11 +210,11 @@ context = jvm.scala.concurrent.ExecutionContext.fromExecutorService(
     jvm.java.util.concurrent.Executors.newSingleThreadExecutor())
 context.reportFailure(jvm.java.lang.IllegalStateException("while running"))
 time.sleep(1)
-session._JVM_STDERR._log_file = log / "not-a-folder.log"
+driver_jvm._STDERR._log_file = log / "not-a-folder.log"
 quiet_console(spark)  # the log cannot be opened: stderr stays the console
 context.reportFailure(jvm.java.lang.IllegalStateException("while the log is gone"))
 time.sleep(1)
-session._JVM_STDERR._log_file = log
+driver_jvm._STDERR._log_file = log
 quiet_console(spark)
 context.reportFailure(jvm.java.util.concurrent.RejectedExecutionException("while stopping"))
 jvm.org.apache.logging.log4j.LogManager.getLogger("probe").fatal("fatal while stopping")

@@ -47,6 +47,15 @@ def test_another_failure_is_its_exception_or_last_line(tmp_path, capfd):
         "the Spark driver's JVM exited while it started: "
         f"/usr/bin/env: 'java': No such file or directory (its output is in {log})"
     )
+    refused = (
+        b"Error: Not allowed to specify max heap(Xmx) memory settings through java options\n\n"
+        b"Usage: spark-submit [options] <app jar | python file | R file> [app arguments]\n"
+        b'  --queue QUEUE_NAME          The YARN queue to submit to (Default: "default").\n'
+    )
+    assert start_failure(refused, log) == (
+        "the Spark driver's JVM exited while it started: Not allowed to specify max heap(Xmx) "
+        f"memory settings through java options (its output is in {log})"
+    )
     assert capfd.readouterr().err == ""
     # Without a log file (a read-only container), the output goes to the terminal.
     assert start_failure(b"", None) == (
