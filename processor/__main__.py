@@ -17,7 +17,7 @@ from common.settings import load_settings, service_parser
 from common.stop_signals import StartInterrupted, StopFlag
 from processor import health, realtime_app, writer_schemas
 from processor.checkpoints import CheckpointSourcesError
-from processor.driver_jvm import driver_jvm_gone, end_cut_short_jvm, stop_session
+from processor.driver_jvm import end_cut_short_jvm, stop_session, went_away
 from processor.evolution import REBUILDABLE
 from processor.lake_setup import prepare_lake, write_devices
 from processor.lifecycle import (
@@ -310,14 +310,13 @@ def _close(spark: SparkSession, queries: list[StreamingQuery], listener: Metrics
             f"the last micro-batches' metrics had not arrived {DRAIN_TIMEOUT_S:.0f} s after "
             "the queries stopped: ops/pipeline_metrics lacks them"
         )
-    try:
-        if here:
+    if here:
+        try:
             spark.streams.removeListener(listener)
-    except Exception as exc:
-        if not driver_jvm_gone():  # the driver stopped meanwhile, if anything
-            raise
-        log.info("Spark went away while the run stopped", exc_info=exc)
-        here = False
+        except Exception as exc:
+            if not went_away(exc, "while the run stopped"):
+                raise
+            here = False
     listener.close(write_rest=here)
     if here:
         stop_session(spark)

@@ -62,9 +62,21 @@ def stop_session(spark: SparkSession) -> None:
     try:
         spark.stop()
     except Exception as exc:
-        if not driver_jvm_gone():
+        if not went_away(exc, "before the session stopped"):
             raise
-        log.info("the driver JVM had stopped already", exc_info=exc)
+
+
+def went_away(exc: BaseException, when: str) -> bool:
+    """Whether ``exc`` came of a driver JVM that has exited (then logged); else a failure.
+
+    Args:
+        exc: What a call into Spark raised.
+        when: Words for the log, e.g. ``"while the run stopped"``.
+    """
+    if not driver_jvm_gone():
+        return False
+    log.info("Spark went away %s", when, exc_info=exc)
+    return True
 
 
 def _accumulator_errors_to_log(spark: SparkSession) -> None:
@@ -100,7 +112,7 @@ def end_cut_short_jvm(timeout_s: float = 5.0) -> None:
     orphaned, until killed. A JVM past that point ends by itself when this process's
     pipe to its stdin closes; ending it here is then only sooner.
     """
-    for jvm in (jvms := [c for c in psutil.Process().children() if _is_pyspark_jvm(c)]):
+    for jvm in (jvms := _launched_jvms()):
         with suppress(psutil.NoSuchProcess):
             jvm.terminate()
     for jvm in psutil.wait_procs(jvms, timeout=timeout_s)[1]:
@@ -117,11 +129,16 @@ def driver_jvm_gone(within_s: float = DRIVER_EXIT_S) -> bool:
     if _STDERR is None:
         return False
     deadline = time.monotonic() + within_s
-    while any(_is_pyspark_jvm(c) for c in psutil.Process().children()):
+    while _launched_jvms():
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
     return True
+
+
+def _launched_jvms() -> list[psutil.Process]:
+    """This process's children that are a JVM PySpark launched (zombies left out)."""
+    return [c for c in psutil.Process().children() if _is_pyspark_jvm(c)]
 
 
 def _is_pyspark_jvm(process: psutil.Process) -> bool:

@@ -26,6 +26,7 @@ from typing import BinaryIO
 from pyspark.errors import PySparkRuntimeError
 
 from common.cli import CliError, console
+from common.redact import redact
 
 # A log4j console event (LOG4J2_CONFIG's console pattern): time, level, logger.
 _EVENT = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
@@ -125,9 +126,10 @@ def start_failure(output: bytes, log_file: Path | None) -> str:
         output: What the JVM printed on its stderr.
         log_file: The processor's log file (None: the output is not kept).
     """
-    text = output.decode("utf-8", "replace")
+    # Cut out as every line a command writes is: a repository URL may carry a password.
+    text = redact(output.decode("utf-8", "replace"))
     if log_file is None:  # no log file to keep it (a read-only container): the terminal
-        _write_all(2, output)
+        _write_all(2, text.encode())
     else:
         with contextlib.suppress(OSError), log_file.open("a", encoding="utf-8") as log:
             log.write(f"the driver JVM exited while it started; it printed:\n{text}\n")

@@ -36,7 +36,7 @@ from processor.background_queries import (
     start_device_sessions,
     start_device_status,
 )
-from processor.driver_jvm import driver_jvm_gone
+from processor.driver_jvm import went_away
 from processor.hot_path import start_bronze, start_silver
 from processor.lake_setup import prepare_lake
 from processor.lifecycle import say
@@ -190,9 +190,9 @@ def run_available_now(
         try:
             if not _await_stage(spark, queries, settings, should_stop):
                 return False
-        except Exception:
+        except Exception as exc:
             # A stop sent to every process of the run stops the driver's JVM too.
-            if should_stop() and driver_jvm_gone():
+            if should_stop() and went_away(exc, "while the stage stopped"):
                 return False
             raise
     return True

@@ -68,7 +68,6 @@ LOCAL_PROFILE = {
 }
 # The JVM system property that names the log file (LOG4J2_CONFIG's file appender).
 LOG_FILE_PROPERTY = "iot.log.file"
-# The stderr of the JVM this process started (``build_session``), quieted at a stop.
 
 
 def _java_option(name: str, value: str) -> str:

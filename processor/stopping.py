@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from common.cli import console, first_line, full_trace_hint
-from processor.driver_jvm import driver_jvm_gone
+from processor.driver_jvm import driver_jvm_gone, went_away
 from processor.session import is_remote
 
 log = logging.getLogger("iot_pulse.processor")
@@ -72,9 +72,8 @@ def stop_queries(spark: SparkSession, queries: Sequence[StreamingQuery]) -> bool
     try:
         ids, names = [q.id for q in queries], [q.name for q in queries]
     except Exception as exc:
-        if not driver_jvm_gone():
+        if not went_away(exc, "before its queries were stopped"):
             raise
-        log.info("Spark went away before its queries were stopped", exc_info=exc)
         return False
     _STOPPING.update(ids)
     try:

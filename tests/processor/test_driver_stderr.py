@@ -65,6 +65,16 @@ def test_another_failure_is_its_exception_or_last_line(tmp_path, capfd):
     assert capfd.readouterr().err == other.decode()
 
 
+def test_a_password_in_what_the_jvm_printed_is_cut_out(tmp_path, capfd):
+    log = tmp_path / "processor.log"
+    tried = b"==== private: tried\n  https://builder:s3cr3t-pw@repo.example.com/maven2/x.pom\n"
+    start_failure(tried, log)
+    start_failure(tried, None)
+    kept = log.read_text() + capfd.readouterr().err
+    assert "s3cr3t" not in kept
+    assert kept.count("https://builder:***@repo.example.com/maven2/x.pom") == 2
+
+
 def test_capture_turns_an_exited_jvm_into_one_line_and_keeps_its_output(tmp_path, capfd):
     log = tmp_path / "processor.log"
     with pytest.raises(JvmStartError) as caught, JvmStderr(log).capture():
