@@ -8,8 +8,9 @@ processor starts the JVM with a pipe as its stderr (``JvmStderr.capture``), and 
 thread copies the pipe to the terminal. From ``quiet`` on (a deliberate stop) the
 terminal gets only FATAL events; the other events are left out (the log file has them
 already, with their traces) and everything else the JVM prints goes to the log file.
-The processor's own output keeps the terminal. No call into the JVM: through Spark
-Connect there is no JVM here, and nothing to capture.
+The processor's own output keeps the terminal. Each line is cut of secrets
+(``common.redact``) on its way. No call into the JVM: through Spark Connect there is no
+JVM here, and nothing to capture.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ class JvmStderr:
                 self._route(line)
 
     def _route(self, line: bytes) -> None:
+        # log4j's events are cut already (LOG4J2_CONFIG); what Java prints itself is not.
+        line = redact(line.decode("utf-8", "replace")).encode()
         with self._lock:
             event = _EVENT.match(line)
             if not self._quiet or (event is not None and event.group(1) == b"FATAL"):

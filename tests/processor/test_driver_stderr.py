@@ -103,3 +103,28 @@ def test_capture_lets_other_errors_through():
         JvmStderr(None).capture(),
     ):
         raise PySparkRuntimeError(errorClass="SESSION_ALREADY_EXIST", messageParameters={})
+
+
+def test_what_the_jvm_prints_itself_is_cut_of_secrets_on_the_terminal_and_in_the_log(
+    tmp_path, capfd
+):
+    """Java's own prints bypass log4j: the copy cuts them, before ``quiet`` and after it."""
+    log = tmp_path / "processor.log"
+    stderr = JvmStderr(log)
+    printed = (
+        "echo 'before https://u:pw-one@h/x' >&2; sleep 1;"
+        "echo 'after SharedAccessKey=pw-two;EntityPath=t' >&2"
+    )
+    with stderr.capture():
+        child = subprocess.Popen(["sh", "-c", printed])
+    deadline = time.monotonic() + 10
+    err = ""
+    while "before" not in err and time.monotonic() < deadline:  # copied by a thread
+        time.sleep(0.05)
+        err += capfd.readouterr().err
+    stderr.quiet()
+    assert child.wait(10) == 0
+    while "after" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert err == "before https://u:***@h/x\n"
+    assert log.read_text() == "after SharedAccessKey=***;EntityPath=t\n"

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 
 from pyspark.sql import functions as F
 
+from common.redact import java_redaction, redact
 from processor.session import (
     BACKGROUND_POOL,
     HOT_POOL,
@@ -21,17 +22,69 @@ from processor.session import (
 
 def test_the_log4j2_options_quiet_the_console_and_keep_warnings_in_the_file(tmp_path):
     config = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"
+    secrets = f"'-Diot.log.secrets={java_redaction()[0]}' -Diot.log.kept=$1$2$3$4$5$6***"
     log = tmp_path / "processor.log"
     assert log4j2_options("ERROR", log) == (
         f"{config} -Diot.log.level=ERROR -Diot.log.root=WARN -Diot.log.benign=ERROR "
-        f"-Diot.log.file={log}"
+        f"{secrets} -Diot.log.file={log}"
     )
     assert log4j2_options("DEBUG", None) == (
-        f"{config} -Diot.log.level=DEBUG -Diot.log.root=DEBUG -Diot.log.benign=DEBUG"
+        f"{config} -Diot.log.level=DEBUG -Diot.log.root=DEBUG -Diot.log.benign=DEBUG {secrets}"
     )
+    # Spark's option parser takes a single-quoted value as it is; a quote in it: double quotes.
     assert log4j2_options("WARN", tmp_path / "my logs" / "p.log").endswith(
-        f'"-Diot.log.file={tmp_path}/my logs/p.log"'
+        f"'-Diot.log.file={tmp_path}/my logs/p.log'"
     )
+    assert log4j2_options("WARN", tmp_path / "it's" / "p.log").endswith(
+        f'"-Diot.log.file={tmp_path}/it\'s/p.log"'
+    )
+
+
+# Every shape of secret common.redact knows, among words it must leave alone.
+SECRET_SHAPES = (
+    "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=send;"
+    "SharedAccessKey=c2VjcmV0LWtleQ==;EntityPath=events",
+    "https://ns.blob.core.windows.net/c?sv=2024&SIG=c2lnbmF0dXJl&se=2027",
+    "sc://connect.example.com:443/;use_ssl=true;Token=dG9rZW4",
+    "s3a://AKIA:wJalrXUtnFEMI@bucket/lake and 'https://u:p%40ss@h/x'",
+    'posting to "https://hooks.slack.com/services/T000/B000/XXXX" failed',
+    "https://acme.webhook.office.com/webhookb2/abc@def/IncomingWebhook/123/xyz",
+    "nothing here: sig is a word, token too, user@host and https://h/p",
+)
+
+
+def test_the_jvm_cuts_the_same_secrets_as_python(spark):
+    """The Java regex the JVM's log4j takes gives what ``redact`` gives, in Java itself."""
+    regex, kept = java_redaction()
+    matcher = spark._jvm.java.util.regex.Pattern.compile(regex)
+    for text in SECRET_SHAPES:
+        assert matcher.matcher(text).replaceAll(kept) == redact(text), text
+    assert redact(SECRET_SHAPES[0]) == (
+        "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=send;"
+        "SharedAccessKey=***;EntityPath=events"
+    )
+    assert redact(SECRET_SHAPES[-1]) == SECRET_SHAPES[-1]
+
+
+def test_what_the_jvm_logs_to_its_file_is_cut_of_secrets(spark, tmp_path):
+    """log4j's file appender writes each event and its trace through the Java regex."""
+    jvm = spark._jvm
+    log = tmp_path / "jvm.log"
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    jvm.java.lang.System.setProperty(LOG_FILE_PROPERTY, str(log))
+    context.reconfigure()  # the file appender exists while the property is set
+    try:
+        error = jvm.java.lang.IllegalStateException(f"cannot reach {SECRET_SHAPES[0]}")
+        logger = jvm.org.apache.logging.log4j.LogManager.getLogger("iot.tests")
+        logger.error(f"retrying {SECRET_SHAPES[3]}", error)  # the tests log ERROR and up
+    finally:
+        jvm.java.lang.System.clearProperty(LOG_FILE_PROPERTY)
+        context.reconfigure()
+    text = log.read_text()
+    assert f" ERROR iot.tests: retrying {redact(SECRET_SHAPES[3])}\n" in text
+    assert f"java.lang.IllegalStateException: cannot reach {redact(SECRET_SHAPES[0])}\n" in text
+    for secret in ("c2VjcmV0LWtleQ", "wJalrXUtnFEMI", "p%40ss"):
+        assert secret not in text
 
 
 def test_the_pools_file_defines_the_pools_the_queries_use():
@@ -43,7 +96,8 @@ def test_the_pools_file_defines_the_pools_the_queries_use():
 
 def test_the_log4j2_file_reads_the_properties_the_options_set():
     text = LOG4J2_CONFIG.read_text()
-    for prop in ("iot.log.level", "iot.log.root", "iot.log.benign", LOG_FILE_PROPERTY):
+    props = ("iot.log.level", "iot.log.root", "iot.log.benign", "iot.log.secrets", "iot.log.kept")
+    for prop in (*props, LOG_FILE_PROPERTY):
         assert f"${{sys:{prop}" in text or f'propertyName="{prop}"' in text, prop
     ET.parse(LOG4J2_CONFIG)  # well-formed
 
