@@ -24,7 +24,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -50,7 +50,12 @@ class StopFlag:
         supervised: Stopped by its parent: SIGINT ignored, a second signal no abort.
     """
 
-    def __init__(self, announce_as: str | None = None, supervised: bool = False) -> None:
+    def __init__(
+        self,
+        announce_as: str | None = None,
+        supervised: bool = False,
+        on_stop: Callable[[], None] | None = None,
+    ) -> None:
         """Not set.
 
         Args:
@@ -60,11 +65,15 @@ class StopFlag:
             supervised: For a child process its parent stops with SIGTERM: SIGINT is
                 ignored (a terminal's Ctrl-C reaches the whole process group), and a
                 second signal does not abort (a SIGTERM to the group, then the parent's).
+            on_stop: Called in the handler of the first signal, before anything else
+                sees the stop (the processor quiets its JVM's console). It runs in the
+                interrupted thread: it must take no lock that thread may hold.
         """
         self.reason: str | None = None
         self.count = 0
         self.announce_as = announce_as
         self.supervised = supervised
+        self._on_stop = on_stop
         self._starting = False
 
     def __call__(self, signum: int, _frame: FrameType | None) -> None:
@@ -73,6 +82,8 @@ class StopFlag:
         again = self.is_set()
         if again and self.announce_as is not None and not self.supervised:
             raise KeyboardInterrupt
+        if self._on_stop is not None and not again:
+            self._on_stop()
         self.set(name)
         if self.announce_as is not None and not again:
             # Straight to the file descriptor: the signal may arrive while the main

@@ -15,7 +15,7 @@ from common.lake import Query, Table
 from common.registry_settings import subject_of
 from common.settings import load_settings, service_parser
 from common.stop_signals import StartInterrupted, StopFlag
-from processor import health, realtime_app, writer_schemas
+from processor import driver_jvm, health, realtime_app, writer_schemas
 from processor.checkpoints import CheckpointSourcesError
 from processor.driver_jvm import end_cut_short_jvm, stop_session, went_away
 from processor.evolution import REBUILDABLE
@@ -52,8 +52,8 @@ from processor.tables import TableSchemaError
 log = logging.getLogger("iot_pulse.processor")
 EPILOG = (
     "Exit codes: 0 done (or stopped by Ctrl-C / SIGTERM), 1 failed (the broker, the lake, "
-    "a query), 2 invalid settings, 130 an available-now run, a rebuild or maintain stopped "
-    "before the end. "
+    "a query), 2 invalid settings, 130 an available-now run, a rebuild, devices or maintain "
+    "stopped before the end. "
     "Spark's and Kafka's warnings and every full trace go to <state dir>/logs/processor.log."
 )
 
@@ -285,15 +285,42 @@ def _started_session(settings: ProcessorSettings, stop: StopFlag) -> SparkSessio
     return spark
 
 
-def _rebuild(settings: ProcessorSettings, queries: list[str], stop: StopFlag) -> int:
+# What a one-off command says when a stop ended it before its end.
+_UNFINISHED = {
+    "devices": "stopped before the dimension was written: run it again",
+    "maintain": "stopped before every table was maintained: run it again for the rest",
+    "rebuild": "stopped before the rebuild finished: run it again",
+}
+
+
+def _once(settings: ProcessorSettings, command: str, queries: list[str], stop: StopFlag) -> int:
+    """Run ``devices``, ``maintain`` or ``rebuild`` (``queries``) once, then stop Spark.
+
+    A stop ends ``maintain`` between tables and ``rebuild`` between queries. A signal
+    sent to every process of the run stops the driver's JVM under the running command:
+    that ends it too, with the same advice.
+    """
     spark = _started_session(settings, stop)
-    finished = rebuild(spark, settings, queries, should_stop=stop.is_set)
-    quiet_console(spark)
+    try:
+        if command == "devices":
+            write_devices(spark, settings)
+            finished = True
+        elif command == "maintain":
+            finished = maintain(spark, settings, should_stop=stop.is_set)
+        else:
+            finished = rebuild(spark, settings, queries, should_stop=stop.is_set)
+    except Exception as exc:
+        if not (stop.is_set() and went_away(exc, f"while {command} ran")):
+            raise
+        say(f"Spark's driver stopped with the same signal before {command} finished: run it again")
+        return cli.INTERRUPTED
+    quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log
     stop_session(spark)
     if not finished:
-        say("stopped before the rebuild finished: run it again")
+        say(_UNFINISHED[command])
         return cli.INTERRUPTED
-    say(f"rebuilt {', '.join(queries)}")
+    if command == "rebuild":
+        say(f"rebuilt {', '.join(queries)}")
     return 0
 
 
@@ -356,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := sorted(set(args.targets) - set(REBUILDABLE)):
         parser.error(f"cannot rebuild {', '.join(unknown)}; choose from {', '.join(REBUILDABLE)}")
     who = realtime_app.WHO if args.command == "realtime" else "processor"
-    stop = StopFlag(announce_as=who, supervised=args.supervised)
+    # A signal quiets the JVM's console at once: a JVM stopped by the same signal logs errors.
+    stop = StopFlag(announce_as=who, supervised=args.supervised, on_stop=driver_jvm.quiet)
     try:
         settings = load_settings(ProcessorSettings, args)
     except (ValueError, FileNotFoundError) as exc:
@@ -376,20 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             return _run(settings, stop, child, partitions)
         if args.command == "realtime":
             return realtime_app.run(settings, partitions, stop)
-        if args.command == "rebuild":
-            return _rebuild(settings, args.targets, stop)
-        spark = _started_session(settings, stop)
-        finished = True
-        if args.command == "devices":
-            write_devices(spark, settings)
-        else:
-            finished = maintain(spark, settings, should_stop=stop.is_set)
-        quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log
-        stop_session(spark)
-        if not finished:
-            say("stopped before every table was maintained: run it again for the rest")
-            return cli.INTERRUPTED
-        return 0
+        return _once(settings, args.command, args.targets, stop)
     except StartInterrupted:
         end_cut_short_jvm()  # nothing had started
         say("stopped before the start-up finished", who)

@@ -95,3 +95,13 @@ def test_after_start_up_a_signal_only_asks_the_run_to_stop(restore_handlers) -> 
         pass
     os.kill(os.getpid(), signal.SIGTERM)
     assert stop.wait(5)  # no exception: the queries stop at the next check
+
+
+def test_on_stop_runs_once_at_the_first_signal_before_the_flag_is_seen(restore_handlers) -> None:
+    seen: list[str | None] = []
+    stop = StopFlag("realtime-alerts", supervised=True, on_stop=lambda: seen.append(stop.reason))
+    stop.install()
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert seen == [None]  # once, and before the flag was set
+    assert (stop.reason, stop.count) == ("SIGTERM", 2)

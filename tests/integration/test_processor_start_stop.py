@@ -143,3 +143,36 @@ DRIVER_STOPPED = (
     "finished run again at the next start, and ops/pipeline_metrics lacks the last ones"
 )
 CHILD_DRIVER_STOPPED = "[realtime-alerts] Spark's driver stopped with the same signal"
+
+
+def test_sigterm_to_the_whole_process_group_while_devices_writes(tmp_path):
+    """The driver's JVM dies under the dimension's write: one line to run it again, exit 130."""
+    out = tmp_path / "terminal.txt"
+    lake = tmp_path / "lake"
+    env = processor_env(
+        "127.0.0.1:9", "unused", lake, bundle_dir("spark"),
+        IOT_PULSE_HOME=str(tmp_path / "home"), IOT_PROCESSOR_FLEET_SIZE="3000000",
+    )  # fmt: skip
+    with out.open("wb") as terminal:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "processor", "devices"],
+            cwd=ROOT, env=env, stdout=terminal, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    table = lake / "dim" / "devices"
+    try:
+        # The write has begun once its first data file is there; a commit would end it.
+        wait_for(lambda: any(table.glob("*.parquet")), 300, "the dimension's write", proc, out)
+        os.killpg(proc.pid, signal.SIGTERM)
+        code = proc.wait(120)
+    finally:
+        kill_group(proc)
+    output = out.read_text()
+    assert not any(table.glob("_delta_log/*.json")), "the write finished before the signal"
+    assert code == 130, output
+    assert output.splitlines()[-2:] == [
+        "[processor] stopping (SIGTERM); again to abort",
+        "[processor] Spark's driver stopped with the same signal before devices finished: "
+        "run it again",
+    ], output
+    for word in ("Traceback", "error"):
+        assert word not in output, output
