@@ -42,7 +42,7 @@ from common.stats import percentiles  # noqa: E402
 from infra import broker  # noqa: E402
 from infra.jars import ensure_jar_dir  # noqa: E402
 from loadtest.alerts import expected_alerts, read_topic  # noqa: E402
-from producer.manifest import read_manifest  # noqa: E402
+from loadtest.lake import read_truth  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS, ALERTS = "bench-events", "bench-alerts"
@@ -109,7 +109,7 @@ def main() -> None:
                     raise SystemExit(f"[bench] the producer failed:\n{proc.tail()}")
                 spikes = {
                     alert_id(a["event_id"], a["metric"])
-                    for a in read_manifest(manifest)["anomalies"]
+                    for a in read_truth(manifest).anomalies
                     if a["kind"] == "spike"
                 }
                 # The last alerts' way through (a path that fell behind shows as latency).

@@ -174,11 +174,6 @@ class Forwarder:
         self._retry_seq = 0
         self._retry_said_at: float | None = None
 
-    @property
-    def retries_waiting(self) -> int:
-        """Messages waiting for their next production after an error that may pass."""
-        return len(self._retries)
-
     def _send(self, pending: _Pending) -> None:
         pending.attempts += 1
         self.outbox.send(pending.msg.payload, pending.key, lambda error: self._done(pending, error))

@@ -84,42 +84,6 @@ class Truth:
         }
 
 
-def truth_from_manifest(manifest: dict[str, Any]) -> Truth:
-    """Build the truth from ``producer.manifest.read_manifest``'s dict.
-
-    Raises:
-        ValueError: The manifest has no header, or a device line's ``seqs`` and
-            ``event_ids`` differ in length.
-    """
-    if manifest.get("header") is None:
-        raise ValueError("the manifest has no header line: is it a producer manifest?")
-    ids: list[str] = []
-    devices: list[str] = []
-    seqs: list[int] = []
-    pos: list[int] = []
-    for device_id, line in manifest["devices"].items():
-        line_ids, line_seqs = line["event_ids"], line["seqs"]
-        if len(line_ids) != len(line_seqs):
-            raise ValueError(
-                f"manifest device line {device_id}: {len(line_ids)} event_ids but "
-                f"{len(line_seqs)} seqs"
-            )
-        ids += line_ids
-        seqs += line_seqs
-        devices += [device_id] * len(line_ids)
-        pos += range(len(line_ids))
-    events = pl.DataFrame(
-        {"event_id": ids, "device_id": devices, "seq": seqs, "pos": pos}, schema=EVENTS_SCHEMA
-    )
-    return Truth(
-        events=events.lazy(),
-        faults=list(manifest.get("faults") or []),
-        failed=list(manifest.get("failed") or []),
-        header=dict(manifest["header"]),
-        anomalies=list(manifest.get("anomalies") or []),
-    )
-
-
 CHUNK_EVENTS = 1_000_000  # readings per Parquet row group while a manifest is converted
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "event_id": pa.large_string(), "device_id": pa.large_string(), "seq": pa.int64(),
@@ -133,7 +97,7 @@ def read_truth_files(paths: Sequence[Path], folder: Path | None = None) -> Truth
 
     The device lines stream into ``events.parquet`` (in ``folder``, else in a temporary
     folder removed when the process exits); a device's lines in several files add up,
-    as ``producer.manifest.read_manifest`` adds them.
+    in file order (``docs/manifest.md``).
 
     Raises:
         ValueError: A file is not a manifest (no header, a device line whose ``seqs``

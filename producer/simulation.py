@@ -372,10 +372,6 @@ class FleetSimulation:
         """Each device's latest sequence number (0: none yet), in fleet order."""
         return self._seq.tolist()
 
-    def last_seq(self, index: int) -> int:
-        """The sequence number of device ``index``'s latest reading (0: none yet)."""
-        return int(self._seq[index])
-
     def _draws(self, a: int, b: int) -> tuple[np.ndarray, ...]:
         """The random numbers of devices ``a .. b - 1``'s next reading.
 

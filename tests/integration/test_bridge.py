@@ -26,9 +26,9 @@ from infra import daemons
 from infra import mqtt_broker as mqtt_infra
 from infra.broker import BrokerInfo, ensure_topic
 from infra.mqtt_broker import MqttBrokerInfo
-from producer.manifest import read_manifest
 from tests import mqtt_fixture
 from tests.integration.test_producer_kafka import assert_manifest_matches_topic
+from tests.manifests import read_manifest
 
 pytestmark = [pytest.mark.integration, pytest.mark.subprocess, mqtt_fixture.needs_mosquitto]
 mqtt_broker = mqtt_fixture.mqtt_broker

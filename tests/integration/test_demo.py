@@ -34,11 +34,10 @@ from common.report import ProducerReport
 from demo.run import session_gap
 from infra.daemons import free_ports
 from infra.paths import state_dir
-from loadtest.lake import read_table
-from loadtest.truth import Truth, truth_from_manifest
+from loadtest.lake import read_table, read_truth
+from loadtest.truth import Truth
 from loadtest.verify import check_quarantine
 from processor.detector import KINDS, alert_id
-from producer.manifest import read_manifest
 from tests import mqtt_fixture
 from tests.integration.proc import table_rows
 
@@ -198,14 +197,13 @@ def test_make_demo_fills_every_page_and_stops_cleanly(tmp_path: Path) -> None:
 
 
 def _check_lake_against_manifest(lake: Path, manifest: Path) -> None:
-    raw = read_manifest(manifest)  # written by the producer when the demo stopped it
-    truth = truth_from_manifest(raw)
+    truth = read_truth(manifest)  # written by the producer when the demo stopped it
     assert truth.header["run"]["scenario"] == "realistic"
     silver = read_table(str(lake), "silver/events")
     quarantine = read_table(str(lake), "silver/quarantine")
     _check_quarantine(truth, quarantine, set(silver["event_id"].to_list()))
-    _check_alerts(raw["anomalies"], table_rows(lake / "gold" / "alerts"))
-    _check_sessions(truth, raw["anomalies"], silver, table_rows(lake / "gold" / "device_sessions"))
+    _check_alerts(truth.anomalies, table_rows(lake / "gold" / "alerts"))
+    _check_sessions(truth, truth.anomalies, silver, table_rows(lake / "gold" / "device_sessions"))
 
 
 def _check_quarantine(truth: Truth, quarantine: pl.DataFrame, silver_ids: set[str]) -> None:

@@ -29,8 +29,8 @@ from infra.broker import ensure_topic
 from infra.jars import ensure_jar_dir
 from loadtest.lake import read_lake, read_truth
 from loadtest.verify import VerifyConfig, verify
-from producer.manifest import read_manifest
 from tests.integration.proc import ROOT, run_python, service_env
+from tests.manifests import read_manifest
 
 pytestmark = pytest.mark.integration
 

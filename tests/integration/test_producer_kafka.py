@@ -26,7 +26,7 @@ from confluent_kafka import Consumer
 
 from infra.broker import BrokerInfo, ensure_topic
 from producer.__main__ import main
-from producer.manifest import read_manifest
+from tests.manifests import read_manifest
 
 pytestmark = pytest.mark.integration
 

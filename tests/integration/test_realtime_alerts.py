@@ -27,7 +27,6 @@ from common.registry_settings import RegistrySettings
 from infra.broker import ensure_topic
 from infra.jars import bundle_dir
 from loadtest.alerts import expected_alerts, read_topic
-from producer.manifest import read_manifest
 from producer.wire_format import AvroFormat
 from tests.integration.proc import (
     ROOT,
@@ -37,6 +36,7 @@ from tests.integration.proc import (
     table_rows,
     wait_for,
 )
+from tests.manifests import read_manifest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from producer.manifest import Manifest, merge_manifests, read_manifest
+from producer.manifest import Manifest, merge_manifests
+from tests.manifests import read_manifest
 
 
 def _eid(n: int) -> str:

@@ -18,10 +18,10 @@ from common.latency import LatencyHistogram
 from common.report import RUNNING
 from producer.__main__ import main
 from producer.launch import throughput_warning
-from producer.manifest import read_manifest
 from producer.pacing import Pacer
 from producer.run import Limits, Progress, run
 from producer.settings import ProducerSettings
+from tests.manifests import read_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 START = "2026-01-01T00:00:00Z"

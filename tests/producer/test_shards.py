@@ -11,9 +11,9 @@ import pytest
 
 from common.stop_signals import StopFlag
 from producer.__main__ import main
-from producer.manifest import read_manifest
 from producer.settings import ProducerSettings
 from producer.shards import Shard, wait_until
+from tests.manifests import read_manifest
 
 START = "2026-01-01T00:00:00Z"
 RUN = ("--transport", "file", "--rate", "0", "--start-time", START, "--clock-rate", "100",
