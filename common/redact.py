@@ -5,7 +5,7 @@ a value can still reach a message in another shape: a connection string given to
 wrong flag (argparse quotes it), a token inside a URL a library quotes in its error,
 a password in a URL's user part, a webhook's secret path. Every line the logging of
 ``common.cli`` writes goes through ``redact`` first, and every event the processor's
-JVM logs through the same patterns in Java (``java_redaction``).
+JVM logs through the same patterns in Java (``log4j_redacted``).
 """
 
 from __future__ import annotations
@@ -35,20 +35,23 @@ def redact(text: str) -> str:
     return text
 
 
-def java_redaction() -> tuple[str, str]:
-    r"""The same patterns as one Java regex and its replacement, for log4j's ``%replace``.
+def log4j_redacted(converter: str) -> str:
+    r"""A log4j layout's ``converter`` (``%m``: the message) cut of secrets as ``redact`` cuts.
 
-    What the JVM logs (Spark, Delta, the Kafka client) goes through them as it is
-    written. Each pattern is one alternative whose group keeps its prefix: Java leaves
-    a group that did not take part out of the replacement. Quotes are written as
-    ``\x27`` and ``\x22``, so the regex passes whole through Spark's option parser
-    inside single quotes.
+    What the JVM logs (Spark, Delta, the Kafka client) goes through one ``%replace``
+    per pattern, in the same order, each keeping the pattern's first group. ``(?U)``
+    gives Java's ``\s``, ``\b`` and case folding Python's Unicode meaning. Quotes are
+    written as ``\x27`` and ``\x22``, so the layout passes whole through Spark's option
+    parser inside single quotes.
+
+    Raises:
+        ValueError: A pattern holds a brace, which log4j's layout parser would take
+            for the end of the regex.
     """
-    alternatives, kept, group = [], "", 1
     for pattern in _PATTERNS:
-        flags = "i" if pattern.flags & re.IGNORECASE else ""
-        alternatives.append(f"(?{flags}:{pattern.pattern})" if flags else pattern.pattern)
-        kept += f"${group}"  # the pattern's first group: what ``redact`` keeps
-        group += pattern.groups
-    regex = "|".join(alternatives).replace("'", r"\x27").replace('"', r"\x22")
-    return regex, kept + HIDDEN
+        if "{" in pattern.pattern or "}" in pattern.pattern:
+            raise ValueError(f"log4j cannot take a brace in a %replace regex: {pattern.pattern}")
+        flags = "iU" if pattern.flags & re.IGNORECASE else "U"
+        regex = f"(?{flags}:{pattern.pattern})".replace("'", r"\x27").replace('"', r"\x22")
+        converter = f"%replace{{{converter}}}{{{regex}}}{{$1{HIDDEN}}}"
+    return converter

@@ -65,9 +65,9 @@ class StopFlag:
             supervised: For a child process its parent stops with SIGTERM: SIGINT is
                 ignored (a terminal's Ctrl-C reaches the whole process group), and a
                 second signal does not abort (a SIGTERM to the group, then the parent's).
-            on_stop: Called in the handler of the first signal, before anything else
-                sees the stop (the processor quiets its JVM's console). It runs in the
-                interrupted thread: it must take no lock that thread may hold.
+            on_stop: Called in the handler of the first signal after start-up (the
+                processor quiets its JVM's console); its errors are ignored. It runs in
+                the interrupted thread: it must take no lock that thread may hold.
         """
         self.reason: str | None = None
         self.count = 0
@@ -82,9 +82,12 @@ class StopFlag:
         again = self.is_set()
         if again and self.announce_as is not None and not self.supervised:
             raise KeyboardInterrupt
-        if self._on_stop is not None and not again:
-            self._on_stop()
         self.set(name)
+        if self._on_stop is not None and not again and not self._starting:
+            # Not while starting: the start is given up, and what the handler writes may
+            # still go where the starting JVM's output goes. A failure must not lose the stop.
+            with contextlib.suppress(Exception):
+                self._on_stop()
         if self.announce_as is not None and not again:
             # Straight to the file descriptor: the signal may arrive while the main
             # thread is writing to sys.stderr, whose buffer a second writer would break.

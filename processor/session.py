@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from common.cli import CliError
 from common.jars import ConnectorJarsMissingError, connector_jars
 from common.paths import package_file
-from common.redact import java_redaction
+from common.redact import log4j_redacted
 from processor import driver_jvm
 from processor.settings import S3_PACKAGES, S3_PACKAGES_EXCLUDES, ProcessorSettings
 
@@ -75,12 +75,16 @@ def _java_option(name: str, value: str) -> str:
     """``-Dname=value``, quoted for Spark's option parser when the value needs it.
 
     Spark's parser takes what is inside single quotes as it is (a regex's backslashes);
-    a value that holds a single quote itself goes in double quotes.
+    a value that holds a single quote itself goes in double quotes, where a backslash
+    escapes the next character.
     """
     option = f"-D{name}={value}"
     if not any(c in option for c in " \\\"'"):
         return option
-    return f"'{option}'" if "'" not in option else f'"{option}"'
+    if "'" not in option:
+        return f"'{option}'"
+    escaped = option.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
 
 
 def log4j2_options(level: str, log_file: Path | None) -> str:
@@ -92,16 +96,15 @@ def log4j2_options(level: str, log_file: Path | None) -> str:
         log_file: The log file; None writes none.
     """
     file_level = min(level, "WARN", key=_LEVELS.index)
-    secrets, kept = java_redaction()
     props = {
         "log4j2.configurationFile": str(LOG4J2_CONFIG),
         "iot.log.level": level,
         "iot.log.root": file_level if log_file else level,
         # Expected warnings stay hidden unless the user asks for INFO or DEBUG.
         "iot.log.benign": level if _LEVELS.index(level) < _LEVELS.index("WARN") else "ERROR",
-        # Secrets cut out of every event, on the console and in the file (common.redact).
-        "iot.log.secrets": secrets,
-        "iot.log.kept": kept,
+        # Each event, and its trace in the file, cut of secrets (common.redact).
+        "iot.log.message": log4j_redacted("%m"),
+        "iot.log.event": log4j_redacted("%m%n%ex"),
     }
     if log_file is not None:
         props[LOG_FILE_PROPERTY] = str(log_file)

@@ -97,11 +97,26 @@ def test_after_start_up_a_signal_only_asks_the_run_to_stop(restore_handlers) -> 
     assert stop.wait(5)  # no exception: the queries stop at the next check
 
 
-def test_on_stop_runs_once_at_the_first_signal_before_the_flag_is_seen(restore_handlers) -> None:
-    seen: list[str | None] = []
-    stop = StopFlag("realtime-alerts", supervised=True, on_stop=lambda: seen.append(stop.reason))
+def test_on_stop_runs_once_at_the_first_signal_after_start_up(restore_handlers) -> None:
+    calls: list[str | None] = []
+    stop = StopFlag("realtime-alerts", supervised=True, on_stop=lambda: calls.append(stop.reason))
+    stop.install()
+    with pytest.raises(StartInterrupted), stop.starting():
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert calls == []  # a start-up given up: nothing to quiet
+    stop = StopFlag("realtime-alerts", supervised=True, on_stop=lambda: calls.append(stop.reason))
     stop.install()
     os.kill(os.getpid(), signal.SIGTERM)
     os.kill(os.getpid(), signal.SIGTERM)
-    assert seen == [None]  # once, and before the flag was set
+    assert calls == ["SIGTERM"]
     assert (stop.reason, stop.count) == ("SIGTERM", 2)
+
+
+def test_an_on_stop_that_fails_loses_no_stop(restore_handlers) -> None:
+    def broken() -> None:
+        raise OSError("the log folder is gone")
+
+    stop = StopFlag(on_stop=broken)
+    stop.install()
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert (stop.reason, stop.count) == ("SIGTERM", 1)

@@ -110,9 +110,11 @@ def test_what_the_jvm_prints_itself_is_cut_of_secrets_on_the_terminal_and_in_the
 ):
     """Java's own prints bypass log4j: the copy cuts them, before ``quiet`` and after it."""
     log = tmp_path / "processor.log"
+    quieted = tmp_path / "quieted"
     stderr = JvmStderr(log)
     printed = (
-        "echo 'before https://u:pw-one@h/x' >&2; sleep 1;"
+        "echo 'before https://u:pw-one@h/x' >&2;"
+        f"while [ ! -e {quieted} ]; do sleep 0.05; done;"
         "echo 'after SharedAccessKey=pw-two;EntityPath=t' >&2"
     )
     with stderr.capture():
@@ -123,6 +125,7 @@ def test_what_the_jvm_prints_itself_is_cut_of_secrets_on_the_terminal_and_in_the
         time.sleep(0.05)
         err += capfd.readouterr().err
     stderr.quiet()
+    quieted.touch()  # the child prints its second line only now
     assert child.wait(10) == 0
     while "after" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.05)

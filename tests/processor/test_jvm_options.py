@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 from pyspark.sql import functions as F
 
-from common.redact import java_redaction, redact
+from common.redact import log4j_redacted, redact
 from processor.session import (
     BACKGROUND_POOL,
     HOT_POOL,
@@ -22,7 +22,9 @@ from processor.session import (
 
 def test_the_log4j2_options_quiet_the_console_and_keep_warnings_in_the_file(tmp_path):
     config = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"
-    secrets = f"'-Diot.log.secrets={java_redaction()[0]}' -Diot.log.kept=$1$2$3$4$5$6***"
+    secrets = (
+        f"'-Diot.log.message={log4j_redacted('%m')}' '-Diot.log.event={log4j_redacted('%m%n%ex')}'"
+    )
     log = tmp_path / "processor.log"
     assert log4j2_options("ERROR", log) == (
         f"{config} -Diot.log.level=ERROR -Diot.log.root=WARN -Diot.log.benign=ERROR "
@@ -38,6 +40,10 @@ def test_the_log4j2_options_quiet_the_console_and_keep_warnings_in_the_file(tmp_
     assert log4j2_options("WARN", tmp_path / "it's" / "p.log").endswith(
         f'"-Diot.log.file={tmp_path}/it\'s/p.log"'
     )
+    # ... where a backslash escapes the next character.
+    assert log4j2_options("WARN", tmp_path / 'it\'s "a\\b"' / "p.log").endswith(
+        f'"-Diot.log.file={tmp_path}/it\'s \\"a\\\\b\\"/p.log"'
+    )
 
 
 # Every shape of secret common.redact knows, among words it must leave alone.
@@ -49,42 +55,43 @@ SECRET_SHAPES = (
     "s3a://AKIA:wJalrXUtnFEMI@bucket/lake and 'https://u:p%40ss@h/x'",
     'posting to "https://hooks.slack.com/services/T000/B000/XXXX" failed',
     "https://acme.webhook.office.com/webhookb2/abc@def/IncomingWebhook/123/xyz",
+    "two at once: amqps://SharedAccessKey=a2V5LW9uZQ:cGFzcw@host",  # each pattern in turn
+    "SharedAccessKey\u00a0=\u00a0bm9uLWJyZWFraW5n",  # Unicode spaces
     "nothing here: sig is a word, token too, user@host and https://h/p",
 )
 
 
-def test_the_jvm_cuts_the_same_secrets_as_python(spark):
-    """The Java regex the JVM's log4j takes gives what ``redact`` gives, in Java itself."""
-    regex, kept = java_redaction()
-    matcher = spark._jvm.java.util.regex.Pattern.compile(regex)
-    for text in SECRET_SHAPES:
-        assert matcher.matcher(text).replaceAll(kept) == redact(text), text
-    assert redact(SECRET_SHAPES[0]) == (
-        "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=send;"
-        "SharedAccessKey=***;EntityPath=events"
-    )
-    assert redact(SECRET_SHAPES[-1]) == SECRET_SHAPES[-1]
-
-
-def test_what_the_jvm_logs_to_its_file_is_cut_of_secrets(spark, tmp_path):
-    """log4j's file appender writes each event and its trace through the Java regex."""
+def test_what_the_jvm_logs_is_cut_of_secrets_as_python_cuts_them(spark, tmp_path):
+    """log4j's file appender writes each event and its trace through common.redact's patterns."""
     jvm = spark._jvm
     log = tmp_path / "jvm.log"
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
     jvm.java.lang.System.setProperty(LOG_FILE_PROPERTY, str(log))
     context.reconfigure()  # the file appender exists while the property is set
     try:
-        error = jvm.java.lang.IllegalStateException(f"cannot reach {SECRET_SHAPES[0]}")
         logger = jvm.org.apache.logging.log4j.LogManager.getLogger("iot.tests")
-        logger.error(f"retrying {SECRET_SHAPES[3]}", error)  # the tests log ERROR and up
+        for text in SECRET_SHAPES:
+            logger.error(text)  # the tests log ERROR and up
+        error = jvm.java.lang.IllegalStateException(f"cannot reach {SECRET_SHAPES[0]}")
+        logger.error("with a trace", error)
     finally:
         jvm.java.lang.System.clearProperty(LOG_FILE_PROPERTY)
         context.reconfigure()
-    text = log.read_text()
-    assert f" ERROR iot.tests: retrying {redact(SECRET_SHAPES[3])}\n" in text
-    assert f"java.lang.IllegalStateException: cannot reach {redact(SECRET_SHAPES[0])}\n" in text
-    for secret in ("c2VjcmV0LWtleQ", "wJalrXUtnFEMI", "p%40ss"):
-        assert secret not in text
+    lines = log.read_text().splitlines()
+    logged = [line.split(" ERROR iot.tests: ", 1)[1] for line in lines[: len(SECRET_SHAPES)]]
+    assert logged == [redact(text) for text in SECRET_SHAPES]
+    assert lines[len(SECRET_SHAPES) + 1] == (
+        f"java.lang.IllegalStateException: cannot reach {redact(SECRET_SHAPES[0])}"
+    )
+    assert sum(line.startswith("java.lang.IllegalStateException") for line in lines) == 1
+    assert logged[0] == (
+        "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=send;"
+        "SharedAccessKey=***;EntityPath=events"
+    )
+    assert logged[6] == "two at once: amqps://SharedAccessKey=***"
+    assert logged[-1] == SECRET_SHAPES[-1]
+    for secret in ("c2VjcmV0LWtleQ", "wJalrXUtnFEMI", "p%40ss", "a2V5LW9uZQ", "bm9uLWJyZWFraW5n"):
+        assert secret not in log.read_text()
 
 
 def test_the_pools_file_defines_the_pools_the_queries_use():
@@ -96,7 +103,7 @@ def test_the_pools_file_defines_the_pools_the_queries_use():
 
 def test_the_log4j2_file_reads_the_properties_the_options_set():
     text = LOG4J2_CONFIG.read_text()
-    props = ("iot.log.level", "iot.log.root", "iot.log.benign", "iot.log.secrets", "iot.log.kept")
+    props = ("iot.log.level", "iot.log.root", "iot.log.benign", "iot.log.message", "iot.log.event")
     for prop in (*props, LOG_FILE_PROPERTY):
         assert f"${{sys:{prop}" in text or f'propertyName="{prop}"' in text, prop
     ET.parse(LOG4J2_CONFIG)  # well-formed
