@@ -64,7 +64,10 @@ def test_sigterm_while_the_jvm_starts_gives_the_command_up(tmp_path, command):
             proc.kill()
     assert proc.returncode == 0, output
     assert took <= STOP_LIMIT_S, f"stopped {took:.1f} s after SIGTERM\n{output}"
-    assert output.splitlines()[-1] == "[processor] stopped before the start-up finished", output
+    assert output.splitlines()[-2:] == [
+        "[processor] stopping (SIGTERM); again to abort",
+        "[processor] stopped before the start-up finished",
+    ], output
     assert "Traceback" not in output
     _, alive = psutil.wait_procs(jvms, timeout=10)
     assert alive == [], "the command's JVM outlived it"
