@@ -41,7 +41,7 @@ class JvmStderr:
         self._log_file = log_file
         self._log: BinaryIO | None = None
         self._quiet = False
-        self._lock = threading.RLock()  # quiet() may run in a signal handler, in quiet()
+        self._lock = threading.RLock()  # a signal handler may call quiet() inside quiet()
 
     @contextlib.contextmanager
     def capture(self) -> Iterator[None]:
