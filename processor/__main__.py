@@ -310,7 +310,9 @@ def _once(settings: ProcessorSettings, command: str, queries: list[str], stop: S
         else:
             finished = rebuild(spark, settings, queries, should_stop=stop.is_set)
     except Exception as exc:
-        if not (stop.is_set() and went_away(exc, f"while {command} ran")):
+        # Ctrl-C does not reach the JVM (PySpark starts it with SIGINT ignored): after
+        # it, a failure is the command's own, said at once.
+        if stop.reason in (None, "SIGINT") or not went_away(exc, f"while {command} ran"):
             raise
         say(f"Spark's driver stopped with the same signal before {command} finished: run it again")
         return cli.INTERRUPTED

@@ -1,0 +1,54 @@
+"""How ``devices``, ``maintain`` and ``rebuild`` end when a stop meets a failure (no Spark)."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.stop_signals import StopFlag
+from processor import __main__ as processor_main
+from processor.settings import ProcessorSettings
+
+
+@pytest.fixture
+def failing_devices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``devices`` whose write fails; returns what ``went_away`` was asked."""
+    asked: list[str] = []
+
+    def write_fails(_spark: object, _settings: object) -> None:
+        raise RuntimeError("No space left on device")
+
+    def gone(_exc: BaseException, when: str) -> bool:
+        asked.append(when)
+        return True
+
+    monkeypatch.setattr(processor_main, "_started_session", lambda *_: object())
+    monkeypatch.setattr(processor_main, "write_devices", write_fails)
+    monkeypatch.setattr(processor_main, "went_away", gone)
+    return asked
+
+
+def test_after_ctrl_c_a_failure_is_the_commands_own_at_once(failing_devices) -> None:
+    stop = StopFlag()
+    stop.set("SIGINT")  # the JVM ignores it: nothing to wait for
+    with pytest.raises(RuntimeError, match="No space left on device"):
+        processor_main._once(ProcessorSettings(_env_file=None), "devices", [], stop)
+    assert failing_devices == []
+
+
+def test_a_driver_a_sigterm_stopped_under_the_write_is_one_line_and_130(
+    failing_devices, capfd
+) -> None:
+    stop = StopFlag()
+    stop.set("SIGTERM")
+    code = processor_main._once(ProcessorSettings(_env_file=None), "devices", [], stop)
+    assert (code, failing_devices) == (130, ["while devices ran"])
+    assert capfd.readouterr().err == (
+        "[processor] Spark's driver stopped with the same signal before devices finished: "
+        "run it again\n"
+    )
+
+
+def test_a_failure_without_a_stop_is_the_commands_own(failing_devices) -> None:
+    with pytest.raises(RuntimeError, match="No space left on device"):
+        processor_main._once(ProcessorSettings(_env_file=None), "devices", [], StopFlag())
+    assert failing_devices == []
