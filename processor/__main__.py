@@ -285,9 +285,8 @@ def _started_session(settings: ProcessorSettings, stop: StopFlag) -> SparkSessio
     return spark
 
 
-# What a one-off command says when a stop ended it before its end.
+# What a command a stop ends between its steps says (``devices`` is one write).
 _UNFINISHED = {
-    "devices": "stopped before the dimension was written: run it again",
     "maintain": "stopped before every table was maintained: run it again for the rest",
     "rebuild": "stopped before the rebuild finished: run it again",
 }
