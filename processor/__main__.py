@@ -46,7 +46,7 @@ from processor.session import (
     remote_url,
 )
 from processor.settings import ProcessorSettings
-from processor.stopping import BatchInterruptedError, stop_queries
+from processor.stopping import BatchInterruptedError, abandon, stop_queries
 from processor.tables import TableSchemaError
 
 log = logging.getLogger("iot_pulse.processor")
@@ -233,6 +233,22 @@ def _run_main(settings: ProcessorSettings, stop: StopFlag, realtime: ChildApp | 
         log=settings.log_progress,
     )
     spark.streams.addListener(listener)
+    try:
+        return _run_queries(spark, settings, stop, realtime, listener)
+    except BaseException:
+        abandon(spark, listener)
+        listener.close(write_rest=False)
+        raise
+
+
+def _run_queries(
+    spark: SparkSession,
+    settings: ProcessorSettings,
+    stop: StopFlag,
+    realtime: ChildApp | None,
+    listener: MetricsListener,
+) -> int:
+    """Run the queries ``available_now``, or until a stop or a failure; then close Spark."""
     if settings.trigger == "available_now":
         finished = run_available_now(spark, settings, should_stop=stop.is_set)
         _close(spark, [], listener)
@@ -308,13 +324,21 @@ def _once(settings: ProcessorSettings, command: str, queries: list[str], stop: S
             finished = maintain(spark, settings, should_stop=stop.is_set)
         else:
             finished = rebuild(spark, settings, queries, should_stop=stop.is_set)
-    except Exception as exc:
+    except BaseException as exc:
         # Ctrl-C does not reach the JVM (PySpark starts it with SIGINT ignored): after
         # it, a failure is the command's own, said at once.
-        if stop.reason in (None, "SIGINT") or not went_away(exc, f"while {command} ran"):
-            raise
-        say(f"Spark's driver stopped with the same signal before {command} finished: run it again")
-        return cli.INTERRUPTED
+        if (
+            isinstance(exc, Exception)
+            and stop.reason not in (None, "SIGINT")
+            and went_away(exc, f"while {command} ran")
+        ):
+            say(
+                f"Spark's driver stopped with the same signal before {command} finished: "
+                "run it again"
+            )
+            return cli.INTERRUPTED
+        abandon(spark)
+        raise
     quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log
     stop_session(spark)
     if not finished:

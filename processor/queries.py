@@ -14,12 +14,15 @@ from contextlib import contextmanager
 
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
+from common.cli import CliError
 from common.lake import QUERY_SPECS, Query, Tier
 from processor import writes
 from processor.checkpoints import checkpoint_query_id, clear_unlogged_first_batch
 from processor.conflicts import retry_conflicts
 from processor.lake_files import LakeFiles
+from processor.lifecycle import say
 from processor.settings import ProcessorSettings
 from processor.stopping import interrupted, is_stopping
 
@@ -161,7 +164,62 @@ def foreach_batch_stream(
         .queryName(str(name))  # an exact str: Spark refuses a subclass (common.lake.Query)
     )
     clear_unlogged_first_batch(files, checkpoint)
-    return with_trigger(writer, settings, tier).start()
+    return started(with_trigger(writer, settings, tier), name)
+
+
+# Through Spark Connect, a foreachBatch query's start starts its Python process on the
+# server, and Spark gives that process 10 s to connect back (a constant of its own). On
+# a loaded server it may take longer: the start fails, nothing of the query began, and
+# a second start finds the machine less busy.
+WORKER_LATE = "Python worker failed to connect back"
+START_ATTEMPTS = 3
+START_BACKOFF_S = 5.0
+
+
+def started(
+    writer: DataStreamWriter,
+    name: Query,
+    attempts: int = START_ATTEMPTS,
+    backoff_s: float = START_BACKOFF_S,
+) -> StreamingQuery:
+    """Start a query; again, after ``backoff_s``, while its Python process was late to start.
+
+    Raises:
+        CliError: Every start failed so; its cause is the last start's error.
+
+    Args:
+        writer: The query's writer, ready to start.
+        name: The query, for the progress line.
+        attempts: Starts in all; the last one's error is raised.
+        backoff_s: The wait before each new start.
+    """
+
+    def before_sleep(state: RetryCallState) -> None:
+        say(
+            f"{name}: Spark's Python process for it did not start within Spark's 10 s "
+            f"(a busy machine); starting it again (try {state.attempt_number + 1} of {attempts})"
+        )
+
+    def late(exc: BaseException) -> bool:
+        return WORKER_LATE in str(exc)
+
+    retrying = Retrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_fixed(backoff_s),
+        retry=retry_if_exception(late),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    try:
+        return retrying(writer.start)
+    except Exception as exc:
+        if not late(exc):
+            raise
+        raise CliError(
+            f"{name} did not start: Spark's Python process for it did not connect back "
+            f"within Spark's 10 s, {attempts} times; the Spark server is too busy: give it "
+            "more cores or fewer other applications, then start again"
+        ) from exc
 
 
 def table_stream(

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from common.cli import console, first_line, full_trace_hint
-from processor.driver_jvm import driver_jvm_gone, went_away
+from processor.driver_jvm import driver_jvm_gone, stop_session, went_away
 from processor.session import is_remote
 
 log = logging.getLogger("iot_pulse.processor")
@@ -110,3 +110,24 @@ def stop_queries(spark: SparkSession, queries: Sequence[StreamingQuery]) -> bool
                 full_trace_hint(),
             )
     return not gone
+
+
+def abandon(spark: SparkSession, listener: StreamingQueryListener | None = None) -> None:
+    """After a failure: stop the session's queries, remove ``listener``, stop the session.
+
+    Through Spark Connect the server runs a session's queries until they stop or the
+    session ends, and a listener's event thread keeps this process alive until it is
+    removed: a run that failed half started would otherwise not end. Each step's own
+    failure goes to the log only, so that the first error is the one said.
+    """
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("stop its queries", lambda: stop_queries(spark, spark.streams.active))
+    ]
+    if listener is not None:
+        steps.append(("remove its listener", lambda: spark.streams.removeListener(listener)))
+    steps.append(("stop the session", lambda: stop_session(spark)))
+    for what, step in steps:
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - the failure that led here is the one to say
+            log.info("after a failure, could not %s", what, exc_info=True)

@@ -27,28 +27,38 @@ def failing_devices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return asked
 
 
-def test_after_ctrl_c_a_failure_is_the_commands_own_at_once(failing_devices) -> None:
+@pytest.fixture
+def abandoned(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The sessions a failed command gave up (``stopping.abandon``)."""
+    sessions: list[object] = []
+    monkeypatch.setattr(processor_main, "abandon", sessions.append)
+    return sessions
+
+
+def test_after_ctrl_c_a_failure_is_the_commands_own_at_once(failing_devices, abandoned) -> None:
     stop = StopFlag()
     stop.set("SIGINT")  # the JVM ignores it: nothing to wait for
     with pytest.raises(RuntimeError, match="No space left on device"):
         processor_main._once(ProcessorSettings(_env_file=None), "devices", [], stop)
     assert failing_devices == []
+    assert len(abandoned) == 1
 
 
 def test_a_driver_a_sigterm_stopped_under_the_write_is_one_line_and_130(
-    failing_devices, capfd
+    failing_devices, abandoned, capfd
 ) -> None:
     stop = StopFlag()
     stop.set("SIGTERM")
     code = processor_main._once(ProcessorSettings(_env_file=None), "devices", [], stop)
-    assert (code, failing_devices) == (130, ["while devices ran"])
+    assert (code, failing_devices, abandoned) == (130, ["while devices ran"], [])
     assert capfd.readouterr().err == (
         "[processor] Spark's driver stopped with the same signal before devices finished: "
         "run it again\n"
     )
 
 
-def test_a_failure_without_a_stop_is_the_commands_own(failing_devices) -> None:
+def test_a_failure_without_a_stop_is_the_commands_own(failing_devices, abandoned) -> None:
     with pytest.raises(RuntimeError, match="No space left on device"):
         processor_main._once(ProcessorSettings(_env_file=None), "devices", [], StopFlag())
     assert failing_devices == []
+    assert len(abandoned) == 1  # its session stopped: through Spark Connect, on the server too
