@@ -95,15 +95,6 @@ def write(folder: Path) -> Path:
     return folder / "rehearsal.env"
 
 
-def connection_string_in(env_file: Path) -> str:
-    """The connection string an env file of ``write`` holds."""
-    for line in env_file.read_text().splitlines():
-        name, _, value = line.partition("=")
-        if name == CONNECTION_STRING_VAR:
-            return value.strip("'")
-    raise ValueError(f"{env_file} sets no {CONNECTION_STRING_VAR}")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Write the files and print the compose command that uses them."""
     parser = argparse.ArgumentParser(prog="python -m infra.compose_rehearsal", description=__doc__)

@@ -73,21 +73,6 @@ def scan_table(
     return delta_scan.scan(table).select(COLUMNS[name])
 
 
-def read_table(
-    root: str,
-    name: str,
-    *,
-    required: bool = True,
-    storage_options: Mapping[str, str] | None = None,
-) -> pl.DataFrame:
-    """One table's ``COLUMNS`` as a frame in memory (``scan_table``, collected).
-
-    Raises:
-        LakeReadError: As ``scan_table``.
-    """
-    return scan_table(root, name, required=required, storage_options=storage_options).collect()
-
-
 def silver_committed_offsets(root: str) -> dict[int, int]:
     """Per Kafka partition, the offset silver's last committed batch read up to (exclusive).
 

@@ -235,9 +235,9 @@ def _run_main(settings: ProcessorSettings, stop: StopFlag, realtime: ChildApp | 
     spark.streams.addListener(listener)
     try:
         return _run_queries(spark, settings, stop, realtime, listener)
-    except BaseException:
-        abandon(spark, listener)
-        listener.close(write_rest=False)
+    except BaseException as exc:
+        listener.close(write_rest=False)  # first: no flush of its own while Spark stops
+        abandon(spark, remote_url(settings), listener, hurry=isinstance(exc, KeyboardInterrupt))
         raise
 
 
@@ -337,7 +337,7 @@ def _once(settings: ProcessorSettings, command: str, queries: list[str], stop: S
                 "run it again"
             )
             return cli.INTERRUPTED
-        abandon(spark)
+        abandon(spark, remote_url(settings), hurry=isinstance(exc, KeyboardInterrupt))
         raise
     quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log
     stop_session(spark)

@@ -184,14 +184,17 @@ def started(
 ) -> StreamingQuery:
     """Start a query; again, after ``backoff_s``, while its Python process was late to start.
 
-    Raises:
-        CliError: Every start failed so; its cause is the last start's error.
-
     Args:
         writer: The query's writer, ready to start.
         name: The query, for the progress line.
-        attempts: Starts in all; the last one's error is raised.
+        attempts: Starts in all.
         backoff_s: The wait before each new start.
+
+    Returns:
+        The started query.
+
+    Raises:
+        CliError: Every start failed so (one line); its cause is the last start's error.
     """
 
     def before_sleep(state: RetryCallState) -> None:
@@ -217,8 +220,9 @@ def started(
             raise
         raise CliError(
             f"{name} did not start: Spark's Python process for it did not connect back "
-            f"within Spark's 10 s, {attempts} times; the Spark server is too busy: give it "
-            "more cores or fewer other applications, then start again"
+            f"within Spark's 10 s, {attempts} times: the Spark server is too busy, or its "
+            "Python fails to start (the server's log says which); give it more cores or "
+            "fewer other applications, or fix its Python, then start again"
         ) from exc
 
 

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from common.cli import console, first_line, full_trace_hint
+from common.cli import CliError, console, first_line, full_trace_hint
 from processor.driver_jvm import driver_jvm_gone, stop_session, went_away
-from processor.session import is_remote
+from processor.session import check_connect_server, is_remote
 
 log = logging.getLogger("iot_pulse.processor")
 
@@ -33,6 +33,8 @@ _INTERRUPTED = (
 _STOPPING: set[str] = set()
 # How often a stopping query's new jobs are cancelled, until its thread has ended.
 CANCEL_EVERY_S = 0.1
+# How long ``abandon`` waits for a Spark Connect server to answer.
+ABANDON_CHECK_S = 5.0
 
 
 def is_stopping(query_id: str) -> bool:
@@ -112,17 +114,38 @@ def stop_queries(spark: SparkSession, queries: Sequence[StreamingQuery]) -> bool
     return not gone
 
 
-def abandon(spark: SparkSession, listener: StreamingQueryListener | None = None) -> None:
+def abandon(
+    spark: SparkSession,
+    remote: str,
+    listener: StreamingQueryListener | None = None,
+    *,
+    hurry: bool = False,
+) -> None:
     """After a failure: stop the session's queries, remove ``listener``, stop the session.
 
     Through Spark Connect the server runs a session's queries until they stop or the
     session ends, and a listener's event thread keeps this process alive until it is
     removed: a run that failed half started would otherwise not end. Each step's own
     failure goes to the log only, so that the first error is the one said.
+
+    Args:
+        spark: The session.
+        remote: The Spark Connect server's URL; empty for a classic session. A server
+            that does not answer is left alone: its queries went with it, and every
+            call would wait for PySpark's retries (minutes).
+        listener: The run's listener, if it added one.
+        hurry: A second Ctrl-C: skip stopping the queries one by one (the session's
+            end stops them, and a classic session's JVM ends with this process).
     """
-    steps: list[tuple[str, Callable[[], object]]] = [
-        ("stop its queries", lambda: stop_queries(spark, spark.streams.active))
-    ]
+    if remote:
+        try:
+            check_connect_server(remote, ABANDON_CHECK_S)
+        except CliError as exc:
+            log.info("after a failure, Spark Connect is gone too: %s", exc)
+            return
+    steps: list[tuple[str, Callable[[], object]]] = []
+    if not hurry:
+        steps.append(("stop its queries", lambda: stop_queries(spark, spark.streams.active)))
     if listener is not None:
         steps.append(("remove its listener", lambda: spark.streams.removeListener(listener)))
     steps.append(("stop the session", lambda: stop_session(spark)))

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from dotenv import dotenv_values
 
 from common.delta_table import open_delta_table
 from common.fleet import device_id
@@ -43,7 +44,8 @@ def rehearsal(docker_engine, tmp_path_factory) -> Iterator[tuple[Stack, str]]:
     """The eventhubs services up on the rehearsal listener; the connection string."""
     folder = tmp_path_factory.mktemp("compose-rehearsal")
     env_file = compose_rehearsal.write(folder)
-    secret = compose_rehearsal.connection_string_in(env_file)
+    secret = dotenv_values(env_file)[compose_rehearsal.CONNECTION_STRING_VAR]
+    assert secret
     stack = new_stack("iotpulse-compose-rehearsal", env_file, [compose_rehearsal.OVERRIDE])
     stack.compose("down", "-v", "--remove-orphans")
     stack.compose("--profile", "eventhubs", "up", "-d", "--build", *compose_rehearsal.SERVICES)

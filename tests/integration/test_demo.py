@@ -34,7 +34,7 @@ from common.report import ProducerReport
 from demo.run import session_gap
 from infra.daemons import free_ports
 from infra.paths import state_dir
-from loadtest.lake import read_table, read_truth
+from loadtest.lake import read_truth, scan_table
 from loadtest.truth import Truth
 from loadtest.verify import check_quarantine
 from processor.detector import KINDS, alert_id
@@ -199,8 +199,8 @@ def test_make_demo_fills_every_page_and_stops_cleanly(tmp_path: Path) -> None:
 def _check_lake_against_manifest(lake: Path, manifest: Path) -> None:
     truth = read_truth(manifest)  # written by the producer when the demo stopped it
     assert truth.header["run"]["scenario"] == "realistic"
-    silver = read_table(str(lake), "silver/events")
-    quarantine = read_table(str(lake), "silver/quarantine")
+    silver = scan_table(str(lake), "silver/events").collect()
+    quarantine = scan_table(str(lake), "silver/quarantine").collect()
     _check_quarantine(truth, quarantine, set(silver["event_id"].to_list()))
     _check_alerts(truth.anomalies, table_rows(lake / "gold" / "alerts"))
     _check_sessions(truth, truth.anomalies, silver, table_rows(lake / "gold" / "device_sessions"))

@@ -28,11 +28,15 @@ def failing_devices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.fixture
-def abandoned(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """The sessions a failed command gave up (``stopping.abandon``)."""
-    sessions: list[object] = []
-    monkeypatch.setattr(processor_main, "abandon", sessions.append)
-    return sessions
+def abandoned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
+    """What a failed command gave up (``stopping.abandon``'s arguments)."""
+    calls: list[tuple[object, ...]] = []
+
+    def abandon(spark: object, remote: str, *, hurry: bool = False) -> None:
+        calls.append((spark, remote, hurry))
+
+    monkeypatch.setattr(processor_main, "abandon", abandon)
+    return calls
 
 
 def test_after_ctrl_c_a_failure_is_the_commands_own_at_once(failing_devices, abandoned) -> None:
@@ -41,7 +45,7 @@ def test_after_ctrl_c_a_failure_is_the_commands_own_at_once(failing_devices, aba
     with pytest.raises(RuntimeError, match="No space left on device"):
         processor_main._once(ProcessorSettings(_env_file=None), "devices", [], stop)
     assert failing_devices == []
-    assert len(abandoned) == 1
+    assert [(remote, hurry) for _, remote, hurry in abandoned] == [("", False)]
 
 
 def test_a_driver_a_sigterm_stopped_under_the_write_is_one_line_and_130(
@@ -61,4 +65,5 @@ def test_a_failure_without_a_stop_is_the_commands_own(failing_devices, abandoned
     with pytest.raises(RuntimeError, match="No space left on device"):
         processor_main._once(ProcessorSettings(_env_file=None), "devices", [], StopFlag())
     assert failing_devices == []
-    assert len(abandoned) == 1  # its session stopped: through Spark Connect, on the server too
+    # its session stopped: through Spark Connect, its queries on the server too
+    assert [(remote, hurry) for _, remote, hurry in abandoned] == [("", False)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -10,8 +12,12 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from common.cli import CliError
 from common.lake import Query
+from common.stop_signals import StopFlag
+from infra.daemons import free_ports
+from processor import __main__ as processor_main
 from processor import stopping
 from processor.queries import WORKER_LATE, started
+from processor.settings import ProcessorSettings
 
 LATE = RuntimeError(f"{WORKER_LATE}.\n\nJVM stacktrace:\norg.apache.spark.SparkException")
 
@@ -50,8 +56,9 @@ def test_late_every_time_is_one_line_that_says_what_to_do() -> None:
     assert writer.starts == 3
     assert str(raised.value) == (
         "bronze did not start: Spark's Python process for it did not connect back within "
-        "Spark's 10 s, 3 times; the Spark server is too busy: give it more cores or fewer "
-        "other applications, then start again"
+        "Spark's 10 s, 3 times: the Spark server is too busy, or its Python fails to start "
+        "(the server's log says which); give it more cores or fewer other applications, or "
+        "fix its Python, then start again"
     )
     assert raised.value.__cause__ is LATE
 
@@ -93,11 +100,65 @@ class Session:
 
 def test_a_failed_run_gives_up_every_step_even_when_one_fails() -> None:
     session = Session()
-    stopping.abandon(cast(SparkSession, session), cast(Any, "metrics"))
+    stopping.abandon(cast(SparkSession, session), "", cast(Any, "metrics"))
     assert session.calls == ["active", "removeListener metrics", "stop"]
 
 
 def test_a_failed_command_without_a_listener_stops_its_session() -> None:
     session = Session()
-    stopping.abandon(cast(SparkSession, session))
+    stopping.abandon(cast(SparkSession, session), "")
     assert session.calls == ["active", "stop"]
+
+
+def test_after_a_second_ctrl_c_the_queries_end_with_the_session() -> None:
+    session = Session()
+    stopping.abandon(cast(SparkSession, session), "", cast(Any, "metrics"), hurry=True)
+    assert session.calls == ["removeListener metrics", "stop"]
+
+
+def test_a_spark_connect_server_that_is_gone_is_left_alone_at_once() -> None:
+    session = Session()
+    (port,) = free_ports("127.0.0.1", 1)
+    started_at = time.monotonic()
+    stopping.abandon(cast(SparkSession, session), f"sc://127.0.0.1:{port}", cast(Any, "metrics"))
+    assert (session.calls, time.monotonic() - started_at < stopping.ABANDON_CHECK_S) == ([], True)
+
+
+class Listener:
+    """The metrics listener: what ``close`` was asked."""
+
+    def __init__(self, *_args: object, **_kwargs: object) -> None:
+        self.closed: list[bool] = []
+
+    def close(self, write_rest: bool = True) -> None:
+        self.closed.append(write_rest)
+
+
+@pytest.mark.parametrize(
+    ("error", "hurry"), [(RuntimeError("boom"), False), (KeyboardInterrupt(), True)]
+)
+def test_a_run_that_fails_once_started_closes_its_listener_then_gives_spark_up(
+    monkeypatch: pytest.MonkeyPatch, error: BaseException, hurry: bool
+) -> None:
+    calls: list[object] = []
+    spark = SimpleNamespace(streams=SimpleNamespace(addListener=lambda _: calls.append("added")))
+
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise error
+
+    def abandon(session: object, remote: str, listener: Listener, *, hurry: bool) -> None:
+        calls.append((session is spark, remote, list(listener.closed), hurry))
+
+    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
+    monkeypatch.setattr(processor_main, "prepare_lake", lambda *_: None)
+    monkeypatch.setattr(processor_main, "MetricsListener", Listener)
+    monkeypatch.setattr(processor_main, "run_available_now", fail)
+    monkeypatch.setattr(processor_main, "abandon", abandon)
+    stop = StopFlag()
+    monkeypatch.setattr(stop, "install", lambda: None)
+    remote = "sc://127.0.0.1:15002"
+    settings = ProcessorSettings(_env_file=None, trigger="available_now", remote=remote)
+    with pytest.raises(type(error)):
+        processor_main._run_main(settings, stop, None)
+    # The listener is closed before Spark is given up: no flush of its own meanwhile.
+    assert calls == ["added", (True, remote, [False], hurry)]
