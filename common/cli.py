@@ -42,6 +42,8 @@ MAX_LOG_BYTES = 20 * 1024 * 1024
 _MAX_LINE = 500
 # Colour and cursor codes (ESC [ ... letter), as delta-rs puts in its error chains.
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# The line of a gRPC error's repr that says what happened.
+_GRPC_DETAILS = re.compile(r'^\s*details = "(.*)"$', re.MULTILINE)
 _log_file: Path | None = None  # set by open_log
 
 
@@ -232,8 +234,14 @@ def log_file() -> Path | None:
 
 
 def first_line(exc: BaseException) -> str:
-    """An error's first line, for a one-line message (its class name if it has no text)."""
+    """An error's first line, for a one-line message (its class name if it has no text).
+
+    A gRPC error (a Spark Connect call's, raw or wrapped by PySpark) reads as a many-line
+    repr; its one line is the ``details`` in it.
+    """
     text = str(exc).strip()
+    if text.startswith("<_") and (details := _GRPC_DETAILS.search(text)):
+        text = details.group(1)
     return one_line(text.splitlines()[0]) if text else type(exc).__name__
 
 

@@ -39,11 +39,13 @@ from processor.preflight import check_kafka, check_lake_root, check_lake_store
 from processor.queries import tier_interval, tier_of
 from processor.readers import TableUnreadableError
 from processor.session import (
+    bound_connect_retries,
     build_session,
     is_remote,
     quiet_console,
     remote_server,
     remote_url,
+    server_lost,
 )
 from processor.settings import ProcessorSettings
 from processor.stopping import BatchInterruptedError, abandon, stop_queries
@@ -75,8 +77,11 @@ def _quiet_libraries() -> None:
     py4j logs every connection at INFO, and every error of a callback with its trace.
     PySpark logs each error it raises from a SQL statement, the JVM's trace included,
     as JSON on stderr (a handler of its own, not the root's): a MERGE that loses to a
-    compaction, retried, would print pages. Those go to the root's handlers (the log).
+    compaction, retried, would print pages. Those go to the root's handlers (the log),
+    as do Python's warnings (PySpark's Spark Connect client warns on stderr of each call
+    it gave up retrying).
     """
+    logging.captureWarnings(True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     logging.getLogger("py4j.clientserver").addFilter(_NotAStoppedBatch())
     from pyspark.logger import PySparkLogger
@@ -237,7 +242,9 @@ def _run_main(settings: ProcessorSettings, stop: StopFlag, realtime: ChildApp | 
         return _run_queries(spark, settings, stop, realtime, listener)
     except BaseException as exc:
         listener.close(write_rest=False)  # first: no flush of its own while Spark stops
-        abandon(spark, remote_url(settings), listener, hurry=isinstance(exc, KeyboardInterrupt))
+        remote, hurry = remote_url(settings), isinstance(exc, KeyboardInterrupt)
+        if not abandon(spark, remote, listener, hurry=hurry) and isinstance(exc, Exception):
+            raise cli.CliError(server_lost(remote)) from exc
         raise
 
 
@@ -249,6 +256,7 @@ def _run_queries(
     listener: MetricsListener,
 ) -> int:
     """Run the queries ``available_now``, or until a stop or a failure; then close Spark."""
+    bound_connect_retries(spark)  # the lake is prepared, so a cluster that had to start is up
     if settings.trigger == "available_now":
         finished = run_available_now(spark, settings, should_stop=stop.is_set)
         _close(spark, [], listener)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 from urllib.parse import urlparse
 
 from pyspark.errors import AnalysisException
@@ -263,6 +264,52 @@ def check_connect_server(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None
         ) from None
     finally:
         channel.close()
+
+
+# PySpark's retries of a call that a running run's Spark Connect server does not answer:
+# waits of 0.05, 0.2, 0.8, 3.2 and 5 s (the last two with up to 0.5 s more), about 10 s
+# in all. Closing the channel then waits up to 10 s more for calls in flight.
+RUNNING_MAX_RETRIES, RUNNING_MAX_BACKOFF_MS = 5, 5_000
+
+
+def bound_connect_retries(spark: SparkSession) -> None:
+    """Through Spark Connect, give up a server that stops answering within about 10 s.
+
+    PySpark's client retries a call to a server that does not answer for ten minutes and
+    more, long enough for a cluster to start, which a run's start may need. Once the run
+    is up (its lake prepared), its queries run on the server and end with it, and a run
+    that waited ten minutes would say nothing all that time. From this call on, every call
+    of the session (the queries' starts and polls, the listener's events, the metrics'
+    writes) fails after ``RUNNING_MAX_RETRIES`` retries. A classic session is left alone.
+    """
+    if not is_remote(spark):
+        return
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    client = cast(ConnectSession, spark).client
+    policy = DefaultPolicy(max_retries=RUNNING_MAX_RETRIES, max_backoff=RUNNING_MAX_BACKOFF_MS)
+    client.set_retry_policies([policy])
+
+
+def close_channel(spark: SparkSession) -> None:
+    """Close a Spark Connect session's channel without a call to its server (it is gone).
+
+    Unclosed, PySpark's exit handler calls the server twice more, each call waiting out
+    its retries.
+    """
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    cast(ConnectSession, spark).client.close()
+
+
+def server_lost(url: str) -> str:
+    """The one line for a run whose Spark Connect server at ``url`` stopped answering."""
+    return (
+        f"the Spark Connect server at {remote_server(url)} stopped answering, and the run's "
+        "queries stopped with it: start the server again, then the processor (it carries on "
+        "from its checkpoints)"
+    )
 
 
 def _connect_session(settings: ProcessorSettings, url: str) -> SparkSession:

@@ -12,7 +12,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from common.cli import CliError, console, first_line, full_trace_hint
 from processor.driver_jvm import driver_jvm_gone, stop_session, went_away
-from processor.session import check_connect_server, is_remote
+from processor.session import check_connect_server, close_channel, is_remote
 
 log = logging.getLogger("iot_pulse.processor")
 
@@ -120,7 +120,7 @@ def abandon(
     listener: StreamingQueryListener | None = None,
     *,
     hurry: bool = False,
-) -> None:
+) -> bool:
     """After a failure: stop the session's queries, remove ``listener``, stop the session.
 
     Through Spark Connect the server runs a session's queries until they stop or the
@@ -136,13 +136,20 @@ def abandon(
         listener: The run's listener, if it added one.
         hurry: A second Ctrl-C: skip stopping the queries one by one (the session's
             end stops them, and a classic session's JVM ends with this process).
+
+    Returns:
+        False when the Spark Connect server did not answer, else True.
     """
     if remote:
         try:
             check_connect_server(remote, ABANDON_CHECK_S)
         except CliError as exc:
             log.info("after a failure, Spark Connect is gone too: %s", exc)
-            return
+            try:
+                close_channel(spark)
+            except Exception:  # noqa: BLE001 - as the steps below
+                log.info("after a failure, could not close the channel", exc_info=True)
+            return False
     steps: list[tuple[str, Callable[[], object]]] = []
     if not hurry:
         steps.append(("stop its queries", lambda: stop_queries(spark, spark.streams.active)))
@@ -154,3 +161,4 @@ def abandon(
             step()
         except Exception:  # noqa: BLE001 - the failure that led here is the one to say
             log.info("after a failure, could not %s", what, exc_info=True)
+    return True

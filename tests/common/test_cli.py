@@ -252,6 +252,23 @@ def test_one_line_drops_terminal_colour_codes():
     assert cli.one_line(chain) == "Generic S3 error \u21b3 HTTP error \u21b3 tcp connect"
 
 
+def test_first_line_of_a_grpc_error_is_its_details():
+    # What PySpark's Spark Connect client raises when its server is gone, as it prints.
+    text = (
+        "<_InactiveRpcError of RPC that terminated with:\n"
+        "\tstatus = StatusCode.UNAVAILABLE\n"
+        '\tdetails = "failed to connect to all addresses; last error: UNKNOWN: '
+        'ipv4:127.0.0.1:23265: Failed to connect to remote host: Connection refused"\n'
+        '\tdebug_error_string = "UNAVAILABLE:failed to connect to all addresses"\n>'
+    )
+    assert cli.first_line(RuntimeError(text)) == (
+        "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:23265: "
+        "Failed to connect to remote host: Connection refused"
+    )
+    assert cli.first_line(RuntimeError("plain\nsecond")) == "plain"
+    assert cli.first_line(RuntimeError("")) == "RuntimeError"
+
+
 @pytest.mark.parametrize(
     ("location", "expected"),
     [

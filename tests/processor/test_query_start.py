@@ -92,6 +92,7 @@ class Session:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.streams = Streams(self.calls)
+        self.client = SimpleNamespace(close=lambda: self.calls.append("close the channel"))
 
     def stop(self) -> None:
         self.calls.append("stop")
@@ -100,7 +101,7 @@ class Session:
 
 def test_a_failed_run_gives_up_every_step_even_when_one_fails() -> None:
     session = Session()
-    stopping.abandon(cast(SparkSession, session), "", cast(Any, "metrics"))
+    assert stopping.abandon(cast(SparkSession, session), "", cast(Any, "metrics")) is True
     assert session.calls == ["active", "removeListener metrics", "stop"]
 
 
@@ -120,8 +121,13 @@ def test_a_spark_connect_server_that_is_gone_is_left_alone_at_once() -> None:
     session = Session()
     (port,) = free_ports("127.0.0.1", 1)
     started_at = time.monotonic()
-    stopping.abandon(cast(SparkSession, session), f"sc://127.0.0.1:{port}", cast(Any, "metrics"))
-    assert (session.calls, time.monotonic() - started_at < stopping.ABANDON_CHECK_S) == ([], True)
+    answered = stopping.abandon(
+        cast(SparkSession, session), f"sc://127.0.0.1:{port}", cast(Any, "metrics")
+    )
+    # No call to the server: only the channel is closed, so that PySpark's exit handler
+    # does not call it either.
+    assert (answered, session.calls) == (False, ["close the channel"])
+    assert time.monotonic() - started_at < stopping.ABANDON_CHECK_S
 
 
 class Listener:
@@ -146,8 +152,9 @@ def test_a_run_that_fails_once_started_closes_its_listener_then_gives_spark_up(
     def fail(*_args: object, **_kwargs: object) -> None:
         raise error
 
-    def abandon(session: object, remote: str, listener: Listener, *, hurry: bool) -> None:
+    def abandon(session: object, remote: str, listener: Listener, *, hurry: bool) -> bool:
         calls.append((session is spark, remote, list(listener.closed), hurry))
+        return True
 
     monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
     monkeypatch.setattr(processor_main, "prepare_lake", lambda *_: None)
@@ -162,3 +169,39 @@ def test_a_run_that_fails_once_started_closes_its_listener_then_gives_spark_up(
         processor_main._run_main(settings, stop, None)
     # The listener is closed before Spark is given up: no flush of its own meanwhile.
     assert calls == ["added", (True, remote, [False], hurry)]
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (
+            RuntimeError("<_InactiveRpcError of RPC that terminated with: ..."),
+            "the Spark Connect server at 127.0.0.1:15002 stopped answering, and the run's "
+            "queries stopped with it: start the server again, then the processor (it carries "
+            "on from its checkpoints)",
+        ),
+        (KeyboardInterrupt(), None),
+    ],
+)
+def test_a_run_whose_spark_connect_server_is_gone_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, error: BaseException, said: str | None
+) -> None:
+    spark = SimpleNamespace(streams=SimpleNamespace(addListener=lambda _: None))
+
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
+    monkeypatch.setattr(processor_main, "prepare_lake", lambda *_: None)
+    monkeypatch.setattr(processor_main, "MetricsListener", Listener)
+    monkeypatch.setattr(processor_main, "run_available_now", fail)
+    monkeypatch.setattr(processor_main, "abandon", lambda *_args, **_kwargs: False)
+    stop = StopFlag()
+    monkeypatch.setattr(stop, "install", lambda: None)
+    settings = ProcessorSettings(
+        _env_file=None, trigger="available_now", remote="sc://127.0.0.1:15002/;token=abc"
+    )
+    with pytest.raises(CliError if said else KeyboardInterrupt) as raised:
+        processor_main._run_main(settings, stop, None)
+    if said:  # the server, without the URL's parameters (a token)
+        assert (str(raised.value), raised.value.__cause__) == (said, error)
