@@ -39,7 +39,6 @@ from processor.preflight import check_kafka, check_lake_root, check_lake_store
 from processor.queries import tier_interval, tier_of
 from processor.readers import TableUnreadableError
 from processor.session import (
-    bound_connect_retries,
     build_session,
     is_remote,
     quiet_console,
@@ -256,7 +255,6 @@ def _run_queries(
     listener: MetricsListener,
 ) -> int:
     """Run the queries ``available_now``, or until a stop or a failure; then close Spark."""
-    bound_connect_retries(spark)  # the lake is prepared, so a cluster that had to start is up
     if settings.trigger == "available_now":
         finished = run_available_now(spark, settings, should_stop=stop.is_set)
         _close(spark, [], listener)
@@ -345,7 +343,9 @@ def _once(settings: ProcessorSettings, command: str, queries: list[str], stop: S
                 "run it again"
             )
             return cli.INTERRUPTED
-        abandon(spark, remote_url(settings), hurry=isinstance(exc, KeyboardInterrupt))
+        remote, hurry = remote_url(settings), isinstance(exc, KeyboardInterrupt)
+        if not abandon(spark, remote, hurry=hurry) and isinstance(exc, Exception):
+            raise cli.CliError(server_lost(remote, command)) from exc
         raise
     quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log
     stop_session(spark)

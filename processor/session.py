@@ -276,10 +276,10 @@ def bound_connect_retries(spark: SparkSession) -> None:
     """Through Spark Connect, give up a server that stops answering within about 10 s.
 
     PySpark's client retries a call to a server that does not answer for ten minutes and
-    more, long enough for a cluster to start, which a run's start may need. Once the run
-    is up (its lake prepared), its queries run on the server and end with it, and a run
-    that waited ten minutes would say nothing all that time. From this call on, every call
-    of the session (the queries' starts and polls, the listener's events, the metrics'
+    more, long enough for a cluster to start, which a session's first calls may need.
+    Once the server has answered, a run's queries run on it and end with it, and a run or
+    command that waited ten minutes would say nothing all that time. From this call on,
+    every call of the session (the queries' starts and polls, the listener's events, the
     writes) fails after ``RUNNING_MAX_RETRIES`` retries. A classic session is left alone.
     """
     if not is_remote(spark):
@@ -303,12 +303,14 @@ def close_channel(spark: SparkSession) -> None:
     cast(ConnectSession, spark).client.close()
 
 
-def server_lost(url: str) -> str:
-    """The one line for a run whose Spark Connect server at ``url`` stopped answering."""
+def server_lost(url: str, command: str = "run") -> str:
+    """The one line for a ``command`` whose Spark Connect server at ``url`` stopped answering."""
+    server = f"the Spark Connect server at {remote_server(url)} stopped answering"
+    if command != "run":
+        return f"{server} before {command} finished: start the server again, then run it again"
     return (
-        f"the Spark Connect server at {remote_server(url)} stopped answering, and the run's "
-        "queries stopped with it: start the server again, then the processor (it carries on "
-        "from its checkpoints)"
+        f"{server}, and the run's queries stopped with it: start the server again, then the "
+        "processor (it carries on from its checkpoints)"
     )
 
 
@@ -321,6 +323,7 @@ def _connect_session(settings: ProcessorSettings, url: str) -> SparkSession:
     for key, value in runtime_conf(settings).items():
         spark.conf.set(key, value)
     _check_sources(spark)
+    bound_connect_retries(spark)  # it answered: a cluster that had to start is up
     return spark
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from common.cli import CliError
 from common.stop_signals import StopFlag
 from processor import __main__ as processor_main
 from processor.settings import ProcessorSettings
@@ -32,8 +33,9 @@ def abandoned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     """What a failed command gave up (``stopping.abandon``'s arguments)."""
     calls: list[tuple[object, ...]] = []
 
-    def abandon(spark: object, remote: str, *, hurry: bool = False) -> None:
+    def abandon(spark: object, remote: str, *, hurry: bool = False) -> bool:
         calls.append((spark, remote, hurry))
+        return not remote.endswith(":1")  # a server on port 1: gone
 
     monkeypatch.setattr(processor_main, "abandon", abandon)
     return calls
@@ -67,3 +69,16 @@ def test_a_failure_without_a_stop_is_the_commands_own(failing_devices, abandoned
     assert failing_devices == []
     # its session stopped: through Spark Connect, its queries on the server too
     assert [(remote, hurry) for _, remote, hurry in abandoned] == [("", False)]
+
+
+def test_a_spark_connect_server_gone_under_a_command_is_one_line(
+    failing_devices, abandoned
+) -> None:
+    settings = ProcessorSettings(_env_file=None, remote="sc://127.0.0.1:1")
+    with pytest.raises(CliError) as raised:
+        processor_main._once(settings, "devices", [], StopFlag())
+    assert str(raised.value) == (
+        "the Spark Connect server at 127.0.0.1:1 stopped answering before devices finished: "
+        "start the server again, then run it again"
+    )
+    assert str(raised.value.__cause__) == "No space left on device"
