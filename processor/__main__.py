@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import warnings
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -45,6 +46,7 @@ from processor.session import (
     remote_server,
     remote_url,
     server_lost,
+    server_unavailable,
 )
 from processor.settings import ProcessorSettings
 from processor.stopping import BatchInterruptedError, abandon, stop_queries
@@ -70,17 +72,39 @@ class _NotAStoppedBatch(logging.Filter):
 PYSPARK_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
+def _warning_in_one_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    """``warnings.showwarning``: the warning's first line on the console, all of it in the log."""
+    log.warning("%s:%d: %s: %s", filename, lineno, category.__name__, message)
+    cli.console.warning("warning: %s", cli.first_line(Exception(str(message))))
+
+
+def _warnings_in_one_line() -> None:
+    """A Python warning is one line on the console, its whole text in the log.
+
+    PySpark's Spark Connect client warns so of a listener it lost. Its warning of a call
+    it gave up retrying is left out: the call's error follows it.
+    """
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
+    warnings.showwarning = _warning_in_one_line
+
+
 def _quiet_libraries() -> None:
     """Library logs go to the log file, not the console.
 
     py4j logs every connection at INFO, and every error of a callback with its trace.
     PySpark logs each error it raises from a SQL statement, the JVM's trace included,
     as JSON on stderr (a handler of its own, not the root's): a MERGE that loses to a
-    compaction, retried, would print pages. Those go to the root's handlers (the log),
-    as do Python's warnings (PySpark's Spark Connect client warns on stderr of each call
-    it gave up retrying).
+    compaction, retried, would print pages. Those go to the root's handlers (the log).
+    Python's warnings are one line each (``_warnings_in_one_line``).
     """
-    logging.captureWarnings(True)
+    _warnings_in_one_line()
     logging.getLogger("py4j").setLevel(logging.WARNING)
     logging.getLogger("py4j.clientserver").addFilter(_NotAStoppedBatch())
     from pyspark.logger import PySparkLogger
@@ -242,7 +266,7 @@ def _run_main(settings: ProcessorSettings, stop: StopFlag, realtime: ChildApp | 
     except BaseException as exc:
         listener.close(write_rest=False)  # first: no flush of its own while Spark stops
         remote, hurry = remote_url(settings), isinstance(exc, KeyboardInterrupt)
-        if not abandon(spark, remote, listener, hurry=hurry) and isinstance(exc, Exception):
+        if not abandon(spark, remote, listener, hurry=hurry) and server_unavailable(exc):
             raise cli.CliError(server_lost(remote)) from exc
         raise
 
@@ -344,7 +368,7 @@ def _once(settings: ProcessorSettings, command: str, queries: list[str], stop: S
             )
             return cli.INTERRUPTED
         remote, hurry = remote_url(settings), isinstance(exc, KeyboardInterrupt)
-        if not abandon(spark, remote, hurry=hurry) and isinstance(exc, Exception):
+        if not abandon(spark, remote, hurry=hurry) and server_unavailable(exc):
             raise cli.CliError(server_lost(remote, command)) from exc
         raise
     quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log

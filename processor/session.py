@@ -268,28 +268,46 @@ def check_connect_server(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None
 
 # PySpark's retries of a call that a running run's Spark Connect server does not answer:
 # waits of 0.05, 0.2, 0.8, 3.2 and 5 s (the last two with up to 0.5 s more), about 10 s
-# in all. Closing the channel then waits up to 10 s more for calls in flight.
+# in all; a delay the server asks for is cut to the last wait. Closing the channel then
+# waits up to 10 s more for calls in flight.
 RUNNING_MAX_RETRIES, RUNNING_MAX_BACKOFF_MS = 5, 5_000
 
 
 def bound_connect_retries(spark: SparkSession) -> None:
-    """Through Spark Connect, give up a server that stops answering within about 10 s.
+    """Give up a Spark Connect server (``--remote``) that stops answering within about 10 s.
 
     PySpark's client retries a call to a server that does not answer for ten minutes and
     more, long enough for a cluster to start, which a session's first calls may need.
     Once the server has answered, a run's queries run on it and end with it, and a run or
     command that waited ten minutes would say nothing all that time. From this call on,
     every call of the session (the queries' starts and polls, the listener's events, the
-    writes) fails after ``RUNNING_MAX_RETRIES`` retries. A classic session is left alone.
+    writes) fails after ``RUNNING_MAX_RETRIES`` retries: an error comes back at once when
+    the server's process or port is gone. Calls to a server whose packets are dropped
+    wait (gRPC's calls have no deadline).
     """
-    if not is_remote(spark):
-        return
     from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     client = cast(ConnectSession, spark).client
-    policy = DefaultPolicy(max_retries=RUNNING_MAX_RETRIES, max_backoff=RUNNING_MAX_BACKOFF_MS)
+    policy = DefaultPolicy(
+        max_retries=RUNNING_MAX_RETRIES,
+        max_backoff=RUNNING_MAX_BACKOFF_MS,
+        max_server_retry_delay=RUNNING_MAX_BACKOFF_MS,
+    )
     client.set_retry_policies([policy])
+
+
+def server_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it came from) is a Spark Connect call's ``UNAVAILABLE``."""
+    import grpc
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        code = getattr(seen, "getGrpcStatusCode", None) or getattr(seen, "code", None)
+        if callable(code) and code() == grpc.StatusCode.UNAVAILABLE:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def close_channel(spark: SparkSession) -> None:
@@ -307,10 +325,13 @@ def server_lost(url: str, command: str = "run") -> str:
     """The one line for a ``command`` whose Spark Connect server at ``url`` stopped answering."""
     server = f"the Spark Connect server at {remote_server(url)} stopped answering"
     if command != "run":
-        return f"{server} before {command} finished: start the server again, then run it again"
+        return (
+            f"{server} before {command} finished: start it again if it stopped, then run "
+            f"{command} again"
+        )
     return (
-        f"{server}, and the run's queries stopped with it: start the server again, then the "
-        "processor (it carries on from its checkpoints)"
+        f"{server}: start it again if it stopped, then the processor (it carries on from its "
+        "checkpoints)"
     )
 
 
@@ -323,7 +344,8 @@ def _connect_session(settings: ProcessorSettings, url: str) -> SparkSession:
     for key, value in runtime_conf(settings).items():
         spark.conf.set(key, value)
     _check_sources(spark)
-    bound_connect_retries(spark)  # it answered: a cluster that had to start is up
+    if url:  # it answered, so a cluster that had to start is up; a platform's own is left be
+        bound_connect_retries(spark)
     return spark
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from grpc import StatusCode
+from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
 from common.cli import CliError
 from common.stop_signals import StopFlag
@@ -72,13 +74,27 @@ def test_a_failure_without_a_stop_is_the_commands_own(failing_devices, abandoned
 
 
 def test_a_spark_connect_server_gone_under_a_command_is_one_line(
-    failing_devices, abandoned
+    failing_devices, abandoned, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    gone = SparkConnectGrpcException("failed to connect", grpc_status_code=StatusCode.UNAVAILABLE)
+
+    def write_fails(_spark: object, _settings: object) -> None:
+        raise gone
+
+    monkeypatch.setattr(processor_main, "write_devices", write_fails)
     settings = ProcessorSettings(_env_file=None, remote="sc://127.0.0.1:1")
     with pytest.raises(CliError) as raised:
         processor_main._once(settings, "devices", [], StopFlag())
     assert str(raised.value) == (
         "the Spark Connect server at 127.0.0.1:1 stopped answering before devices finished: "
-        "start the server again, then run it again"
+        "start it again if it stopped, then run devices again"
     )
-    assert str(raised.value.__cause__) == "No space left on device"
+    assert raised.value.__cause__ is gone
+
+
+def test_another_failure_with_the_server_gone_is_the_commands_own(
+    failing_devices, abandoned
+) -> None:
+    settings = ProcessorSettings(_env_file=None, remote="sc://127.0.0.1:1")
+    with pytest.raises(RuntimeError, match="No space left on device"):
+        processor_main._once(settings, "devices", [], StopFlag())
