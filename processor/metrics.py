@@ -20,6 +20,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from common.cli import console, first_line, full_trace_hint
 from common.lake import READER_TABLE_PROPERTIES
+from processor.driver_jvm import went_away
 from processor.lifecycle import say
 from processor.session import BACKGROUND_POOL, is_remote
 
@@ -227,7 +228,10 @@ class MetricsListener(StreamingQueryListener):
             try:
                 self.flush()
             except Exception as exc:  # keep the pipeline running; say what failed
-                _say_failure("could not write pipeline metrics", exc)
+                # A signal to every process of the run stopped the driver's JVM under the
+                # write: the run's stop says the last metrics are lacking.
+                if not went_away(exc, "under a metrics write"):
+                    _say_failure("could not write pipeline metrics", exc)
 
     def close(self, write_rest: bool = True) -> None:
         """Stop the thread, let a write in progress end, and write what is left.

@@ -55,6 +55,20 @@ def test_a_failed_write_is_one_line_and_the_stream_goes_on(capsys, monkeypatch) 
     assert not any(line.startswith((":", "\tat")) for line in out), out
 
 
+def test_a_write_the_driver_jvm_died_under_says_nothing(capsys, monkeypatch) -> None:
+    # A signal to every process of the run: the run's stop says the metrics are lacking.
+    writes = _Writes(error=ConnectionRefusedError(111, "Connection refused"))
+    asked: list[str] = []
+    monkeypatch.setattr(metrics, "append_metrics", writes)
+    monkeypatch.setattr(metrics, "went_away", lambda _exc, when: asked.append(when) or True)
+    listener = MetricsListener(NO_SPARK, "/lake/ops/pipeline_metrics", flush_s=0.05)
+    listener._rows.append({"query_name": "silver"})
+    assert writes.started.wait(5)
+    time.sleep(0.2)
+    listener._stop.set()
+    assert (capsys.readouterr().err, asked) == ("", ["under a metrics write"])
+
+
 def test_close_lets_a_write_in_progress_end_before_it_returns(monkeypatch) -> None:
     writes = _Writes(write_s=6.0)  # longer than the 5 s that close used to wait
     monkeypatch.setattr(metrics, "append_metrics", writes)
