@@ -265,10 +265,27 @@ def _run_main(settings: ProcessorSettings, stop: StopFlag, realtime: ChildApp | 
         return _run_queries(spark, settings, stop, realtime, listener)
     except BaseException as exc:
         listener.close(write_rest=False)  # first: no flush of its own while Spark stops
-        remote, hurry = remote_url(settings), isinstance(exc, KeyboardInterrupt)
-        if not abandon(spark, remote, listener, hurry=hurry) and server_unavailable(exc):
-            raise cli.CliError(server_lost(remote)) from exc
+        _give_up(spark, settings, exc, listener=listener)
         raise
+
+
+def _give_up(
+    spark: SparkSession,
+    settings: ProcessorSettings,
+    exc: BaseException,
+    command: str = "run",
+    listener: MetricsListener | None = None,
+) -> None:
+    """After ``exc``: give Spark up (``abandon``); a lost Spark Connect server is one line.
+
+    Raises:
+        CliError: ``exc`` is a Spark Connect call's ``UNAVAILABLE`` and the server does
+            not answer (``server_lost``).
+    """
+    remote = remote_url(settings)
+    answered = abandon(spark, remote, listener, hurry=isinstance(exc, KeyboardInterrupt))
+    if not answered and server_unavailable(exc):
+        raise cli.CliError(server_lost(remote, command)) from exc
 
 
 def _run_queries(
@@ -367,9 +384,7 @@ def _once(settings: ProcessorSettings, command: str, queries: list[str], stop: S
                 "run it again"
             )
             return cli.INTERRUPTED
-        remote, hurry = remote_url(settings), isinstance(exc, KeyboardInterrupt)
-        if not abandon(spark, remote, hurry=hurry) and server_unavailable(exc):
-            raise cli.CliError(server_lost(remote, command)) from exc
+        _give_up(spark, settings, exc, command)
         raise
     quiet_console(spark)  # the work is done: what Spark's stop prints goes to the log
     stop_session(spark)

@@ -35,7 +35,9 @@ def abandoned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     """What a failed command gave up (``stopping.abandon``'s arguments)."""
     calls: list[tuple[object, ...]] = []
 
-    def abandon(spark: object, remote: str, *, hurry: bool = False) -> bool:
+    def abandon(
+        spark: object, remote: str, listener: object = None, *, hurry: bool = False
+    ) -> bool:
         calls.append((spark, remote, hurry))
         return not remote.endswith(":1")  # a server on port 1: gone
 
