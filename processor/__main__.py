@@ -40,7 +40,10 @@ from processor.preflight import check_kafka, check_lake_root, check_lake_store
 from processor.queries import tier_interval, tier_of
 from processor.readers import TableUnreadableError
 from processor.session import (
+    ANSWER_WITHIN_S,
+    NotAnsweringError,
     build_session,
+    close_channel,
     is_remote,
     quiet_console,
     remote_server,
@@ -264,7 +267,6 @@ def _run_main(settings: ProcessorSettings, stop: StopFlag, realtime: ChildApp | 
     try:
         return _run_queries(spark, settings, stop, realtime, listener)
     except BaseException as exc:
-        listener.close(write_rest=False)  # first: no flush of its own while Spark stops
         _give_up(spark, settings, exc, listener=listener)
         raise
 
@@ -280,9 +282,16 @@ def _give_up(
 
     Raises:
         CliError: ``exc`` is a Spark Connect call's ``UNAVAILABLE`` and the server does
-            not answer (``server_lost``).
+            not answer, or the server did not answer in time (``server_lost``).
     """
     remote = remote_url(settings)
+    hung = isinstance(exc, NotAnsweringError)
+    if hung:  # its calls wait for ever: closing the channel ends them, the listener's too
+        close_channel(spark)
+    if listener is not None:
+        listener.close(write_rest=False)  # first: no flush of its own while Spark stops
+    if hung:
+        raise cli.CliError(server_lost(remote, command)) from exc
     answered = abandon(spark, remote, listener, hurry=isinstance(exc, KeyboardInterrupt))
     if not answered and server_unavailable(exc):
         raise cli.CliError(server_lost(remote, command)) from exc
@@ -314,9 +323,11 @@ def _run_queries(
             f"{settings.trigger_interval}, bronze every {bronze_every}, background every "
             f"{settings.background_trigger_interval}; lake at {settings.lake.root}"
         )
-    failure = wait_for_stop(queries, stop, realtime)
+    # A server that hangs is given up (``ANSWER_WITHIN_S``); a platform's own is left be.
+    within = ANSWER_WITHIN_S if remote_url(settings) else None
+    failure = wait_for_stop(queries, stop, realtime, within)
     while failure is not None and _restart_for_new_schemas(spark, queries, settings):
-        failure = wait_for_stop(queries, stop, realtime)
+        failure = wait_for_stop(queries, stop, realtime, within)
     if realtime is not None:
         realtime.ask_to_stop()  # it stops while this app does, not after
     _close(spark, queries, listener)

@@ -10,14 +10,18 @@ import contextlib
 import logging
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from pyspark.sql.streaming import StreamingQuery
 
 from common import cli
 from common.stop_signals import StopFlag
+from processor.session import NotAnsweringError
 
 log = logging.getLogger("iot_pulse.processor")
+T = TypeVar("T")
 CHILD_STOP_TIMEOUT_S = 30.0
 
 
@@ -117,7 +121,10 @@ def wait_for_release() -> bool:
 
 
 def wait_for_stop(
-    queries: Sequence[StreamingQuery], stop: StopFlag, child: ChildApp | None = None
+    queries: Sequence[StreamingQuery],
+    stop: StopFlag,
+    child: ChildApp | None = None,
+    answer_within_s: float | None = None,
 ) -> str | None:
     """Block until a stop is asked for, or a query (or ``child``) stops by itself or fails.
 
@@ -125,13 +132,52 @@ def wait_for_stop(
         queries: The running queries.
         stop: Set by Ctrl-C or SIGTERM.
         child: An application run beside this one, if any.
+        answer_within_s: How long one look at the queries may take (a Spark Connect
+            server's answers); None: no limit.
 
     Returns:
         What stopped, in one line; None when the stop was asked for.
+
+    Raises:
+        NotAnsweringError: A look at the queries took longer than ``answer_within_s``.
     """
     failure = None
     # A stop asked for wins: a query that ends while the run is being stopped (a signal
     # may reach more than this process) is no failure of the run.
     while failure is None and not stop.wait(1.0):
-        failure = first_stopped(queries) or (child.failure() if child else None)
+        failure = answered_within(answer_within_s, lambda: first_stopped(queries)) or (
+            child.failure() if child else None
+        )
     return failure
+
+
+def answered_within(seconds: float | None, ask: Callable[[], T]) -> T:
+    """What ``ask()`` returns or raises, if it returns within ``seconds`` (None: no limit).
+
+    A call to a Spark Connect server that hangs (its process stopped, its host gone with
+    its packets dropped) waits for ever: gRPC's calls have no deadline, and PySpark's
+    client sets none. Here the call goes on in a daemon thread, until its channel closes.
+
+    Raises:
+        NotAnsweringError: ``ask()`` had not returned after ``seconds``.
+    """
+    if seconds is None:
+        return ask()
+    outcome: list[T] = []
+    error: list[BaseException] = []
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            outcome.append(ask())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            error.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name="ask-spark", daemon=True).start()
+    if not done.wait(seconds):
+        raise NotAnsweringError(f"Spark did not answer within {seconds:g} s")
+    if error:
+        raise error[0]
+    return outcome[0]

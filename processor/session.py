@@ -271,6 +271,10 @@ def check_connect_server(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None
 # in all; a delay the server asks for is cut to the last wait. Closing the channel then
 # waits up to 10 s more for calls in flight.
 RUNNING_MAX_RETRIES, RUNNING_MAX_BACKOFF_MS = 5, 5_000
+# How long a running processor waits for a Spark Connect server's answer about its
+# queries (a look that takes milliseconds) before it gives up a server that hangs: its
+# process stopped, or its host gone with the packets to it dropped.
+ANSWER_WITHIN_S = 10.0
 
 
 def bound_connect_retries(spark: SparkSession) -> None:
@@ -282,8 +286,8 @@ def bound_connect_retries(spark: SparkSession) -> None:
     command that waited ten minutes would say nothing all that time. From this call on,
     every call of the session (the queries' starts and polls, the listener's events, the
     writes) fails after ``RUNNING_MAX_RETRIES`` retries: an error comes back at once when
-    the server's process or port is gone. Calls to a server whose packets are dropped
-    wait (gRPC's calls have no deadline).
+    the server's process or port is gone. Calls to a server that hangs wait (gRPC's calls
+    have no deadline): the run's look at its queries is bounded (``ANSWER_WITHIN_S``).
     """
     from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as ConnectSession
@@ -295,6 +299,10 @@ def bound_connect_retries(spark: SparkSession) -> None:
         max_server_retry_delay=RUNNING_MAX_BACKOFF_MS,
     )
     client.set_retry_policies([policy])
+
+
+class NotAnsweringError(RuntimeError):
+    """A call to Spark (a Spark Connect server) had not returned within its time."""
 
 
 def server_unavailable(exc: BaseException) -> bool:

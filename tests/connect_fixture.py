@@ -50,6 +50,14 @@ class ConnectServer:
         """SIGKILL the server and its Python workers (a lost driver)."""
         _kill_group(self.proc)
 
+    def freeze(self) -> None:
+        """SIGSTOP the server and its Python workers (a server that hangs)."""
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT what ``freeze`` stopped."""
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop it (SIGTERM, then SIGKILL)."""
         daemons.terminate_group(self.proc.pid, STOP_TIMEOUT_S)

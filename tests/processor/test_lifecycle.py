@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from common.stop_signals import StopFlag
 from processor.lifecycle import ChildApp, wait_for_stop
+from processor.session import NotAnsweringError
 
 
 @dataclass
@@ -46,6 +50,51 @@ def test_a_failed_query_is_one_line() -> None:
     failure = wait_for_stop([_Query("bronze"), failed], StopFlag("processor"))
     assert failure is not None and failure.startswith("query alerts failed: boom (")
     assert "\n" not in failure
+
+
+class _HangingQuery:
+    """A query on a Spark Connect server that hangs: a look at it never returns."""
+
+    name = "silver"
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 (StreamingQuery's own name)
+        self.released.wait()
+        return True
+
+
+def test_a_look_at_the_queries_that_does_not_return_in_time_gives_the_server_up() -> None:
+    query = _HangingQuery()
+    started_at = time.monotonic()
+    try:
+        with pytest.raises(NotAnsweringError, match=r"^Spark did not answer within 0.5 s$"):
+            wait_for_stop([query], StopFlag("processor"), answer_within_s=0.5)
+    finally:
+        query.released.set()
+    # One second's wait for a stop, then half a second's for the answer.
+    assert 1.5 <= time.monotonic() - started_at < 2.5
+
+
+class _GoneQuery:
+    name = "silver"
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 (StreamingQuery's own name)
+        raise ConnectionError("the server is gone")
+
+
+def test_an_error_from_a_bounded_look_is_raised_as_it_is() -> None:
+    with pytest.raises(ConnectionError, match="^the server is gone$"):
+        wait_for_stop([_GoneQuery()], StopFlag("processor"), answer_within_s=5.0)
+
+
+def test_a_bounded_look_that_answers_in_time_is_the_unbounded_ones_answer() -> None:
+    queries = [_Query("bronze"), _Query("silver", isActive=False)]
+    failure = wait_for_stop(queries, StopFlag("processor"), answer_within_s=5.0)
+    assert failure == "query silver stopped by itself"
 
 
 def test_the_child_apps_end_ends_the_wait_and_a_stop_comes_through_later() -> None:

@@ -19,6 +19,7 @@ from infra.daemons import free_ports
 from processor import __main__ as processor_main
 from processor import stopping
 from processor.queries import WORKER_LATE, started
+from processor.session import NotAnsweringError
 from processor.settings import ProcessorSettings
 
 LATE = RuntimeError(f"{WORKER_LATE}.\n\nJVM stacktrace:\norg.apache.spark.SparkException")
@@ -217,3 +218,41 @@ def test_a_run_whose_spark_connect_server_is_gone_says_so_in_one_line(
         assert raised.value.__cause__ is error
     else:
         assert raised.value is error
+
+
+def test_a_server_that_hangs_is_one_line_once_its_channel_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    class OrderedListener(Listener):
+        def close(self, write_rest: bool = True) -> None:
+            calls.append(f"close the listener, write the rest: {write_rest}")
+
+    client = SimpleNamespace(close=lambda: calls.append("close the channel"))
+    spark = SimpleNamespace(streams=SimpleNamespace(addListener=lambda _: None), client=client)
+    hung = NotAnsweringError("Spark did not answer within 10 s")
+
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise hung
+
+    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
+    monkeypatch.setattr(processor_main, "prepare_lake", lambda *_: None)
+    monkeypatch.setattr(processor_main, "MetricsListener", OrderedListener)
+    monkeypatch.setattr(processor_main, "run_available_now", fail)
+    monkeypatch.setattr(processor_main, "abandon", lambda *_a, **_k: calls.append("abandon"))
+    stop = StopFlag()
+    monkeypatch.setattr(stop, "install", lambda: None)
+    settings = ProcessorSettings(
+        _env_file=None, trigger="available_now", remote="sc://127.0.0.1:15002/;token=abc"
+    )
+    with pytest.raises(CliError) as raised:
+        processor_main._run_main(settings, stop, None)
+    assert str(raised.value) == (
+        "the Spark Connect server at 127.0.0.1:15002 stopped answering: start it again if it "
+        "stopped, then the processor (it carries on from its checkpoints)"
+    )
+    assert raised.value.__cause__ is hung
+    # The channel first: closing it ends the calls that wait on the server, the listener's
+    # write among them. Nothing more is asked of the server.
+    assert calls == ["close the channel", "close the listener, write the rest: False"]
