@@ -256,15 +256,20 @@ def _run_main(settings: ProcessorSettings, stop: StopFlag, realtime: ChildApp | 
     with stop.starting():  # nothing runs yet: a stop gives the JVM's start and the tables up
         spark = _session(settings)
         stop.install()  # again: the SparkContext replaced the SIGINT handler
-        prepare_lake(spark, settings)
+        try:
+            prepare_lake(spark, settings)
+        except Exception as exc:
+            if is_remote(spark):  # a server keeps a session; a classic one ends with us
+                _give_up(spark, settings, exc)
+            raise
     listener = MetricsListener(
         spark,
         settings.lake.table(Table.OPS_PIPELINE_METRICS),
         settings.metrics_flush_s,
         log=settings.log_progress,
     )
-    spark.streams.addListener(listener)
     try:
+        spark.streams.addListener(listener)
         return _run_queries(spark, settings, stop, realtime, listener)
     except BaseException as exc:
         _give_up(spark, settings, exc, listener=listener)

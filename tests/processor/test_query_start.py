@@ -220,6 +220,58 @@ def test_a_run_whose_spark_connect_server_is_gone_says_so_in_one_line(
         assert raised.value is error
 
 
+@pytest.mark.parametrize("step", ["prepare_lake", "addListener"])
+def test_a_server_lost_while_the_run_starts_is_the_same_one_line(
+    monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise GONE
+
+    given_up: list[str] = []
+    spark = SimpleNamespace(
+        streams=SimpleNamespace(addListener=fail if step == "addListener" else lambda _: None)
+    )
+    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
+    monkeypatch.setattr(processor_main, "is_remote", lambda session: session is spark)
+    monkeypatch.setattr(
+        processor_main, "prepare_lake", fail if step == "prepare_lake" else lambda *_: None
+    )
+    monkeypatch.setattr(processor_main, "MetricsListener", Listener)
+    monkeypatch.setattr(
+        processor_main, "abandon", lambda *_a, **_k: given_up.append("abandon") and False
+    )
+    stop = StopFlag()
+    monkeypatch.setattr(stop, "install", lambda: None)
+    settings = ProcessorSettings(_env_file=None, remote="sc://127.0.0.1:15002/;token=abc")
+    with pytest.raises(CliError) as raised:
+        processor_main._run_main(settings, stop, None)
+    assert str(raised.value) == (
+        "the Spark Connect server at 127.0.0.1:15002 stopped answering: start it again if it "
+        "stopped, then the processor (it carries on from its checkpoints)"
+    )
+    assert given_up == ["abandon"]
+
+
+def test_a_classic_runs_failed_lake_setup_is_raised_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    error = RuntimeError("the lake is not writable")
+
+    def fail(*_args: object) -> None:
+        raise error
+
+    spark = SimpleNamespace()
+    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
+    monkeypatch.setattr(processor_main, "prepare_lake", fail)
+    # The JVM ends with the process: nothing to give up first.
+    monkeypatch.setattr(processor_main, "abandon", lambda *_a, **_k: pytest.fail("abandoned"))
+    stop = StopFlag()
+    monkeypatch.setattr(stop, "install", lambda: None)
+    with pytest.raises(RuntimeError) as raised:
+        processor_main._run_main(ProcessorSettings(_env_file=None), stop, None)
+    assert raised.value is error
+
+
 def test_a_server_that_hangs_is_one_line_once_its_channel_is_closed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
