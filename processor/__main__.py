@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import warnings
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -13,14 +12,23 @@ from pyspark.sql.streaming import StreamingQuery
 from common import cli
 from common.jars import ConnectorJarsMissingError
 from common.lake import Query, Table
-from common.registry_settings import subject_of
 from common.settings import load_settings, service_parser
 from common.stop_signals import StartInterrupted, StopFlag
-from processor import driver_jvm, health, realtime_app, writer_schemas
+from processor import driver_jvm, health, realtime_app
 from processor.checkpoints import CheckpointSourcesError
+from processor.connect_server import (
+    ANSWER_WITHIN_S,
+    NotAnsweringError,
+    close_channel,
+    remote_server,
+    remote_url,
+    server_lost,
+    server_unavailable,
+)
 from processor.driver_jvm import end_cut_short_jvm, stop_session, went_away
 from processor.evolution import REBUILDABLE
 from processor.lake_setup import prepare_lake, write_devices
+from processor.library_logs import quiet_libraries
 from processor.lifecycle import (
     ChildApp,
     say,
@@ -36,23 +44,12 @@ from processor.pipeline import (
     stages,
     start_all,
 )
-from processor.preflight import check_kafka, check_lake_root, check_lake_store
+from processor.preflight import preflight
 from processor.queries import tier_interval, tier_of
 from processor.readers import TableUnreadableError
-from processor.session import (
-    ANSWER_WITHIN_S,
-    NotAnsweringError,
-    build_session,
-    close_channel,
-    is_remote,
-    quiet_console,
-    remote_server,
-    remote_url,
-    server_lost,
-    server_unavailable,
-)
+from processor.session import build_session, is_remote, quiet_console
 from processor.settings import ProcessorSettings
-from processor.stopping import BatchInterruptedError, abandon, stop_queries
+from processor.stopping import abandon, stop_queries
 from processor.tables import TableSchemaError
 
 log = logging.getLogger("iot_pulse.processor")
@@ -62,158 +59,6 @@ EPILOG = (
     "stopped before the end. "
     "Spark's and Kafka's warnings and every full trace go to <state dir>/logs/processor.log."
 )
-
-
-class _NotAStoppedBatch(logging.Filter):
-    """Drops py4j's report (with its traceback) of a batch failed by a deliberate stop."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], BatchInterruptedError))
-
-
-# PySpark's loggers of the SQL and DataFrame errors it raises (pyspark.errors).
-PYSPARK_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
-
-
-def _warning_in_one_line(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: object = None,
-    line: str | None = None,
-) -> None:
-    """``warnings.showwarning``: the warning's first line on the console, all of it in the log."""
-    log.warning("%s:%d: %s: %s", filename, lineno, category.__name__, message)
-    cli.console.warning("warning: %s", cli.first_line(Exception(str(message))))
-
-
-def _warnings_in_one_line() -> None:
-    """A Python warning is one line on the console, its whole text in the log.
-
-    PySpark's Spark Connect client warns so of a listener it lost. Its warning of a call
-    it gave up retrying is left out: the call's error follows it.
-    """
-    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
-    warnings.showwarning = _warning_in_one_line
-
-
-def _quiet_libraries() -> None:
-    """Library logs go to the log file, not the console.
-
-    py4j logs every connection at INFO, and every error of a callback with its trace.
-    PySpark logs each error it raises from a SQL statement, the JVM's trace included,
-    as JSON on stderr (a handler of its own, not the root's): a MERGE that loses to a
-    compaction, retried, would print pages. Those go to the root's handlers (the log).
-    Python's warnings are one line each (``_warnings_in_one_line``).
-    """
-    _warnings_in_one_line()
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    logging.getLogger("py4j.clientserver").addFilter(_NotAStoppedBatch())
-    from pyspark.logger import PySparkLogger
-
-    for name in PYSPARK_ERROR_LOGGERS:
-        logger = PySparkLogger.getLogger(name)
-        logger.handlers[:] = logging.getLogger().handlers  # not addHandler: it adds JSON
-
-
-def reads_kafka(settings: ProcessorSettings) -> bool:
-    """Whether the queries to run read Kafka (bronze, or silver from the source)."""
-    names = settings.query_names()
-    return settings.source == "kafka" and (
-        Query.BRONZE in names or (Query.SILVER in names and not settings.silver_reads_bronze())
-    )
-
-
-def lands_alerts(settings: ProcessorSettings) -> bool:
-    """Whether the queries to run read the alerts topic (``alerts_rt``)."""
-    return settings.source == "kafka" and Query.ALERTS_RT in settings.query_names()
-
-
-ALERT_QUERIES = (Query.REALTIME_ALERTS, Query.ALERTS_RT)
-
-
-def preflight(settings: ProcessorSettings, command: str) -> tuple[int, ProcessorSettings]:
-    """Check the lake root and, if the run uses Kafka, the broker, credentials and topics.
-
-    A run of every query (no ``--queries``) whose alerts topic cannot be read runs
-    without the real-time alerts, and says why; asked for by name, they must run.
-
-    Returns:
-        The events topic's partition count (0 when the run does not read it), and the
-        settings to run with.
-
-    Raises:
-        CliError: what to fix, in one line.
-    """
-    check_lake_root(settings.lake.root)
-    check_lake_store(settings.lake)
-    if command not in ("run", "realtime"):
-        return 0, settings
-    explicit = bool(settings.queries)
-    if (
-        command == "run"
-        and realtime_app.wanted(settings)
-        and (not settings.master or remote_url(settings))
-    ):
-        settings = _without_realtime_child(settings, explicit)
-    kafka = settings.kafka
-    partitions = 0
-    realtime = command == "realtime" or realtime_app.wanted(settings)
-    if realtime or reads_kafka(settings):
-        partitions = check_kafka(kafka)
-        log.info(
-            "Kafka %s: topic %s has %d partitions", kafka.bootstrap_servers, kafka.topic, partitions
-        )
-    if settings.schema_registry.url:
-        schemas = writer_schemas.load(settings.schema_registry, kafka.topic)
-        say(
-            f"schema registry {settings.schema_registry.url}: {len(schemas)} schema(s) under "
-            f"{subject_of(kafka.topic)}"
-        )
-    if realtime or lands_alerts(settings):
-        try:
-            check_kafka(kafka, topic=kafka.alerts_topic)
-        except cli.CliError as exc:
-            if explicit or command == "realtime":
-                raise
-            say(f"real-time alerts are off: {exc}")
-            rest = [q for q in settings.query_names() if q not in ALERT_QUERIES]
-            return partitions, settings.model_copy(update={"queries": ",".join(rest)})
-    return partitions, settings
-
-
-SUBMIT_REALTIME = (
-    "submit the real-time alerts as an application of their own "
-    "(spark-submit ... processor/__main__.py realtime, with an executor core per partition of "
-    "the events topic)"
-)
-
-
-def _without_realtime_child(settings: ProcessorSettings, explicit: bool) -> ProcessorSettings:
-    """Under ``spark-submit`` or Spark Connect a run does not start the real-time app.
-
-    The child app would be a second driver, with no master of its own to run on under
-    spark-submit; through Spark Connect, a classic application beside the server's,
-    which real-time mode needs (it is submitted on its own there). A run of every
-    query leaves it out and says so; one that names it beside other queries fails. Named
-    alone, it runs in this application (``_run``), on the cluster's executors.
-
-    Raises:
-        CliError: ``realtime_alerts`` was named beside other queries.
-    """
-    if not stages(settings):
-        return settings
-    where = "through Spark Connect" if remote_url(settings) else "under spark-submit"
-    if explicit:
-        raise cli.CliError(
-            f"{where} a run cannot start the real-time alerts beside it: leave "
-            f"realtime_alerts out of --queries and {SUBMIT_REALTIME}",
-            cli.BAD_INPUT,
-        )
-    say(f"real-time alerts are off {where}: {SUBMIT_REALTIME}")
-    rest = [q for q in settings.query_names() if q != Query.REALTIME_ALERTS]
-    return settings.model_copy(update={"queries": ",".join(rest)})
 
 
 def _session(settings: ProcessorSettings) -> SparkSession:
@@ -478,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         return cli.settings_error(exc)
     stop.install()  # before anything starts: a signal during start-up stops it at once
-    _quiet_libraries()
+    quiet_libraries()
     try:
         if args.supervised:  # a run's child app: it starts once the run's queries have
             with stop.starting():

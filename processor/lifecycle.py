@@ -18,7 +18,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from common import cli
 from common.stop_signals import StopFlag
-from processor.session import NotAnsweringError
+from processor.connect_server import NotAnsweringError
 
 log = logging.getLogger("iot_pulse.processor")
 T = TypeVar("T")

@@ -11,8 +11,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from common.cli import CliError, console, first_line, full_trace_hint
+from processor.connect_server import check_connect_server, close_channel
 from processor.driver_jvm import driver_jvm_gone, stop_session, went_away
-from processor.session import check_connect_server, close_channel, is_remote
+from processor.session import is_remote
 
 log = logging.getLogger("iot_pulse.processor")
 

@@ -39,7 +39,7 @@ READINGS = 20
 def _run_until_lost(
     broker: str, server: ConnectServer, folder: Path, lose: Callable[[], None]
 ) -> tuple[int | None, float, str]:
-    """A processor on ``server`` until bronze has every reading, then ``lose()`` the server.
+    """A processor on ``server`` until it runs and bronze has every reading; then ``lose()`` it.
 
     Returns:
         The processor's exit code, the seconds from ``lose()`` to its exit, its output.
@@ -59,6 +59,8 @@ def _run_until_lost(
     proc = start_processor(env, log)
     try:
         wait_for(lambda: len(table_rows(bronze, ["offset"])) == READINGS, 240, "bronze", proc, log)
+        # Its queries started, it watches them (a start that hangs waits for the server).
+        wait_for(lambda: "[processor] running " in log.read_text(), 120, "running", proc, log)
         lose()
         lost = time.monotonic()
         try:

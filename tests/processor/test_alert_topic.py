@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.cli import CliError
-from processor import __main__ as processor_main
+from processor import preflight
 from processor.settings import ProcessorSettings
 
 
@@ -20,14 +20,14 @@ def no_alerts_topic(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[str]:
             raise CliError("topic 'iot-alerts' does not exist at localhost:9092 (PLAINTEXT)")
         return 3
 
-    monkeypatch.setattr(processor_main, "check_kafka", check_kafka)
+    monkeypatch.setattr(preflight, "check_kafka", check_kafka)
     monkeypatch.setenv("IOT_LAKE_ROOT", str(tmp_path / "lake"))
     return checked
 
 
 def test_every_query_but_the_alert_ones_runs_and_the_run_says_why(no_alerts_topic, capsys):
     settings = ProcessorSettings(_env_file=None)
-    partitions, chosen = processor_main.preflight(settings, "run")
+    partitions, chosen = preflight.preflight(settings, "run")
     assert partitions == 3
     assert no_alerts_topic == ["iot-events", "iot-alerts"]
     assert chosen.query_names() == [
@@ -44,19 +44,19 @@ def test_every_query_but_the_alert_ones_runs_and_the_run_says_why(no_alerts_topi
 def test_alerts_asked_for_must_have_their_topic(no_alerts_topic, command, queries):
     settings = ProcessorSettings(_env_file=None, queries=queries)
     with pytest.raises(CliError, match="topic 'iot-alerts' does not exist"):
-        processor_main.preflight(settings, command)
+        preflight.preflight(settings, command)
 
 
 @pytest.fixture
 def every_topic(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """Every topic exists, with 3 partitions."""
-    monkeypatch.setattr(processor_main, "check_kafka", lambda kafka, topic=None: 3)
+    monkeypatch.setattr(preflight, "check_kafka", lambda kafka, topic=None: 3)
     monkeypatch.setenv("IOT_LAKE_ROOT", str(tmp_path / "lake"))
 
 
 def test_under_spark_submit_a_run_of_every_query_leaves_the_realtime_app_out(every_topic, capsys):
     settings = ProcessorSettings(_env_file=None, master="")
-    _, chosen = processor_main.preflight(settings, "run")
+    _, chosen = preflight.preflight(settings, "run")
     assert "realtime_alerts" not in chosen.query_names()
     assert "alerts_rt" in chosen.query_names()
     assert capsys.readouterr().err.startswith(
@@ -68,11 +68,11 @@ def test_under_spark_submit_a_run_of_every_query_leaves_the_realtime_app_out(eve
 def test_under_spark_submit_the_realtime_app_named_beside_others_fails(every_topic):
     settings = ProcessorSettings(_env_file=None, master="", queries="silver,realtime_alerts")
     with pytest.raises(CliError, match="leave realtime_alerts out of --queries") as info:
-        processor_main.preflight(settings, "run")
+        preflight.preflight(settings, "run")
     assert info.value.exit_code == 2
 
 
 def test_under_spark_submit_the_realtime_app_named_alone_runs_there(every_topic):
     settings = ProcessorSettings(_env_file=None, master="", queries="realtime_alerts")
-    _, chosen = processor_main.preflight(settings, "run")
+    _, chosen = preflight.preflight(settings, "run")
     assert chosen.query_names() == ["realtime_alerts"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from common.stop_signals import StopFlag
+from processor.connect_server import NotAnsweringError
 from processor.lifecycle import ChildApp, wait_for_stop
-from processor.session import NotAnsweringError
 
 
 @dataclass

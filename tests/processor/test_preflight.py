@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.cli import FAILED, CliError
-from processor.__main__ import reads_kafka
-from processor.preflight import check_lake_root
+from processor.preflight import check_lake_root, reads_kafka
 from processor.settings import ProcessorSettings
 
 
@@ -61,7 +60,7 @@ def test_an_unreachable_schema_registry_stops_the_start_in_one_line_within_30_s(
     import time
 
     from infra.daemons import free_ports
-    from processor.__main__ import preflight
+    from processor.preflight import preflight
 
     url = f"http://127.0.0.1:{free_ports('127.0.0.1')[0]}"
     settings = ProcessorSettings(

@@ -18,8 +18,8 @@ from common.stop_signals import StopFlag
 from infra.daemons import free_ports
 from processor import __main__ as processor_main
 from processor import stopping
+from processor.connect_server import NotAnsweringError
 from processor.queries import WORKER_LATE, started
-from processor.session import NotAnsweringError
 from processor.settings import ProcessorSettings
 
 LATE = RuntimeError(f"{WORKER_LATE}.\n\nJVM stacktrace:\norg.apache.spark.SparkException")

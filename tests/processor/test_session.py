@@ -24,7 +24,7 @@ def test_an_unreachable_spark_connect_server_is_one_line_at_once():
 
     from common.cli import CliError
     from infra.daemons import free_ports
-    from processor.session import check_connect_server, remote_server
+    from processor.connect_server import check_connect_server, remote_server
 
     port = free_ports("127.0.0.1")[0]
     began = time.monotonic()
