@@ -10,8 +10,9 @@ from typing import Any
 
 from common.report import ProducerReport
 from loadtest.charts import bars_chart, rate_chart, to_svg
+from loadtest.latency import STAGES
 from loadtest.senders import senders_lines
-from loadtest.verify import STAGES, VerifyResult
+from loadtest.verdict import VerifyResult
 
 
 @dataclass(frozen=True)

@@ -46,13 +46,10 @@ from common.paths import state_dir
 from common.report import ProducerReport, ReportUnreadableError
 from loadtest import report as pages
 from loadtest.lake import read_lake, read_truth, silver_committed_offsets
+from loadtest.lateness import silver_frontier
 from loadtest.settings import LoadtestSettings
-from loadtest.verify import (
-    VerifyConfig,
-    VerifyResult,
-    silver_frontier,
-    verify,
-)
+from loadtest.verdict import VerifyResult
+from loadtest.verify import VerifyConfig, verify
 from processor.settings import ProcessorSettings
 from producer.settings import ProducerSettings
 

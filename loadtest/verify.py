@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
@@ -56,17 +56,22 @@ from typing import Any, cast
 import polars as pl
 
 from common.lake import Query
-from common.stats import sorted_percentiles
 from loadtest.buckets import ROWS_PER_BUCKET, Buckets, bucket_count, bucket_of
-from loadtest.truth import DELAYED_KINDS, EVENTS_SCHEMA, NOT_DELIVERABLE_REASON, Truth
-
-UTC_US = pl.Datetime("us", "UTC")
-EXAMPLES = 20  # listed ids per finding
-DEFAULT_SLACK_S = 30.0
-_EVENT_ID_RE = r'"event_id"\s*:\s*"([^"]*)"'
-_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%.fZ"
-STAGES = ("kafka", "bronze", "silver", "gold")
-_VALUE_SEED = 7  # the hash that tells a bronze payload's copies from a different payload
+from loadtest.frames import (
+    EXAMPLES,
+    PARSED_SCHEMA,
+    UTC_US,
+    first_examples,
+    parse_bronze,
+    utc,
+    utc_exprs,
+)
+from loadtest.latency import LATENCY_SCHEMA, check_latency, latency_rows
+from loadtest.lateness import lateness_slack, silver_frontier, stream_clock, with_lateness
+from loadtest.quarantine import check_quarantine
+from loadtest.sequence import SENT_SCHEMA, check_sequence
+from loadtest.truth import DELAYED_KINDS, EVENTS_SCHEMA, Truth
+from loadtest.verdict import VerifyResult, failures_and_warnings
 
 
 @dataclass(frozen=True)
@@ -117,483 +122,14 @@ class VerifyConfig:
     latency_from: datetime | None = None
 
 
-@dataclass
-class VerifyResult:
-    """What ``verify`` found. ``ok`` is True when nothing was lost or duplicated."""
-
-    counts: dict[str, Any]
-    loss: dict[str, Any]
-    duplicates: dict[str, Any]
-    late: dict[str, Any]
-    quarantine: dict[str, Any]
-    sequence: dict[str, Any]
-    latency: dict[str, Any]
-    failures: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """No loss, no duplicate, everything processed (and, if strict, no mismatch)."""
-        return not self.failures
-
-    def to_dict(self) -> dict[str, Any]:
-        """The result as JSON-able data, with ``ok``."""
-        return {"ok": self.ok, **asdict(self)}
-
-    def summary(self) -> str:
-        """A readable multi-line summary."""
-        c, lo, d, la, q, s = (
-            self.counts, self.loss, self.duplicates, self.late, self.quarantine, self.sequence
-        )  # fmt: skip
-        lines = [
-            f"verify: {'PASS' if self.ok else 'FAIL'}",
-            f"  acknowledged readings {c['acked']:,}; bronze rows {c['bronze_rows']:,}, "
-            f"silver rows {c['silver_rows']:,}, quarantine rows {c['quarantine_rows']:,}",
-            f"  lost: {lo['total']:,} (missing from bronze {lo['missing_from_bronze']:,}, "
-            f"dropped in silver unexplained {lo['dropped_unexplained']:,}, valid but "
-            f"quarantined {lo['quarantined_valid']:,}, not yet processed {lo['pending']:,})",
-            f"  duplicated in silver: {d['silver_duplicated_ids']:,} event ids "
-            f"({d['silver_extra_rows']:,} extra rows); bronze extra copies beyond the injected "
-            f"duplicates: {d['bronze_unexpected_copies']:,}",
-            f"  id collisions in bronze: {d.get('bronze_collided_ids', 0):,} event ids on "
-            f"{d.get('bronze_collided_rows', 0):,} rows of different content (identical "
-            f"copies, resent or redelivered: {d.get('bronze_identical_copies', 0):,})",
-            f"  late: {la['injected']:,} injected ({la['injected_over_watermark']:,} beyond the "
-            f"{la['watermark_s']:g} s watermark); dropped by the watermark {la['dropped']:,} "
-            f"(should drop {la['dropped_expected']:,}, at the boundary "
-            f"{la['dropped_boundary']:,}); kept though later than watermark + slack "
-            f"{la['kept_beyond']:,}; Spark counted {la['spark_rows_dropped']:,} rows dropped",
-            f"  quarantine: {q['quarantined']:,} of {q['expected']:,} malformed payloads as "
-            f"expected" + ("" if q["ok"] else f" — MISMATCH: {q['missing']:,} missing, "
-                           f"{q['misclassified']:,} misclassified"),
-        ]  # fmt: skip
-        for reason, row in sorted(q["by_reason"].items()):
-            lines.append(
-                f"    {reason}: injected {row['injected']:,}, quarantined {row['quarantined']:,}"
-            )
-        lines.append(
-            f"  out of sequence: {s['actual']:,} in bronze vs {s['expected']:,} sent out of "
-            f"sequence on purpose"
-            + (
-                ""
-                if s["ok"]
-                else f" — MISMATCH on {len(s['mismatched_devices']):,} devices "
-                f"({s['unexpected']:,} unexpected)"
-            )
-        )
-        if self.latency.get("stages"):
-            lines.append(f"  latency from event_time (s, {self.latency['events']:,} events):")
-            for stage, p in self.latency["stages"].items():
-                if p.get("count"):
-                    lines.append(
-                        f"    -> {stage:<6} p50 {p['p50']:.2f}  p95 {p['p95']:.2f}  "
-                        f"p99 {p['p99']:.2f}  max {p['max']:.2f}  (n={p['count']:,})"
-                    )
-                else:
-                    lines.append(f"    -> {stage:<6} not measured")
-        else:
-            lines.append(f"  latency: {self.latency.get('note', 'not measured')}")
-        lines += [f"  FAIL: {f}" for f in self.failures]
-        lines += [f"  warning: {w}" for w in self.warnings]
-        return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- frames
-
-
-def _utc(df: pl.DataFrame, *cols: str) -> pl.DataFrame:
-    """Timestamps as ``datetime[us, UTC]`` (naive ones are taken as UTC)."""
-    return df.with_columns(_utc_exprs(df.schema, cols)) if cols else df
-
-
-def _utc_exprs(schema: pl.Schema, cols: Sequence[str]) -> list[pl.Expr]:
-    exprs = []
-    for c in cols:
-        dtype = schema[c]
-        if isinstance(dtype, pl.Datetime) and dtype.time_zone is None:
-            exprs.append(pl.col(c).dt.replace_time_zone("UTC").cast(UTC_US))
-        else:
-            exprs.append(pl.col(c).cast(UTC_US))
-    return exprs
-
-
-def _lossy_text(values: pl.Series) -> pl.Series:
-    """Binary payloads as text; a batch with invalid UTF-8 is decoded with replacements."""
-    if values.dtype == pl.String:
-        return values
-    try:
-        return values.cast(pl.String)
-    except pl.exceptions.ComputeError:
-        return pl.Series(
-            values.name,
-            [None if v is None else v.decode("utf-8", "replace") for v in values.to_list()],
-            dtype=pl.String,
-        )
-
-
-def _text(column: str) -> pl.Expr:
-    return pl.col(column).map_batches(_lossy_text, return_dtype=pl.String, is_elementwise=True)
-
-
-def parse_bronze(bronze: pl.LazyFrame) -> pl.LazyFrame:
-    """Bronze rows with what identifies them read from ``value``.
-
-    Returns:
-        ``partition``, ``offset``, ``kafka_timestamp``, ``ingest_time``, ``event_id``
-        (the first ``"event_id": "..."`` in the text, valid JSON or not),
-        ``event_time`` (null unless the payload is JSON with a readable one: a payload
-        Spark cannot parse does not move its watermark) and ``value_hash`` (a 64-bit
-        hash of the raw bytes: copies of one message have the same).
-    """
-    schema = bronze.collect_schema()
-    t = pl.col("text")
-    return bronze.with_columns(
-        _text("value").alias("text"), *_utc_exprs(schema, ("kafka_timestamp", "ingest_time"))
-    ).select(
-        pl.col("partition").cast(pl.Int64),
-        pl.col("offset").cast(pl.Int64),
-        "kafka_timestamp",
-        "ingest_time",
-        t.str.extract(_EVENT_ID_RE, 1).alias("event_id"),
-        t.str.json_path_match("$.event_time")
-        .str.to_datetime(_TIME_FORMAT, time_zone="UTC", strict=False)
-        .cast(UTC_US)
-        .alias("event_time"),
-        pl.col("value").hash(_VALUE_SEED).alias("value_hash"),
-    )
-
-
-def _kafka_ms() -> pl.Expr:
-    """A row's Kafka timestamp to the millisecond: Kafka's own precision, the clock's key."""
-    return pl.col("kafka_timestamp").dt.truncate("1ms").alias("kafka_ms")
-
-
-def stream_clock(parsed: pl.LazyFrame) -> pl.DataFrame:
-    """The stream's clock as the watermark sees it: per Kafka millisecond, the newest event time.
-
-    ``newest`` at a millisecond is the newest ``event_time`` among the bronze rows that
-    reached Kafka in it or before it (rows of one millisecond count as arrived
-    together); rows without an event time do not move it. One row per millisecond that
-    had a reading, so an hour's run is a few million rows at most, whatever its rate.
-    """
-    per_ms = (
-        parsed.group_by(_kafka_ms())
-        .agg(pl.col("event_time").max())
-        .collect(engine="streaming")
-        .drop_nulls("kafka_ms")
-        .sort("kafka_ms")
-    )
-    return per_ms.select("kafka_ms", pl.col("event_time").cum_max().forward_fill().alias("newest"))
-
-
-def with_lateness(parsed: pl.LazyFrame, clock: pl.DataFrame) -> pl.LazyFrame:
-    """Add ``lateness_s``: the stream's clock when the row reached Kafka, minus its event time."""
-    return (
-        parsed.with_columns(_kafka_ms())
-        .join(clock.lazy(), on="kafka_ms", how="left")
-        .with_columns(
-            ((pl.col("newest") - pl.col("event_time")).dt.total_microseconds() / 1e6).alias(
-                "lateness_s"
-            )
-        )
-        .drop("newest", "kafka_ms")
-    )
-
-
-def _examples(df: pl.DataFrame, cols: list[str]) -> list[dict[str, Any]]:
-    return df.select(cols).head(EXAMPLES).to_dicts()
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def _slack(cfg: VerifyConfig, metrics: pl.DataFrame) -> float:
-    if cfg.slack_s is not None:
-        return cfg.slack_s
-    silver = metrics.filter(pl.col("query_name") == Query.SILVER).sort("timestamp")
-    if silver.height < 2:
-        return DEFAULT_SLACK_S
-    gap = cast("int | None", silver["timestamp"].diff().dt.total_microseconds().max())
-    return max(DEFAULT_SLACK_S, 2 * (gap or 0) / 1e6)
-
-
-def silver_frontier(
-    silver: pl.LazyFrame, quarantine: pl.LazyFrame, committed: Mapping[int, int]
-) -> pl.DataFrame:
-    """Per partition, the last offset silver's query has read (``read_to``).
-
-    The last offset of its rows (silver's and the quarantine's), or the one before the
-    offset its checkpoint says it committed reading up to, whichever is later.
-    """
-    seen = pl.concat(
-        [
-            silver.select(pl.col("partition").cast(pl.Int64), pl.col("offset").cast(pl.Int64)),
-            quarantine.select(pl.col("partition").cast(pl.Int64), pl.col("offset").cast(pl.Int64)),
-            pl.LazyFrame(
-                {"partition": list(committed), "offset": [o - 1 for o in committed.values()]},
-                schema={"partition": pl.Int64, "offset": pl.Int64},
-            ),
-        ]
-    )
-    return (
-        seen.drop_nulls()
-        .group_by("partition")
-        .agg(pl.col("offset").max().alias("read_to"))
-        .collect(engine="streaming")
-    )
-
-
-def _out_of_sequence(df: pl.DataFrame, order: list[str]) -> pl.DataFrame:
-    """Per device, the readings whose ``seq`` is below one before them in ``order``."""
-    return (
-        df.sort(["device_id", *order])
-        .with_columns(
-            (pl.col("seq") < pl.col("seq").cum_max().shift(1).over("device_id"))
-            .fill_null(False)
-            .alias("oos")
-        )
-        .group_by("device_id")
-        .agg(pl.col("oos").sum().cast(pl.Int64).alias("n"))
-    )
-
-
-def check_sequence(truth: Truth, by_device: Buckets) -> dict[str, Any]:
-    """Out-of-sequence readings per device: as sent (manifest) and as in bronze (offsets).
-
-    Args:
-        truth: The manifest.
-        by_device: Buckets by device of the manifest's readings (``sent``: ``device_id``,
-            ``seq``, ``pos``) and of bronze's first copy of each (``got``: ``device_id``
-            from the manifest, ``seq``, ``partition``, ``offset``), as ``verify`` writes them.
-    """
-    per_device = pl.concat(
-        [
-            _sequence_per_device(
-                by_device.read("sent", b, _SENT_SCHEMA), by_device.read("got", b, _GOT_SCHEMA)
-            )
-            for b in range(by_device.count)
-        ]
-    )
-    bad = per_device.filter(pl.col("expected") != pl.col("actual")).sort("device_id")
-    expected, actual = int(per_device["expected"].sum()), int(per_device["actual"].sum())
-    devices = int(per_device["sent"].sum())
-    unexpected = int((bad["actual"] - bad["expected"]).clip(lower_bound=0).sum())
-    return {
-        "ok": bad.is_empty(),
-        "expected": expected,
-        "actual": actual,
-        "unexpected": unexpected,
-        "injected": {k: len(truth.fault_ids(k)) for k in DELAYED_KINDS},
-        "mismatched_devices": bad.drop("sent").head(EXAMPLES).to_dicts(),
-        "devices": devices,
-    }
-
-
-def _sequence_per_device(sent: pl.DataFrame, got: pl.DataFrame) -> pl.DataFrame:
-    """Per device: out-of-sequence readings as sent and as in bronze; ``sent``: 1 if it sent."""
-    expected = _out_of_sequence(sent, ["pos"]).rename({"n": "expected"})
-    actual = _out_of_sequence(got, ["partition", "offset"]).rename({"n": "actual"})
-    return (
-        expected.with_columns(pl.lit(1).alias("sent"))
-        .join(actual, on="device_id", how="full", coalesce=True)
-        .fill_null(0)
-    )
-
-
-def check_quarantine(
-    truth: Truth, quarantine: pl.DataFrame, silver_ids: set[str]
-) -> dict[str, Any]:
-    """Malformed payloads the broker acknowledged against the quarantine's reasons.
-
-    Every malformed record must be there, however late: the processor keys invalid
-    records (an unknown device's included) by where they came from, with no event
-    time, so the watermark drops none of them.
-
-    Args:
-        truth: The manifest.
-        quarantine: ``silver/quarantine`` rows (``reason``, ``raw``, ``event_id``).
-        silver_ids: Event ids in silver (at least those of the malformed payloads: one
-            there was accepted).
-    """
-    q = quarantine.select(
-        "reason",
-        pl.coalesce(pl.col("event_id"), _text("raw").str.extract(_EVENT_ID_RE, 1)).alias("qid"),
-    )
-    by_id: dict[str, str] = {}
-    anonymous: dict[str, int] = {}
-    for qid, reason in zip(q["qid"].to_list(), q["reason"].to_list(), strict=True):
-        if qid is None:
-            anonymous[reason] = anonymous.get(reason, 0) + 1
-        else:
-            by_id.setdefault(qid, reason)
-    by_reason: dict[str, dict[str, int]] = {}
-    missing: list[dict[str, Any]] = []
-    misclassified: list[dict[str, Any]] = []
-    accepted: list[dict[str, Any]] = []
-    expected = quarantined = undelivered = 0
-    for f in truth.malformed():
-        reason = f["expected_reason"]
-        if reason == NOT_DELIVERABLE_REASON or f.get("delivered") is False:
-            undelivered += 1
-            continue
-        expected += 1
-        row = by_reason.setdefault(reason, {"injected": 0, "quarantined": 0})
-        row["injected"] += 1
-        eid = f.get("event_id")
-        got = by_id.get(eid) if eid is not None else None
-        if got is None and anonymous.get(reason, 0) > 0:
-            anonymous[reason] -= 1
-            got = reason
-        info = {"event_id": eid, "device_id": f.get("device_id"), "kind": f["kind"],
-                "expected_reason": reason}  # fmt: skip
-        if got == reason:
-            row["quarantined"] += 1
-            quarantined += 1
-        elif got is not None:
-            misclassified.append(info | {"reason": got})
-        elif eid in silver_ids:
-            accepted.append(info)
-        else:
-            missing.append(info)
-    return {
-        "ok": not missing and not misclassified and not accepted,
-        "expected": expected,
-        "quarantined": quarantined,
-        "missing": len(missing),
-        "misclassified": len(misclassified),
-        "accepted_into_silver": len(accepted),
-        "not_delivered": undelivered,
-        "by_reason": by_reason,
-        "rows_by_reason": dict(
-            sorted(q.group_by("reason").len().iter_rows(), key=lambda r: str(r[0]))
-        ),
-        "examples": (missing + misclassified + accepted)[:EXAMPLES],
-    }
-
-
-def latency_summary(values: pl.Series) -> dict[str, float]:
-    """Nearest-rank percentiles (``common.stats.percentiles``) plus max and count.
-
-    The sorted column is read in place: a Python list of its values would take about
-    seven times its memory.
-    """
-    v = values.drop_nulls().sort()
-    if v.is_empty():
-        return {"count": 0}
-    ranked = {k: round(float(x), 3) for k, x in sorted_percentiles(v).items()}
-    return {"count": v.len(), **ranked, "max": round(float(v[-1]), 3)}
-
-
-def _latency_rows(
-    skewed: list[str],
-    expected: pl.DataFrame,
-    silver: pl.DataFrame,
-    bronze: pl.DataFrame,
-    exclude: pl.DataFrame,
-    gold_commits: pl.DataFrame | None,
-    since: datetime | None,
-) -> pl.DataFrame:
-    """Each measured event's seconds from event time to Kafka, bronze, silver and gold.
-
-    An event is in bronze at the ``ingest_time`` of its bronze row (matched by partition
-    and offset), and in gold from the first ``gold/device_1m`` MERGE commit at or after
-    its ``processed_time``: the start of the silver batch that also added it to gold.
-    """
-    rows = (
-        silver.join(expected.select("event_id"), on="event_id", how="semi")
-        .join(exclude, on="event_id", how="anti")
-        .filter(~pl.col("device_id").is_in(skewed))
-        .unique("event_id", keep="first")
-    )
-    if since is not None:
-        rows = rows.filter(pl.col("event_time") >= since)
-    # Silver may read the source itself, beside bronze: bronze's own stamp counts.
-    key = ["partition", "offset"]
-    stamps = bronze.select(*key, pl.col("ingest_time").alias("bronze_time")).unique(key)
-    rows = rows.with_columns(pl.col(key).cast(pl.Int64)).join(stamps, on=key, how="left")
-    rows = rows.sort("processed_time")
-    if gold_commits is None or gold_commits.is_empty():
-        rows = rows.with_columns(pl.lit(None, dtype=UTC_US).alias("gold_time"))
-    else:
-        rows = rows.join_asof(
-            _utc(gold_commits, "committed").select(pl.col("committed").alias("gold_time")),
-            left_on="processed_time",
-            right_on="gold_time",
-            strategy="forward",
-        )
-
-    def secs(later: str) -> pl.Expr:
-        return (pl.col(later) - pl.col("event_time")).dt.total_microseconds() / 1e6
-
-    return rows.select(
-        secs("kafka_timestamp").alias("kafka"),
-        secs("bronze_time").alias("bronze"),
-        secs("processed_time").alias("silver"),
-        secs("gold_time").alias("gold"),
-    )
-
-
-def check_latency(
-    truth: Truth,
-    rows: pl.LazyFrame,
-    since: datetime | None = None,
-    gold_measured: bool = True,
-) -> dict[str, Any]:
-    """Percentiles of event time to each stage (see the module docstring).
-
-    Args:
-        truth: The manifest (latency means something on the wall clock only).
-        rows: ``_latency_rows`` of every bucket (one float column per stage).
-        since: Only events whose ``event_time`` is at or after it were measured.
-        gold_measured: Whether gold's commits were there to go by.
-    """
-    if not truth.wall_clock:
-        return {"events": 0, "stages": {}, "note": "not measured: the run's event times were "
-                "simulated (start_time or replay), not the wall clock"}  # fmt: skip
-    excluded = "injected late and out-of-order readings, clock-skewed devices"
-    if since is not None:
-        excluded += f", readings created before {since.isoformat()} (warm-up)"
-    events = int(rows.select(pl.len()).collect(engine="streaming").item())
-    if events == 0:
-        return {"events": 0, "stages": {}, "note": "no events in silver to measure"}
-    # One stage at a time: a hundred million readings are 800 MB a column.
-    stages = {
-        s: latency_summary(rows.select(s).collect(engine="streaming").to_series()) for s in STAGES
-    }
-    not_in_gold = int(rows.select(pl.col("gold").null_count()).collect().item())
-    note = (
-        "gold: the first gold/device_1m MERGE commit at or after the start of the silver "
-        "batch that wrote the event (which adds it to gold too)"
-        if gold_measured
-        else "gold: not measured (no gold/device_1m commits to go by)"
-    )
-    return {
-        "events": events,
-        "excluded": excluded,
-        "stages": stages,
-        "not_in_gold": not_in_gold,
-        "note": note,
-    }
-
-
 # --------------------------------------------------------------------------- one bucket
 
 _EXPECTED_SCHEMA = pl.Schema(EVENTS_SCHEMA)
-_PARSED_SCHEMA = pl.Schema(
-    {"partition": pl.Int64(), "offset": pl.Int64(), "kafka_timestamp": UTC_US,
-     "ingest_time": UTC_US, "event_id": pl.String(), "event_time": UTC_US,
-     "value_hash": pl.UInt64()}
-)  # fmt: skip
 _SILVER_SCHEMA = pl.Schema(
     {"event_id": pl.String(), "device_id": pl.String(), "seq": pl.Int64(), "event_time": UTC_US,
      "partition": pl.Int64(), "offset": pl.Int64(), "kafka_timestamp": UTC_US,
      "ingest_time": UTC_US, "processed_time": UTC_US}
 )  # fmt: skip
-_SENT_SCHEMA = pl.Schema({"device_id": pl.String, "seq": pl.Int64, "pos": pl.Int64})
-_GOT_SCHEMA = pl.Schema(
-    {"device_id": pl.String, "seq": pl.Int64, "partition": pl.Int64, "offset": pl.Int64}
-)
-_LATENCY_SCHEMA = pl.Schema(dict.fromkeys(STAGES, pl.Float64))
 # Examples kept of each finding, and the order they are listed in.
 _LISTED: dict[str, tuple[list[str], list[str], bool]] = {
     # finding: (columns shown, sort keys, descending)
@@ -649,7 +185,7 @@ class _Tally:
         if not parts:
             return []
         merged = pl.concat(parts, how="vertical_relaxed")
-        return _examples(merged.sort(keys, descending=descending, nulls_last=True), cols)
+        return first_examples(merged.sort(keys, descending=descending, nulls_last=True), cols)
 
 
 def _fault_frame(truth: Truth, watermark_s: float) -> pl.DataFrame:
@@ -762,7 +298,7 @@ def _judge_bucket(
     over = faults.filter("late_over_wm").select("event_id")
     tally.add("late_over_wm", expected.join(over, on="event_id", how="semi").height)
     latency = (
-        _latency_rows(
+        latency_rows(
             j.skewed,
             expected,
             silver,
@@ -772,7 +308,7 @@ def _judge_bucket(
             j.since,
         )  # fmt: skip
         if j.measure_latency
-        else pl.DataFrame(schema=_LATENCY_SCHEMA)
+        else pl.DataFrame(schema=LATENCY_SCHEMA)
     )
     return first.select("device_id", "seq", "partition", "offset"), latency
 
@@ -818,14 +354,14 @@ def verify(
         raise ValueError(
             f"latency_from must be a UTC-aware time, got {cfg.latency_from.isoformat()}"
         )
-    metrics = _utc(_lazy(lake.metrics).collect(), "timestamp")
-    slack = _slack(cfg, metrics)
+    metrics = utc(_lazy(lake.metrics).collect(), "timestamp")
+    slack = lateness_slack(cfg.slack_s, metrics)
     silver_in = _lazy(lake.silver)
     silver = silver_in.select(
         "event_id", "device_id", pl.col("seq").cast(pl.Int64),
-        *_utc_exprs(silver_in.collect_schema(), ("event_time",)),
+        *utc_exprs(silver_in.collect_schema(), ("event_time",)),
         pl.col("partition").cast(pl.Int64), pl.col("offset").cast(pl.Int64),
-        *_utc_exprs(silver_in.collect_schema(),
+        *utc_exprs(silver_in.collect_schema(),
                     ("kafka_timestamp", "ingest_time", "processed_time")),
     )  # fmt: skip
     quarantine = _lazy(lake.quarantine)
@@ -871,7 +407,7 @@ def verify(
                 judging,
                 buckets.read("expected", b, _EXPECTED_SCHEMA),
                 with_lateness(
-                    buckets.read("bronze", b, _PARSED_SCHEMA).lazy(), judging.clock
+                    buckets.read("bronze", b, PARSED_SCHEMA).lazy(), judging.clock
                 ).collect(),
                 buckets.read("silver", b, _SILVER_SCHEMA),
                 qids.filter(pl.col("bucket") == b).select("event_id"),
@@ -880,7 +416,7 @@ def verify(
             got.write_parquet(tmp / "got" / f"{b}.parquet")
             latency.write_parquet(tmp / "latency" / f"{b}.parquet")
         by_device = Buckets(tmp / "sequence", buckets.count)
-        by_device.write("sent", truth.events.select(_SENT_SCHEMA.names()), key="device_id")
+        by_device.write("sent", truth.events.select(SENT_SCHEMA.names()), key="device_id")
         by_device.write("got", pl.scan_parquet(tmp / "got" / "*.parquet"), key="device_id")
         sequence = check_sequence(truth, by_device)
         malformed = [f["event_id"] for f in truth.malformed() if f.get("event_id")]
@@ -892,7 +428,7 @@ def verify(
         )
         latency_result = check_latency(
             truth,
-            pl.scan_parquet(tmp / "latency" / "*.parquet", schema=_LATENCY_SCHEMA),
+            pl.scan_parquet(tmp / "latency" / "*.parquet", schema=LATENCY_SCHEMA),
             cfg.latency_from,
             gold_measured=lake.gold_commits is not None and not lake.gold_commits.is_empty(),
         )
@@ -971,7 +507,7 @@ def _result(
         "messages_sent": totals.get("messages_sent"),
         "messages_failed": totals.get("messages_failed"),
     }
-    failures, warnings = _judge(loss, duplicates, quarantine, sequence, cfg.strict)
+    failures, warnings = failures_and_warnings(loss, duplicates, quarantine, sequence, cfg.strict)
     if duplicates["bronze_unexpected_copies"]:
         warnings.append(
             f"bronze holds {c['unexpected_copies']:,} copies beyond the injected duplicates "
@@ -988,60 +524,3 @@ def _result(
         failures=failures,
         warnings=warnings,
     )
-
-
-def _judge(
-    loss: dict[str, Any],
-    dups: dict[str, Any],
-    quarantine: dict[str, Any],
-    sequence: dict[str, Any],
-    strict: bool,
-) -> tuple[list[str], list[str]]:
-    failures: list[str] = []
-    warnings: list[str] = []
-    if loss["missing_from_bronze"]:
-        ids = ", ".join(e["event_id"] for e in loss["examples_missing_from_bronze"][:5])
-        failures.append(
-            f"{loss['missing_from_bronze']:,} acknowledged events missing from bronze (e.g. {ids})"
-        )
-    if loss["dropped_unexplained"]:
-        ids = ", ".join(e["event_id"] for e in loss["examples_dropped_unexplained"][:5])
-        failures.append(
-            f"{loss['dropped_unexplained']:,} events in bronze but not in silver, not late enough "
-            f"for the watermark to drop them (e.g. {ids})"
-        )
-    if loss["quarantined_valid"]:
-        ids = ", ".join(e["event_id"] for e in loss["examples_quarantined_valid"][:5])
-        failures.append(f"{loss['quarantined_valid']:,} valid events quarantined (e.g. {ids})")
-    if loss["pending"]:
-        failures.append(
-            f"{loss['pending']:,} events in bronze not yet read by silver's query: the "
-            "processor has not caught up, so nothing can be proven about them"
-        )
-    if dups["silver_duplicated_ids"]:
-        ids = ", ".join(e["event_id"] for e in dups["examples"][:5])
-        failures.append(
-            f"{dups['silver_duplicated_ids']:,} event ids duplicated in silver "
-            f"({dups['silver_extra_rows']:,} extra rows; e.g. {ids})"
-        )
-    if dups["bronze_collided_ids"]:
-        ids = ", ".join(e["event_id"] for e in dups["examples_collisions"][:5])
-        failures.append(
-            f"{dups['bronze_collided_ids']:,} event ids carry different events in bronze "
-            f"({dups['bronze_collided_rows']:,} rows; e.g. {ids}): an id must name one event"
-        )
-    mismatches = []
-    if not quarantine["ok"]:
-        mismatches.append(
-            f"quarantine differs from the injected malformed payloads: {quarantine['missing']:,} "
-            f"missing, {quarantine['misclassified']:,} with another reason, "
-            f"{quarantine['accepted_into_silver']:,} accepted into silver"
-        )
-    if not sequence["ok"]:
-        mismatches.append(
-            f"out-of-sequence readings differ from the send order on "
-            f"{len(sequence['mismatched_devices']):,} devices ({sequence['actual']:,} in bronze, "
-            f"{sequence['expected']:,} sent)"
-        )
-    (failures if strict else warnings).extend(mismatches)
-    return failures, warnings

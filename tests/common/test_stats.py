@@ -1,7 +1,7 @@
 import polars as pl
 
 from common.stats import percentiles
-from loadtest.verify import latency_summary
+from loadtest.latency import latency_summary
 
 
 def test_nearest_rank_percentiles_are_samples():

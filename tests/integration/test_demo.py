@@ -35,8 +35,8 @@ from demo.run import session_gap
 from infra.daemons import free_ports
 from infra.paths import state_dir
 from loadtest.lake import read_truth, scan_table
+from loadtest.quarantine import check_quarantine
 from loadtest.truth import Truth
-from loadtest.verify import check_quarantine
 from processor.detector import KINDS, alert_id
 from tests import mqtt_fixture
 from tests.integration.proc import table_rows

@@ -20,7 +20,7 @@ from loadtest.charts import bars_chart, rate_chart, to_svg
 from loadtest.report import Criteria, evaluate, summary, write_pages
 from loadtest.run import child_env, kafka_env, measured_from
 from loadtest.settings import LoadtestSettings
-from loadtest.verify import VerifyResult
+from loadtest.verdict import VerifyResult
 
 ROOT = Path(__file__).resolve().parents[2]
 
