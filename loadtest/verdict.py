@@ -87,6 +87,11 @@ class VerifyResult:
         return "\n".join(lines)
 
 
+def _some(examples: list[dict[str, Any]]) -> str:
+    """The first five examples' event ids, for a one-line finding."""
+    return ", ".join(e["event_id"] for e in examples[:5])
+
+
 def failures_and_warnings(
     loss: dict[str, Any],
     dups: dict[str, Any],
@@ -101,18 +106,18 @@ def failures_and_warnings(
     failures: list[str] = []
     warnings: list[str] = []
     if loss["missing_from_bronze"]:
-        ids = ", ".join(e["event_id"] for e in loss["examples_missing_from_bronze"][:5])
+        ids = _some(loss["examples_missing_from_bronze"])
         failures.append(
             f"{loss['missing_from_bronze']:,} acknowledged events missing from bronze (e.g. {ids})"
         )
     if loss["dropped_unexplained"]:
-        ids = ", ".join(e["event_id"] for e in loss["examples_dropped_unexplained"][:5])
+        ids = _some(loss["examples_dropped_unexplained"])
         failures.append(
             f"{loss['dropped_unexplained']:,} events in bronze but not in silver, not late enough "
             f"for the watermark to drop them (e.g. {ids})"
         )
     if loss["quarantined_valid"]:
-        ids = ", ".join(e["event_id"] for e in loss["examples_quarantined_valid"][:5])
+        ids = _some(loss["examples_quarantined_valid"])
         failures.append(f"{loss['quarantined_valid']:,} valid events quarantined (e.g. {ids})")
     if loss["pending"]:
         failures.append(
@@ -120,13 +125,13 @@ def failures_and_warnings(
             "processor has not caught up, so nothing can be proven about them"
         )
     if dups["silver_duplicated_ids"]:
-        ids = ", ".join(e["event_id"] for e in dups["examples"][:5])
+        ids = _some(dups["examples"])
         failures.append(
             f"{dups['silver_duplicated_ids']:,} event ids duplicated in silver "
             f"({dups['silver_extra_rows']:,} extra rows; e.g. {ids})"
         )
     if dups["bronze_collided_ids"]:
-        ids = ", ".join(e["event_id"] for e in dups["examples_collisions"][:5])
+        ids = _some(dups["examples_collisions"])
         failures.append(
             f"{dups['bronze_collided_ids']:,} event ids carry different events in bronze "
             f"({dups['bronze_collided_rows']:,} rows; e.g. {ids}): an id must name one event"

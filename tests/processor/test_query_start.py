@@ -143,6 +143,57 @@ class Listener:
         self.closed.append(write_rest)
 
 
+REMOTE = "sc://127.0.0.1:15002/;token=abc"
+SERVER_LOST = (
+    "the Spark Connect server at 127.0.0.1:15002 stopped answering: start it again if it "
+    "stopped, then the processor (it carries on from its checkpoints)"
+)
+GONE = SparkConnectGrpcException("failed to connect", grpc_status_code=StatusCode.UNAVAILABLE)
+
+
+def raises(error: BaseException) -> Any:
+    """A stand-in for a step of the run that fails with ``error``."""
+
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise error
+
+    return fail
+
+
+def run_main(
+    monkeypatch: pytest.MonkeyPatch,
+    spark: object,
+    abandon: Any,
+    *,
+    prepare: Any = lambda *_: None,
+    queries: Any = lambda *_a, **_k: True,
+    listener: type[Listener] = Listener,
+    remote: str = REMOTE,
+) -> BaseException:
+    """``_run_main`` (available-now) on ``spark``, a stand-in: what it raised.
+
+    Args:
+        monkeypatch: The test's.
+        spark: What the session is.
+        abandon: Stands in for ``stopping.abandon``.
+        prepare: Stands in for the lake's set-up.
+        queries: Stands in for the run of the queries.
+        listener: The metrics listener's class.
+        remote: The Spark Connect server's URL; empty for a classic session.
+    """
+    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
+    monkeypatch.setattr(processor_main, "prepare_lake", prepare)
+    monkeypatch.setattr(processor_main, "MetricsListener", listener)
+    monkeypatch.setattr(processor_main, "run_available_now", queries)
+    monkeypatch.setattr(processor_main, "abandon", abandon)
+    stop = StopFlag()
+    monkeypatch.setattr(stop, "install", lambda: None)
+    settings = ProcessorSettings(_env_file=None, trigger="available_now", remote=remote or None)
+    with pytest.raises(BaseException) as raised:
+        processor_main._run_main(settings, stop, None)
+    return raised.value
+
+
 @pytest.mark.parametrize(
     ("error", "hurry"), [(RuntimeError("boom"), False), (KeyboardInterrupt(), True)]
 )
@@ -152,124 +203,71 @@ def test_a_run_that_fails_once_started_closes_its_listener_then_gives_spark_up(
     calls: list[object] = []
     spark = SimpleNamespace(streams=SimpleNamespace(addListener=lambda _: calls.append("added")))
 
-    def fail(*_args: object, **_kwargs: object) -> None:
-        raise error
-
     def abandon(session: object, remote: str, listener: Listener, *, hurry: bool) -> bool:
         calls.append((session is spark, remote, list(listener.closed), hurry))
         return True
 
-    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
-    monkeypatch.setattr(processor_main, "prepare_lake", lambda *_: None)
-    monkeypatch.setattr(processor_main, "MetricsListener", Listener)
-    monkeypatch.setattr(processor_main, "run_available_now", fail)
-    monkeypatch.setattr(processor_main, "abandon", abandon)
-    stop = StopFlag()
-    monkeypatch.setattr(stop, "install", lambda: None)
     remote = "sc://127.0.0.1:15002"
-    settings = ProcessorSettings(_env_file=None, trigger="available_now", remote=remote)
-    with pytest.raises(type(error)):
-        processor_main._run_main(settings, stop, None)
+    raised = run_main(monkeypatch, spark, abandon, queries=raises(error), remote=remote)
+    assert raised is error
     # The listener is closed before Spark is given up: no flush of its own meanwhile.
     assert calls == ["added", (True, remote, [False], hurry)]
 
 
-GONE = SparkConnectGrpcException("failed to connect", grpc_status_code=StatusCode.UNAVAILABLE)
-
-
 @pytest.mark.parametrize(
-    ("error", "said"),
+    ("error", "lost"),
     [
-        (
-            GONE,
-            "the Spark Connect server at 127.0.0.1:15002 stopped answering: start it again if "
-            "it stopped, then the processor (it carries on from its checkpoints)",
-        ),
-        (RuntimeError("wrapped"), None),  # its cause below: UNAVAILABLE
-        (RuntimeError("a query failed"), None),  # not the server's absence: said as it is
-        (KeyboardInterrupt(), None),
+        (GONE, True),
+        (RuntimeError("wrapped"), True),  # its cause below: UNAVAILABLE
+        (RuntimeError("a query failed"), False),  # not the server's absence: said as it is
+        (KeyboardInterrupt(), False),
     ],
 )
 def test_a_run_whose_spark_connect_server_is_gone_says_so_in_one_line(
-    monkeypatch: pytest.MonkeyPatch, error: BaseException, said: str | None
+    monkeypatch: pytest.MonkeyPatch, error: BaseException, lost: bool
 ) -> None:
-    spark = SimpleNamespace(streams=SimpleNamespace(addListener=lambda _: None))
-
-    def fail(*_args: object, **_kwargs: object) -> None:
-        raise error
-
-    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
-    monkeypatch.setattr(processor_main, "prepare_lake", lambda *_: None)
-    monkeypatch.setattr(processor_main, "MetricsListener", Listener)
-    monkeypatch.setattr(processor_main, "run_available_now", fail)
-    monkeypatch.setattr(processor_main, "abandon", lambda *_args, **_kwargs: False)
-    stop = StopFlag()
-    monkeypatch.setattr(stop, "install", lambda: None)
-    settings = ProcessorSettings(
-        _env_file=None, trigger="available_now", remote="sc://127.0.0.1:15002/;token=abc"
-    )
     if str(error) == "wrapped":
         error.__cause__ = GONE
-        said = "the Spark Connect server at 127.0.0.1:15002 stopped answering: start it"
-    with pytest.raises(CliError if said else type(error)) as raised:
-        processor_main._run_main(settings, stop, None)
-    if said:  # the server, without the URL's parameters (a token)
-        assert str(raised.value).startswith(said)
-        assert raised.value.__cause__ is error
+    spark = SimpleNamespace(streams=SimpleNamespace(addListener=lambda _: None))
+    raised = run_main(monkeypatch, spark, lambda *_a, **_k: False, queries=raises(error))
+    if lost:  # the server, without the URL's parameters (a token)
+        assert isinstance(raised, CliError)
+        assert (str(raised), raised.__cause__) == (SERVER_LOST, error)
     else:
-        assert raised.value is error
+        assert raised is error
 
 
 @pytest.mark.parametrize("step", ["prepare_lake", "addListener"])
 def test_a_server_lost_while_the_run_starts_is_the_same_one_line(
     monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
-    def fail(*_args: object, **_kwargs: object) -> None:
-        raise GONE
-
     given_up: list[str] = []
-    spark = SimpleNamespace(
-        streams=SimpleNamespace(addListener=fail if step == "addListener" else lambda _: None)
-    )
-    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
+
+    def abandon(*_args: object, **_kwargs: object) -> bool:
+        given_up.append("abandon")
+        return False
+
+    add = raises(GONE) if step == "addListener" else lambda _: None
+    spark = SimpleNamespace(streams=SimpleNamespace(addListener=add))
     monkeypatch.setattr(processor_main, "is_remote", lambda session: session is spark)
-    monkeypatch.setattr(
-        processor_main, "prepare_lake", fail if step == "prepare_lake" else lambda *_: None
-    )
-    monkeypatch.setattr(processor_main, "MetricsListener", Listener)
-    monkeypatch.setattr(
-        processor_main, "abandon", lambda *_a, **_k: given_up.append("abandon") and False
-    )
-    stop = StopFlag()
-    monkeypatch.setattr(stop, "install", lambda: None)
-    settings = ProcessorSettings(_env_file=None, remote="sc://127.0.0.1:15002/;token=abc")
-    with pytest.raises(CliError) as raised:
-        processor_main._run_main(settings, stop, None)
-    assert str(raised.value) == (
-        "the Spark Connect server at 127.0.0.1:15002 stopped answering: start it again if it "
-        "stopped, then the processor (it carries on from its checkpoints)"
-    )
-    assert given_up == ["abandon"]
+    prepare = raises(GONE) if step == "prepare_lake" else lambda *_: None
+    raised = run_main(monkeypatch, spark, abandon, prepare=prepare)
+    assert (type(raised), str(raised), given_up) == (CliError, SERVER_LOST, ["abandon"])
 
 
 def test_a_classic_runs_failed_lake_setup_is_raised_as_it_is(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     error = RuntimeError("the lake is not writable")
-
-    def fail(*_args: object) -> None:
-        raise error
-
-    spark = SimpleNamespace()
-    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
-    monkeypatch.setattr(processor_main, "prepare_lake", fail)
     # The JVM ends with the process: nothing to give up first.
-    monkeypatch.setattr(processor_main, "abandon", lambda *_a, **_k: pytest.fail("abandoned"))
-    stop = StopFlag()
-    monkeypatch.setattr(stop, "install", lambda: None)
-    with pytest.raises(RuntimeError) as raised:
-        processor_main._run_main(ProcessorSettings(_env_file=None), stop, None)
-    assert raised.value is error
+    raised = run_main(
+        monkeypatch,
+        SimpleNamespace(),
+        lambda *_a, **_k: pytest.fail("abandoned"),
+        prepare=raises(error),
+        remote="",
+    )
+    assert raised is error
 
 
 def test_a_server_that_hangs_is_one_line_once_its_channel_is_closed(
@@ -284,27 +282,15 @@ def test_a_server_that_hangs_is_one_line_once_its_channel_is_closed(
     client = SimpleNamespace(close=lambda: calls.append("close the channel"))
     spark = SimpleNamespace(streams=SimpleNamespace(addListener=lambda _: None), client=client)
     hung = NotAnsweringError("Spark did not answer within 10 s")
-
-    def fail(*_args: object, **_kwargs: object) -> None:
-        raise hung
-
-    monkeypatch.setattr(processor_main, "_session", lambda _settings: spark)
-    monkeypatch.setattr(processor_main, "prepare_lake", lambda *_: None)
-    monkeypatch.setattr(processor_main, "MetricsListener", OrderedListener)
-    monkeypatch.setattr(processor_main, "run_available_now", fail)
-    monkeypatch.setattr(processor_main, "abandon", lambda *_a, **_k: calls.append("abandon"))
-    stop = StopFlag()
-    monkeypatch.setattr(stop, "install", lambda: None)
-    settings = ProcessorSettings(
-        _env_file=None, trigger="available_now", remote="sc://127.0.0.1:15002/;token=abc"
+    raised = run_main(
+        monkeypatch,
+        spark,
+        lambda *_a, **_k: calls.append("abandon"),
+        queries=raises(hung),
+        listener=OrderedListener,
     )
-    with pytest.raises(CliError) as raised:
-        processor_main._run_main(settings, stop, None)
-    assert str(raised.value) == (
-        "the Spark Connect server at 127.0.0.1:15002 stopped answering: start it again if it "
-        "stopped, then the processor (it carries on from its checkpoints)"
-    )
-    assert raised.value.__cause__ is hung
+    assert isinstance(raised, CliError)
+    assert (str(raised), raised.__cause__) == (SERVER_LOST, hung)
     # The channel first: closing it ends the calls that wait on the server, the listener's
     # write among them. Nothing more is asked of the server.
     assert calls == ["close the channel", "close the listener, write the rest: False"]
