@@ -29,14 +29,10 @@ restart (after ``stop`` or a crash) comes back at once on the same ports.
 from __future__ import annotations
 
 import argparse
-import base64
 import os
-import re
-import secrets
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,9 +43,18 @@ from common.file_lock import locked
 from common.kafka import EVENTHUBS_USERNAME, LIBRDKAFKA_LOG
 from common.kafka_settings import KafkaSettings
 from infra import daemon_cli, daemons
+from infra.broker_config import (
+    BIND_HOST,
+    NODE_ID,
+    SASL_SSL_HOST,
+    Layout,
+    Ports,
+    new_cluster_id,
+    write_config,
+)
 from infra.jars import JarResolutionError, ensure_jars
 from infra.paths import state_dir
-from infra.tls import TlsFiles, ensure_tls
+from infra.tls import TlsFiles
 
 LOG4J_CONFIG = Path(__file__).resolve().parent / "kafka" / "log4j2.xml"
 JVM_HEAP = ("-Xmx512m", "-Xms256m")
@@ -61,32 +66,15 @@ JVM_FLAGS = (
 )
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
-NODE_ID = 1
-BIND_HOST = "127.0.0.1"
-SASL_SSL_HOST = "localhost"
-SAS_KEY_NAME = "RootManageSharedAccessKey"
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 # How long a remembered port may stay busy before another is picked (``_choose_ports``).
 RELEASE_WAIT_S = 5.0
 LOG_TAIL_LINES = 25
 
-_CONNECTION_STRING_RE = re.compile(
-    r"^Endpoint=sb://[^/;]+/;SharedAccessKeyName=[^;]+;SharedAccessKey=(?P<key>[A-Za-z0-9+/=]{44})$"
-)
-
 
 class BrokerError(RuntimeError):
     """The broker could not be started, stopped or inspected."""
-
-
-@dataclass(frozen=True)
-class Ports:
-    """The broker's TCP ports (all on the loopback interface)."""
-
-    plaintext: int
-    sasl_ssl: int
-    controller: int
 
 
 @dataclass(frozen=True)
@@ -122,25 +110,6 @@ class BrokerInfo:
     def env(self) -> dict[str, str]:
         """The ``IOT_KAFKA_*`` variables that point a client at the PLAINTEXT listener."""
         return KafkaSettings.env_vars(bootstrap_servers=self.plaintext)
-
-
-class _Layout:
-    """Where each file of a broker lives inside its data dir."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root.expanduser().resolve()
-        self.state_file = self.root / "broker.json"
-        self.lock_file = self.root / ".lock"
-        self.properties = self.root / "server.properties"
-        self.secret = self.root / "connection-string"
-        self.tls_dir = self.root / "tls"
-        self.kraft_dir = self.root / "kraft"
-        self.logs_dir = self.root / "logs"
-        self.server_log = self.logs_dir / "server.log"
-        self.stdout_log = self.logs_dir / "broker.out"
-
-    def formatted(self) -> bool:
-        return (self.kraft_dir / "meta.properties").is_file()
 
 
 # --------------------------------------------------------------------------- public API
@@ -180,7 +149,7 @@ def start(
         BrokerError: Java or the jars are missing, or the broker failed to start
             (the message carries the tail of its log).
     """
-    layout = _Layout(data_dir or default_data_dir())
+    layout = Layout(data_dir or default_data_dir())
     try:
         layout.root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -210,7 +179,7 @@ def stop(data_dir: Path | None = None, *, timeout: float = STOP_TIMEOUT_S) -> bo
     Returns:
         True if a running broker was stopped, False if none was running.
     """
-    layout = _Layout(data_dir or default_data_dir())
+    layout = Layout(data_dir or default_data_dir())
     if not layout.state_file.exists():
         return False
     with locked(layout.lock_file):
@@ -255,7 +224,7 @@ def status(data_dir: Path | None = None) -> BrokerInfo | None:
     Args:
         data_dir: The broker's data dir; ``default_data_dir()`` if None.
     """
-    return _running_info(_Layout(data_dir or default_data_dir()))
+    return _running_info(Layout(data_dir or default_data_dir()))
 
 
 def ensure_topic(
@@ -300,7 +269,7 @@ def ensure_topic(
 
 
 def _start_locked(
-    layout: _Layout,
+    layout: Layout,
     wanted: tuple[int | None, int | None, int | None],
     quiet: bool,
     ready_timeout: float,
@@ -311,8 +280,8 @@ def _start_locked(
     java = _java_executable()
     state = daemons.read_state(layout.state_file)
     ports = _choose_ports(wanted, state.get("ports"), say)
-    cluster_id = state.get("cluster_id") or _new_cluster_id()
-    _write_config(layout, ports)
+    cluster_id = state.get("cluster_id") or new_cluster_id()
+    write_config(layout, ports)
     if not layout.formatted():
         say(f"formatting storage in {layout.kraft_dir} (cluster id {cluster_id}) ...")
         _format_storage(java, classpath, layout, cluster_id)
@@ -337,14 +306,6 @@ def _start_locked(
         raise
     say(f"broker ready in {time.monotonic() - began:.1f}s")
     return _info(layout, proc.pid, ports)
-
-
-def _write_config(layout: _Layout, ports: Ports) -> None:
-    """Write TLS files, the connection string and ``server.properties`` for ``ports``."""
-    tls = ensure_tls(layout.tls_dir)
-    connection_string = _ensure_connection_string(layout.secret, ports.sasl_ssl)
-    _write_private(layout.properties, _server_properties(layout, ports, tls, connection_string))
-    layout.logs_dir.mkdir(exist_ok=True)
 
 
 def _classpath(*, quiet: bool) -> str:
@@ -419,92 +380,11 @@ def _choose_ports(
     return Ports(*chosen)
 
 
-def _ensure_connection_string(path: Path, sasl_ssl_port: int) -> str:
-    """Return the Event Hubs-style connection string, creating its key on first use.
-
-    The key is generated once per data dir; only the endpoint changes when the
-    SASL_SSL port does.
-    """
-    key = None
-    if path.exists():
-        match = _CONNECTION_STRING_RE.match(path.read_text().strip())
-        key = match.group("key") if match else None
-    if key is None:
-        key = base64.b64encode(secrets.token_bytes(32)).decode("ascii")
-    value = (
-        f"Endpoint=sb://{SASL_SSL_HOST}:{sasl_ssl_port}/;"
-        f"SharedAccessKeyName={SAS_KEY_NAME};SharedAccessKey={key}"
-    )
-    if not path.exists() or path.read_text().strip() != value:
-        _write_private(path, value + "\n")
-    path.chmod(0o600)
-    return value
-
-
-def _new_cluster_id() -> str:
-    """A KRaft cluster id: a random UUID in URL-safe base64, as Kafka's ``random-uuid`` makes."""
-    while True:
-        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
-        if not cid.startswith("-"):
-            return cid
-
-
-def _server_properties(layout: _Layout, ports: Ports, tls: TlsFiles, connection_string: str) -> str:
-    plain_jaas = (
-        "org.apache.kafka.common.security.plain.PlainLoginModule required "
-        f'user_{EVENTHUBS_USERNAME}="{connection_string}";'
-    )
-    oauth_jaas = (
-        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
-        'unsecuredLoginStringClaim_sub="broker";'
-    )
-    listener = "listener.name.sasl_ssl."
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": str(NODE_ID),
-        "controller.quorum.voters": f"{NODE_ID}@{BIND_HOST}:{ports.controller}",
-        "controller.listener.names": "CONTROLLER",
-        "listeners": f"PLAINTEXT://{BIND_HOST}:{ports.plaintext},"
-        f"SASL_SSL://{BIND_HOST}:{ports.sasl_ssl},CONTROLLER://{BIND_HOST}:{ports.controller}",
-        "advertised.listeners": f"PLAINTEXT://{BIND_HOST}:{ports.plaintext},"
-        f"SASL_SSL://{SASL_SSL_HOST}:{ports.sasl_ssl}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,"
-        "CONTROLLER:PLAINTEXT",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "log.dirs": str(layout.kraft_dir),
-        f"{listener}sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER",
-        f"{listener}plain.sasl.jaas.config": plain_jaas,
-        f"{listener}oauthbearer.sasl.jaas.config": oauth_jaas,
-        f"{listener}oauthbearer.sasl.server.callback.handler.class": "org.apache.kafka.common."
-        "security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler",
-        f"{listener}ssl.keystore.type": "PEM",
-        f"{listener}ssl.keystore.location": str(tls.keystore),
-        f"{listener}ssl.client.auth": "none",
-        "auto.create.topics.enable": "false",
-        "num.partitions": "3",
-        "default.replication.factor": "1",
-        "offsets.topic.replication.factor": "1",
-        "offsets.topic.num.partitions": "3",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "transaction.state.log.num.partitions": "3",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        "group.initial.rebalance.delay.ms": "0",
-    }
-    header = "# Written by infra/broker.py on every start; edits are overwritten. Holds a secret.\n"
-    return header + "".join(f"{k}={_escape_property(v)}\n" for k, v in props.items())
-
-
-def _escape_property(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _jvm_logging_flags(layout: _Layout) -> list[str]:
+def _jvm_logging_flags(layout: Layout) -> list[str]:
     return [f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", f"-Dkafka.logs.dir={layout.logs_dir}"]
 
 
-def _format_storage(java: str, classpath: str, layout: _Layout, cluster_id: str) -> None:
+def _format_storage(java: str, classpath: str, layout: Layout, cluster_id: str) -> None:
     cmd = [
         java, "-Xmx256m", *_jvm_logging_flags(layout), "-cp", classpath, STORAGE_TOOL,
         "format", "--cluster-id", cluster_id, "--config", str(layout.properties),
@@ -520,7 +400,7 @@ def _format_storage(java: str, classpath: str, layout: _Layout, cluster_id: str)
         )
 
 
-def _launch(java: str, classpath: str, layout: _Layout) -> subprocess.Popen[bytes]:
+def _launch(java: str, classpath: str, layout: Layout) -> subprocess.Popen[bytes]:
     cmd = [
         java, *JVM_HEAP, *JVM_FLAGS, *_jvm_logging_flags(layout), "-cp", classpath,
         MAIN_CLASS, str(layout.properties),
@@ -530,7 +410,7 @@ def _launch(java: str, classpath: str, layout: _Layout) -> subprocess.Popen[byte
 
 def _wait_ready(
     proc: subprocess.Popen[bytes],
-    layout: _Layout,
+    layout: Layout,
     ports: Ports,
     timeout: float,
     log_marks: dict[Path, int],
@@ -597,7 +477,7 @@ def _wait_for_leaders(admin: Any, name: str, timeout: float) -> None:
 # --------------------------------------------------------------------------- process handling
 
 
-def _running_info(layout: _Layout) -> BrokerInfo | None:
+def _running_info(layout: Layout) -> BrokerInfo | None:
     if not layout.state_file.exists():
         return None
     state = daemons.read_state(layout.state_file)
@@ -612,7 +492,7 @@ def _running_info(layout: _Layout) -> BrokerInfo | None:
         return None
 
 
-def _info(layout: _Layout, pid: int, ports: Ports) -> BrokerInfo:
+def _info(layout: Layout, pid: int, ports: Ports) -> BrokerInfo:
     return BrokerInfo(
         data_dir=layout.root,
         pid=pid,
@@ -625,7 +505,7 @@ def _info(layout: _Layout, pid: int, ports: Ports) -> BrokerInfo:
     )
 
 
-def _is_our_broker(pid: int, layout: _Layout) -> bool:
+def _is_our_broker(pid: int, layout: Layout) -> bool:
     """Whether ``pid`` is alive and is the Kafka JVM serving this data dir."""
     if not daemons.alive(pid):
         return False
@@ -636,17 +516,7 @@ def _is_our_broker(pid: int, layout: _Layout) -> bool:
 # --------------------------------------------------------------------------- files
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically with mode 0600."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    tmp.replace(path)
-
-
-def _log_marks(layout: _Layout) -> dict[Path, int]:
+def _log_marks(layout: Layout) -> dict[Path, int]:
     """Current sizes of the broker's log files, so an excerpt shows only the new run."""
     return {
         p: p.stat().st_size if p.exists() else 0 for p in (layout.server_log, layout.stdout_log)
@@ -765,7 +635,7 @@ def _stay_attached(info: BrokerInfo) -> int:
     signal.signal(signal.SIGTERM, _on_term)
     cli.console.info("broker running in the foreground; press Ctrl+C to stop it")
     try:
-        while _is_our_broker(info.pid, _Layout(info.data_dir)):
+        while _is_our_broker(info.pid, Layout(info.data_dir)):
             time.sleep(0.5)
     except KeyboardInterrupt:
         cli.console.info("stopping the broker ...")
