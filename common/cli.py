@@ -44,6 +44,8 @@ _MAX_LINE = 500
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # The line of a gRPC error's repr that says what happened.
 _GRPC_DETAILS = re.compile(r'^\s*details = "(.*)"$', re.MULTILINE)
+# What a gRPC error's repr (``<_InactiveRpcError of RPC ...``) says after its class name.
+_GRPC_REPR = " of RPC that terminated with:"
 _log_file: Path | None = None  # set by open_log
 
 
@@ -237,11 +239,14 @@ def first_line(exc: BaseException) -> str:
     """An error's first line, for a one-line message (its class name if it has no text).
 
     A gRPC error (a Spark Connect call's, raw or wrapped by PySpark) reads as a many-line
-    repr; its one line is the ``details`` in it.
+    repr, on its own or at the end of a message; the ``details`` in it stand for it.
     """
     text = str(exc).strip()
-    if text.startswith("<_") and (details := _GRPC_DETAILS.search(text)):
-        text = details.group(1)
+    start = text.find(_GRPC_REPR)
+    if start >= 0 and text.rfind("<_", 0, start) >= 0:
+        start = text.rfind("<_", 0, start)
+        if details := _GRPC_DETAILS.search(text, start):
+            text = text[:start] + details.group(1)
     return one_line(text.splitlines()[0]) if text else type(exc).__name__
 
 

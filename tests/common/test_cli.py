@@ -265,6 +265,15 @@ def test_first_line_of_a_grpc_error_is_its_details():
         "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:23265: "
         "Failed to connect to remote host: Connection refused"
     )
+    # PySpark's warning of a listener it lost ends with the repr of the stream's error.
+    warned = "all client side listeners are removed. The error is: " + text.replace(
+        "_InactiveRpcError", "_MultiThreadedRendezvous"
+    )
+    assert cli.first_line(RuntimeError(warned)) == (
+        "all client side listeners are removed. The error is: failed to connect to all "
+        "addresses; last error: UNKNOWN: ipv4:127.0.0.1:23265: Failed to connect to remote "
+        "host: Connection refused"
+    )
     assert cli.first_line(RuntimeError("plain\nsecond")) == "plain"
     assert cli.first_line(RuntimeError("")) == "RuntimeError"
 
