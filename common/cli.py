@@ -44,8 +44,8 @@ _MAX_LINE = 500
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # The line of a gRPC error's repr that says what happened.
 _GRPC_DETAILS = re.compile(r'^\s*details = "(.*)"$', re.MULTILINE)
-# What a gRPC error's repr (``<_InactiveRpcError of RPC ...``) says after its class name.
-_GRPC_REPR = " of RPC that terminated with:"
+# How a gRPC error's repr begins (``<_InactiveRpcError of RPC that terminated with:``).
+_GRPC_REPR = re.compile(r"<_\w+ of RPC that terminated with:")
 _log_file: Path | None = None  # set by open_log
 
 
@@ -242,11 +242,8 @@ def first_line(exc: BaseException) -> str:
     repr, on its own or at the end of a message; the ``details`` in it stand for it.
     """
     text = str(exc).strip()
-    start = text.find(_GRPC_REPR)
-    if start >= 0 and text.rfind("<_", 0, start) >= 0:
-        start = text.rfind("<_", 0, start)
-        if details := _GRPC_DETAILS.search(text, start):
-            text = text[:start] + details.group(1)
+    if (rpc := _GRPC_REPR.search(text)) and (details := _GRPC_DETAILS.search(text, rpc.start())):
+        text = text[: rpc.start()] + details.group(1)
     return one_line(text.splitlines()[0]) if text else type(exc).__name__
 
 

@@ -10,13 +10,13 @@ import contextlib
 import logging
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from pyspark.sql.streaming import StreamingQuery
 
 from common import cli
+from common.deadline import NoAnswerInTime, within
 from common.stop_signals import StopFlag
 from processor.connect_server import NotAnsweringError
 
@@ -163,21 +163,7 @@ def answered_within(seconds: float | None, ask: Callable[[], T]) -> T:
     """
     if seconds is None:
         return ask()
-    outcome: list[T] = []
-    error: list[BaseException] = []
-    done = threading.Event()
-
-    def call() -> None:
-        try:
-            outcome.append(ask())
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-            error.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=call, name="ask-spark", daemon=True).start()
-    if not done.wait(seconds):
-        raise NotAnsweringError(f"Spark did not answer within {seconds:g} s")
-    if error:
-        raise error[0]
-    return outcome[0]
+    try:
+        return within(seconds, ask, "ask-spark")
+    except NoAnswerInTime:
+        raise NotAnsweringError(f"Spark did not answer within {seconds:g} s") from None

@@ -10,12 +10,11 @@ take minutes.
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Any
 from urllib.parse import urlparse
 
 from common import cli
 from common.cli import CliError, local_path, make_writable_folder, one_line
+from common.deadline import NoAnswerInTime, within
 from common.kafka import KafkaConnectionError, check_connection, librdkafka_config
 from common.kafka_settings import KafkaSettings
 from common.lake import Query
@@ -96,34 +95,24 @@ def check_lake_store(lake: LakeSettings, timeout_s: float = LAKE_CHECK_TIMEOUT_S
     """
     if not lake.on_s3:
         return
-    outcome: dict[str, Any] = {}
     bucket = urlparse(lake.root).netloc
-
-    def probe() -> None:
-        try:
-            found = LakeFiles(lake, fail_fast=True).file_type(f"s3a://{bucket}")
-            if found != "directory":
-                outcome["missing"] = True
-        except Exception as exc:  # pyarrow's OSError, and any other: said below, in one line
-            outcome["error"] = exc
-        finally:
-            outcome["done"] = True
-
-    thread = threading.Thread(target=probe, name="lake-check", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
     where = f"the lake {lake.root} ({_endpoint(lake)})"
-    if "done" not in outcome:
+    try:
+        found = within(
+            timeout_s,
+            lambda: LakeFiles(lake, fail_fast=True).file_type(f"s3a://{bucket}"),
+            "lake-check",
+        )
+    except NoAnswerInTime:
         raise CliError(
             f"{where} did not answer in {timeout_s:.0f} s: check "
             f"{LakeSettings.env_name('s3_endpoint')} and that the store is up"
-        )
-    if outcome.get("missing"):
-        raise CliError(f"{where} failed: no bucket {bucket}; {_NO_BUCKET_FIX}")
-    error = outcome.get("error")
-    if error is not None:
+        ) from None
+    except Exception as error:  # pyarrow's OSError, and any other: said in one line
         log.error("the lake's store failed the check:\n%s", error)
-        raise CliError(f"{where} failed: {_lake_error(error)}")
+        raise CliError(f"{where} failed: {_lake_error(error)}") from None
+    if found != "directory":
+        raise CliError(f"{where} failed: no bucket {bucket}; {_NO_BUCKET_FIX}")
 
 
 _NO_BUCKET_FIX = "create the bucket, or fix the bucket in " + LakeSettings.env_name("root")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import importlib
 import os
-import threading
 from typing import Any, cast
 
+from common.deadline import NoAnswerInTime, within
 from common.kafka import KafkaConnectionError, TokenCredential
 from producer.settings import ProducerSettings
 
@@ -79,32 +79,23 @@ def check_token(credential: TokenCredential, scope: str, *, timeout_s: float = 1
         KafkaConnectionError: No token within the deadline, or the credential refused.
 
     """
-    result: list[Any] = []
-
-    def fetch() -> None:
-        try:
-            result.append(credential.get_token(scope))
-        except Exception as exc:  # noqa: BLE001 - any credential failure is reported the same
-            result.append(exc)
-
-    worker = threading.Thread(target=fetch, daemon=True)
-    worker.start()
-    worker.join(timeout_s)
     name = type(credential).__name__
     choose = ProducerSettings.env_name("entra_credential")
-    if not result:
+    try:
+        within(timeout_s, lambda: credential.get_token(scope), "entra-token")
+    except NoAnswerInTime:
         raise KafkaConnectionError(
             f"no Entra ID token for {scope} from {name} within {timeout_s:.0f} s: check that "
             f"this machine can reach Entra ID, or choose a credential with {choose}"
-        )
-    if isinstance(result[0], Exception):
-        first_line = str(result[0]).strip().splitlines()[0] if str(result[0]).strip() else ""
+        ) from None
+    except Exception as exc:  # any credential failure is reported the same
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise KafkaConnectionError(
-            f"no Entra ID token for {scope} from {name} ({type(result[0]).__name__}: "
+            f"no Entra ID token for {scope} from {name} ({type(exc).__name__}: "
             f"{without_secrets(first_line)[:300]}): sign in (az login), set AZURE_CLIENT_ID/"
             "AZURE_TENANT_ID/AZURE_CLIENT_SECRET or a managed identity, or choose another "
             f"credential with {choose}"
-        )
+        ) from None
 
 
 def without_secrets(text: str) -> str:
