@@ -170,10 +170,11 @@ def foreach_batch_stream(
 # Through Spark Connect, a foreachBatch query's start starts its Python process on the
 # server, and Spark gives that process 10 s to connect back (a constant of its own). On
 # a loaded server it may take longer: the start fails, nothing of the query began, and
-# a second start finds the machine less busy.
+# a later start finds the machine less busy. A burst of load on a small server can last
+# a minute, so the tries span about two (a Python that never starts fails as late).
 WORKER_LATE = "Python worker failed to connect back"
-START_ATTEMPTS = 3
-START_BACKOFF_S = 5.0
+START_ATTEMPTS = 6
+START_BACKOFF_S = 10.0
 
 
 def started(
